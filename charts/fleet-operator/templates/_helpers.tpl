@@ -1,0 +1,23 @@
+{{- define "fleet-operator.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "fleet-operator.selectorLabels" -}}
+app.kubernetes.io/name: fleet-operator
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "fleet-operator.labels" -}}
+{{ include "fleet-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "fleet-operator.serviceAccountName" -}}
+{{- default (include "fleet-operator.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}

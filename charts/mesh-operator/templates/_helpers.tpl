@@ -1,0 +1,23 @@
+{{- define "mesh-operator.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "mesh-operator.selectorLabels" -}}
+app.kubernetes.io/name: mesh-operator
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "mesh-operator.labels" -}}
+{{ include "mesh-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "mesh-operator.serviceAccountName" -}}
+{{- default (include "mesh-operator.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}

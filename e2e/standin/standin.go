@@ -1,0 +1,188 @@
+// Package standin is a small stand-in for the celld runtime, for the local
+// test bed where member Pods are kwok fakes with loopback IPs. For every
+// running member Pod it listens on PODIP:8080 (application) and PODIP:8081
+// (peer port, /state) and implements the /state contract of
+// docs/state-contract.md, so the operator's real /state reads run end to end.
+package standin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Member is one stand-in celld process.
+type Member struct {
+	Pod     string
+	IP      string
+	Version string
+	// StartupDelay is how long /state reports Starting (503) after start.
+	StartupDelay time.Duration
+
+	mu        sync.Mutex
+	started   time.Time
+	unhealthy bool
+	servers   []*http.Server
+}
+
+// Start binds both ports on the member's IP. The IP must be loopback: the
+// stand-in never serves, and the operator never reads, anything else here.
+func (m *Member) Start() error {
+	ip := net.ParseIP(m.IP)
+	if ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("stand-in for %s: refusing non-loopback Pod IP %q", m.Pod, m.IP)
+	}
+	m.mu.Lock()
+	m.started = time.Now()
+	m.mu.Unlock()
+	for port, h := range map[int]http.Handler{8080: http.HandlerFunc(m.app), 8081: m.peerMux()} {
+		l, err := net.Listen("tcp", net.JoinHostPort(m.IP, fmt.Sprint(port)))
+		if err != nil {
+			m.Stop()
+			return fmt.Errorf("stand-in for %s: %w", m.Pod, err)
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+		m.servers = append(m.servers, srv)
+		go func() { _ = srv.Serve(l) }()
+	}
+	return nil
+}
+
+// Stop closes both listeners.
+func (m *Member) Stop() {
+	for _, s := range m.servers {
+		_ = s.Close()
+	}
+	m.servers = nil
+}
+
+// SetUnhealthy makes /state report healthy=false (fault injection).
+func (m *Member) SetUnhealthy(v bool) {
+	m.mu.Lock()
+	m.unhealthy = v
+	m.mu.Unlock()
+}
+
+func (m *Member) app(w http.ResponseWriter, _ *http.Request) {
+	fmt.Fprintf(w, "celld stand-in %s %s\n", m.Pod, m.Version)
+}
+
+func (m *Member) peerMux() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/state", m.state)
+	return mux
+}
+
+// stateReport is the documented /state body.
+type stateReport struct {
+	Healthy  bool   `json:"healthy"`
+	Phase    string `json:"phase"`
+	Version  string `json:"version"`
+	Capacity struct {
+		CellsUsed  int64 `json:"cellsUsed"`
+		CellsTotal int64 `json:"cellsTotal"`
+	} `json:"capacity"`
+}
+
+func (m *Member) state(w http.ResponseWriter, _ *http.Request) {
+	m.mu.Lock()
+	starting := time.Since(m.started) < m.StartupDelay
+	unhealthy := m.unhealthy
+	m.mu.Unlock()
+	rep := stateReport{Healthy: !starting && !unhealthy, Phase: "Serving", Version: m.Version}
+	switch {
+	case starting:
+		rep.Phase = "Starting"
+	case unhealthy:
+		rep.Phase = "Degraded"
+	}
+	rep.Capacity.CellsTotal = 64
+	rep.Capacity.CellsUsed = int64(stableNumber(m.Pod) % 64)
+	w.Header().Set("Content-Type", "application/json")
+	if starting {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	_ = json.NewEncoder(w).Encode(rep)
+}
+
+// VersionFromImage is the tag of an image reference ("latest" without one).
+func VersionFromImage(image string) string {
+	if i := strings.LastIndex(image, "@"); i >= 0 {
+		image = image[:i]
+	}
+	slash := strings.LastIndex(image, "/")
+	if i := strings.LastIndex(image, ":"); i > slash {
+		return image[i+1:]
+	}
+	return "latest"
+}
+
+func stableNumber(s string) uint32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(s))
+	return h.Sum32()
+}
+
+// ErrNotLoopback is returned for Pods whose IP is outside 127.0.0.0/8.
+var ErrNotLoopback = errors.New("not a loopback address")
+
+// Pool keeps one Member per running member Pod.
+type Pool struct {
+	StartupDelay time.Duration
+
+	mu      sync.Mutex
+	members map[string]*Member // by Pod UID
+}
+
+// Sync makes the running stand-ins match pods: uid -> (name, ip, image, unhealthy).
+func (p *Pool) Sync(ctx context.Context, pods []PodInfo) []error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.members == nil {
+		p.members = map[string]*Member{}
+	}
+	var errs []error
+	seen := map[string]bool{}
+	for _, pod := range pods {
+		seen[pod.UID] = true
+		m, ok := p.members[pod.UID]
+		if ok && m.IP != pod.IP {
+			m.Stop()
+			ok = false
+		}
+		if !ok {
+			m = &Member{Pod: pod.Name, IP: pod.IP, Version: VersionFromImage(pod.Image), StartupDelay: p.StartupDelay}
+			if err := m.Start(); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			p.members[pod.UID] = m
+		}
+		m.SetUnhealthy(pod.Unhealthy)
+	}
+	for uid, m := range p.members {
+		if !seen[uid] {
+			m.Stop()
+			delete(p.members, uid)
+		}
+	}
+	return errs
+}
+
+// StopAll stops every stand-in.
+func (p *Pool) StopAll() {
+	_ = p.Sync(context.Background(), nil)
+}
+
+// PodInfo is what the pool needs of a member Pod.
+type PodInfo struct {
+	UID, Name, IP, Image string
+	Unhealthy            bool
+}

@@ -1,0 +1,291 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// CelldFleetSpec is the desired state of a fleet of celld members.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.storage) || !has(oldSelf.storage) || quantity(string(self.storage.size)).compareTo(quantity(string(oldSelf.storage.size))) >= 0",message="spec.storage.size can only grow: shrinking a member's disk would lose data"
+// +kubebuilder:validation:XValidation:rule="has(self.storage) == has(oldSelf.storage)",message="spec.storage cannot be added to or removed from an existing fleet: members would lose or change their disks; create a new fleet instead"
+// +kubebuilder:validation:XValidation:rule="!has(self.storage) || !has(oldSelf.storage) || (has(self.storage.storageClassName) == has(oldSelf.storage.storageClassName) && (!has(self.storage.storageClassName) || self.storage.storageClassName == oldSelf.storage.storageClassName))",message="spec.storage.storageClassName is immutable: existing disks cannot move to another storage class"
+type CelldFleetSpec struct {
+	// Replicas is the number of members.
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// Image is the celld runtime image every member runs.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:XValidation:rule="!self.contains(' ')",message="spec.image must not contain spaces"
+	Image string `json:"image"`
+
+	// ImagePullPolicy for the celld container.
+	// +kubebuilder:default=IfNotPresent
+	// +kubebuilder:validation:Enum=Always;IfNotPresent;Never
+	// +optional
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+
+	// Resources of the celld container.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// Env is extra environment for the celld container. Names starting with
+	// CELLD_ are reserved for settings the operator hands to members.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:XValidation:rule="self.all(e, !e.name.startsWith('CELLD_'))",message="spec.env names starting with CELLD_ are reserved for the operator (peer addresses, object storage); set those through spec fields"
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Env []corev1.EnvVar `json:"env,omitempty"`
+
+	// ServiceAccountName the members run as. Empty means the operator creates
+	// and uses a ServiceAccount named after the fleet. With EKS Pod Identity
+	// the association is made for this ServiceAccount; credentials never come
+	// from the spec.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')",message="spec.serviceAccountName must be a DNS subdomain name (lowercase letters, digits, '-' and '.')"
+	// +optional
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+
+	// PodTemplate carries extra labels and annotations for member Pods.
+	// Keys the operator manages itself are rejected.
+	// +optional
+	PodTemplate PodTemplateMetadata `json:"podTemplate,omitempty"`
+
+	// Scheduling places members on nodes.
+	// +optional
+	Scheduling Scheduling `json:"scheduling,omitempty"`
+
+	// Storage gives every member a PersistentVolumeClaim that survives
+	// restarts, rolls and mesh changes. A fleet without storage keeps member
+	// state on an emptyDir and loses it when a Pod is replaced.
+	// +optional
+	Storage *Storage `json:"storage,omitempty"`
+
+	// ObjectStorage is where members write their snapshots.
+	// +optional
+	ObjectStorage *ObjectStorage `json:"objectStorage,omitempty"`
+
+	// Maintenance controls runtime lifecycle work.
+	// +optional
+	Maintenance Maintenance `json:"maintenance,omitempty"`
+}
+
+// PodTemplateMetadata is the user's extra metadata for member Pods.
+type PodTemplateMetadata struct {
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.startsWith('celld.eric.dev/') && !k.startsWith('app.kubernetes.io/'))",message="spec.podTemplate.labels may not use the celld.eric.dev/ or app.kubernetes.io/ prefixes: the operator selects members by them"
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.startsWith('celld.eric.dev/'))",message="spec.podTemplate.annotations may not use the celld.eric.dev/ prefix: the operator owns it"
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// Scheduling are the usual Pod placement knobs, passed through to members.
+type Scheduling struct {
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+	// +optional
+	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+	// TerminationGracePeriodSeconds gives celld time to hand its work to
+	// peers on SIGTERM.
+	// +kubebuilder:default=60
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3600
+	// +optional
+	TerminationGracePeriodSeconds *int64 `json:"terminationGracePeriodSeconds,omitempty"`
+}
+
+// RetentionPolicy says what happens to member disks.
+// +kubebuilder:validation:Enum=Retain;Delete
+type RetentionPolicy string
+
+const (
+	// Retain keeps the PersistentVolumeClaims.
+	Retain RetentionPolicy = "Retain"
+	// Delete removes the PersistentVolumeClaims.
+	Delete RetentionPolicy = "Delete"
+)
+
+// Storage is a persistent fleet's per-member disk.
+type Storage struct {
+	// Size of each member's disk. It can grow (where the storage class
+	// allows expansion) but never shrink.
+	// +kubebuilder:validation:XValidation:rule="isQuantity(string(self)) && quantity(string(self)).compareTo(quantity('1Mi')) >= 0",message="spec.storage.size must be at least 1Mi"
+	Size resource.Quantity `json:"size"`
+
+	// StorageClassName for the claims; empty uses the cluster default.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	StorageClassName *string `json:"storageClassName,omitempty"`
+
+	// WhenScaledDown says what happens to the disks of members removed by
+	// lowering replicas. Retain (default) keeps them, so scaling back up
+	// gives the member its old disk.
+	// +kubebuilder:default=Retain
+	// +optional
+	WhenScaledDown RetentionPolicy `json:"whenScaledDown,omitempty"`
+
+	// WhenDeleted says what happens to the disks when the fleet is deleted.
+	// Retain (default) leaves the claims behind, unowned, for recovery.
+	// +kubebuilder:default=Retain
+	// +optional
+	WhenDeleted RetentionPolicy `json:"whenDeleted,omitempty"`
+}
+
+// ObjectStorage locates the S3 bucket for snapshots. Credentials are not
+// configured here: members get them from EKS Pod Identity.
+type ObjectStorage struct {
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9][a-z0-9.-]*[a-z0-9]$')",message="spec.objectStorage.bucket must be a valid S3 bucket name (lowercase letters, digits, '.' and '-')"
+	Bucket string `json:"bucket"`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z]{2}(-[a-z]+)+-[0-9]+$')",message="spec.objectStorage.region must look like an AWS region, e.g. eu-west-1"
+	Region string `json:"region"`
+	// Prefix under which this fleet's snapshots live.
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/')",message="spec.objectStorage.prefix must not start with '/'"
+	// +optional
+	Prefix string `json:"prefix,omitempty"`
+}
+
+// Maintenance pauses runtime lifecycle work.
+type Maintenance struct {
+	// Paused stops member restarts and rolls. Services, NetworkPolicies,
+	// mesh policies and routing are still reconciled.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+}
+
+// MemberStatus is what the operator last saw of one member.
+type MemberStatus struct {
+	// Name of the member Pod.
+	Name string `json:"name"`
+	// Ready is the Pod's Ready condition.
+	Ready bool `json:"ready"`
+	// Revision of the Pod template the member runs.
+	// +optional
+	Revision string `json:"revision,omitempty"`
+	// PeerAddress is what the member advertises to its peers.
+	// +optional
+	PeerAddress string `json:"peerAddress,omitempty"`
+	// PersistentVolumeClaim backing the member, for persistent fleets.
+	// +optional
+	PersistentVolumeClaim string `json:"persistentVolumeClaim,omitempty"`
+	// State is the member's /state report, or why it could not be read.
+	// +optional
+	State *MemberState `json:"state,omitempty"`
+}
+
+// MemberState is the part of a member's /state response the operator publishes.
+type MemberState struct {
+	// Reachable is false when the last /state read failed.
+	Reachable bool `json:"reachable"`
+	// Error explains a failed read.
+	// +optional
+	Error string `json:"error,omitempty"`
+	// Healthy is the runtime's own health verdict.
+	// +optional
+	Healthy bool `json:"healthy,omitempty"`
+	// Phase is the runtime's application status, e.g. Serving or Recovering.
+	// +optional
+	Phase string `json:"phase,omitempty"`
+	// Version the runtime reports.
+	// +optional
+	Version string `json:"version,omitempty"`
+	// Capacity samples: used and total cells.
+	// +optional
+	CellsUsed *int64 `json:"cellsUsed,omitempty"`
+	// +optional
+	CellsTotal *int64 `json:"cellsTotal,omitempty"`
+	// Since is when the operator first saw this report (or error) unchanged.
+	// A timestamp of every read would rewrite status on each poll.
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
+}
+
+// CelldFleetStatus is the observed state of a fleet.
+type CelldFleetStatus struct {
+	// ObservedGeneration is the spec generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions: Ready, Provisioning, InfrastructureBlocked.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Replicas is the number of member Pods that exist.
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+	// ReadyReplicas is the number of Ready members.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+	// UpdatedReplicas is the number of members on the target revision.
+	// +optional
+	UpdatedReplicas int32 `json:"updatedReplicas,omitempty"`
+	// CurrentRevision is the revision every member ran before the current roll.
+	// +optional
+	CurrentRevision string `json:"currentRevision,omitempty"`
+	// TargetRevision is the revision the spec asks for.
+	// +optional
+	TargetRevision string `json:"targetRevision,omitempty"`
+	// Members, in ordinal order.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Members []MemberStatus `json:"members,omitempty"`
+	// Phase is a one-word summary for kubectl get.
+	// +optional
+	Phase string `json:"phase,omitempty"`
+}
+
+// CelldFleet runs a fleet of celld members with their disks, Services and
+// NetworkPolicies.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas
+// +kubebuilder:resource:shortName=cf;fleet,categories=celld
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`
+// +kubebuilder:printcolumn:name="Updated",type=integer,JSONPath=`.status.updatedReplicas`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Paused",type=boolean,JSONPath=`.spec.maintenance.paused`,priority=1
+// +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.image`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label starting with a letter (lowercase letters, digits and '-'): it names the fleet's Services"
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 47",message="metadata.name must be at most 47 characters: the operator derives Service and Pod names such as NAME-peers and NAME-routing from it"
+type CelldFleet struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   CelldFleetSpec   `json:"spec"`
+	Status CelldFleetStatus `json:"status,omitempty"`
+}
+
+// CelldFleetList is a list of CelldFleets.
+//
+// +kubebuilder:object:root=true
+type CelldFleetList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []CelldFleet `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&CelldFleet{}, &CelldFleetList{})
+}

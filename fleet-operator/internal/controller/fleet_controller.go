@@ -1,0 +1,412 @@
+// Package controller holds the CelldFleet reconciler: fetch what the fleet
+// needs, build the desired objects with the pure builders, apply them, take at
+// most one roll step, and report what it saw in status.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/members"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/network"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/roll"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/state"
+	"github.com/ericdev/fleetmesh/shared/apply"
+	"github.com/ericdev/fleetmesh/shared/labels"
+)
+
+// HashAnnotation records the hash of what the operator last applied to an object.
+const HashAnnotation = labels.FleetGroup + "/applied-hash"
+
+// revisionLabel is set by the StatefulSet controller on every Pod it creates.
+const revisionLabel = appsv1.ControllerRevisionHashLabelKey
+
+// rollPoll is how soon a fleet in motion is looked at again: /state health
+// changes produce no Kubernetes event to wake the reconciler.
+const rollPoll = 2 * time.Second
+
+// FleetReconciler reconciles CelldFleets.
+type FleetReconciler struct {
+	Client   client.Client
+	Config   Config
+	Applier  *apply.Applier
+	State    *state.Reader
+	Recorder recorder.EventRecorder
+	// Now is the clock; tests replace it.
+	Now func() time.Time
+
+	// deleted remembers the UID of the member each fleet replaced last, until
+	// the cache shows that Pod terminating or gone: right after a delete the
+	// cache may still show it Ready, and acting on that would replace a
+	// second member while the first is down.
+	mu      sync.Mutex
+	deleted map[types.NamespacedName]types.UID
+}
+
+// SetupWithManager builds the reconciler from cfg and registers it.
+func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
+	r := &FleetReconciler{
+		Client:   mgr.GetClient(),
+		Config:   cfg,
+		Applier:  &apply.Applier{Client: mgr.GetClient(), FieldManager: names.Operator, HashAnnotation: HashAnnotation},
+		State:    state.NewReader(cfg.StateTimeout),
+		Recorder: mgr.GetEventRecorder(names.Operator),
+		Now:      time.Now,
+	}
+	return r.SetupWithManager(mgr)
+}
+
+// SetupWithManager registers the reconciler's watches.
+func (r *FleetReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.CelldFleet{}).
+		Owns(&appsv1.StatefulSet{}).
+		Owns(&corev1.Service{}).
+		Owns(&corev1.ServiceAccount{}).
+		Owns(&networkingv1.NetworkPolicy{}).
+		// Member Pods belong to the StatefulSet; map them to their fleet by label.
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToFleet), builder.WithPredicates()).
+		Complete(r)
+}
+
+func podToFleet(_ context.Context, o client.Object) []reconcile.Request {
+	l := o.GetLabels()
+	if l[labels.Name] != names.Runtime || l[labels.Instance] == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: l[labels.Instance]}}}
+}
+
+// observed is what one reconcile saw, the input of status.
+type observed struct {
+	blocked     *blockage
+	sts         *appsv1.StatefulSet
+	pods        []corev1.Pod
+	reports     map[string]state.Result
+	decision    roll.Decision
+	stsSettling bool
+}
+
+type blockage struct{ reason, message string }
+
+// +kubebuilder:rbac:groups=celld.eric.dev,resources=celldfleets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=celld.eric.dev,resources=celldfleets/status,verbs=get;patch;update
+// +kubebuilder:rbac:groups=celld.eric.dev,resources=celldfleets/finalizers,verbs=update
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups="",resources=services;serviceaccounts,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile brings one fleet closer to its spec.
+func (r *FleetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	fleet := &v1alpha1.CelldFleet{}
+	if err := r.Client.Get(ctx, req.NamespacedName, fleet); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.NamespacedName)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if fleet.DeletionTimestamp != nil {
+		// Owned objects go with the fleet through garbage collection; disks
+		// follow spec.storage.whenDeleted through the StatefulSet.
+		return ctrl.Result{}, nil
+	}
+
+	obs := &observed{}
+	err := r.reconcileFleet(ctx, fleet, obs)
+	var conflict *apply.ConflictError
+	if errors.As(err, &conflict) {
+		obs.blocked = &blockage{reason: "OwnershipConflict", message: conflict.Error()}
+		r.Recorder.Eventf(fleet, nil, corev1.EventTypeWarning, "OwnershipConflict", "Apply", "%s", conflict.Error())
+		err = nil
+	}
+	if statusErr := r.updateStatus(ctx, fleet, obs); statusErr != nil && err == nil {
+		err = statusErr
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if obs.blocked != nil {
+		return ctrl.Result{}, nil // unblocked by a flag change (restart) or an edit (event)
+	}
+	if obs.decision.Rolling() || obs.stsSettling || !allAvailable(fleet, obs) {
+		return ctrl.Result{RequeueAfter: rollPoll}, nil
+	}
+	return ctrl.Result{RequeueAfter: r.Config.StateInterval}, nil
+}
+
+func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.CelldFleet, obs *observed) error {
+	// Networking is reconciled whatever else holds the fleet back, including
+	// maintenance.paused: it never restarts a member.
+	np, err := network.NetworkPolicy(fleet, network.Params{
+		OperatorNamespace: r.Config.OperatorNamespace,
+		OperatorPodLabels: r.Config.OperatorPodLabels(),
+	})
+	if err != nil {
+		return err
+	}
+	for _, obj := range []client.Object{network.AppService(fleet), network.PeerService(fleet), np} {
+		if err := r.apply(ctx, fleet, obj); err != nil {
+			return err
+		}
+	}
+
+	if !r.Config.NetworkPolicyEnforced {
+		obs.blocked = &blockage{
+			reason: "NetworkPolicyNotConfirmed",
+			message: "No member Pods are created until an administrator confirms that this cluster's CNI enforces NetworkPolicy: " +
+				"members rely on the fleet NetworkPolicy to restrict who reaches ports 8080 and 8081. Verify enforcement, then set the " +
+				"fleet-operator chart value networkPolicyEnforced=true (operator flag --network-policy-enforced).",
+		}
+		return nil
+	}
+
+	if err := r.reconcileServiceAccount(ctx, fleet); err != nil {
+		return err
+	}
+	sts, err := r.reconcileStatefulSet(ctx, fleet)
+	if err != nil {
+		return err
+	}
+	obs.sts = sts
+	if sts == nil {
+		return nil
+	}
+	// Until the StatefulSet controller has seen our template, its update
+	// revision is the old one and a roll decision would be wrong.
+	obs.stsSettling = sts.Status.ObservedGeneration < sts.Generation
+
+	pods, err := r.memberPods(ctx, fleet)
+	if err != nil {
+		return err
+	}
+	obs.pods = pods
+	obs.reports = r.readStates(ctx, pods)
+	if obs.stsSettling {
+		return nil
+	}
+	return r.rollStep(ctx, fleet, obs)
+}
+
+func (r *FleetReconciler) apply(ctx context.Context, fleet *v1alpha1.CelldFleet, obj client.Object) error {
+	res, err := r.Applier.Apply(ctx, obj, fleet)
+	if err != nil {
+		return err
+	}
+	if res != apply.Unchanged {
+		log.FromContext(ctx).Info("applied", "kind", obj.GetObjectKind().GroupVersionKind().Kind, "name", obj.GetName(), "result", res)
+	}
+	return nil
+}
+
+func (r *FleetReconciler) reconcileServiceAccount(ctx context.Context, fleet *v1alpha1.CelldFleet) error {
+	if sa := members.ServiceAccount(fleet); sa != nil {
+		return r.apply(ctx, fleet, sa)
+	}
+	// The spec names its own ServiceAccount: drop the default one we made, if any.
+	_, err := r.Applier.Delete(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: fleet.Namespace, Name: names.ServiceAccount(fleet.Name)}}, fleet)
+	var conflict *apply.ConflictError
+	if errors.As(err, &conflict) {
+		return nil // not ours (perhaps the very account the spec names): leave it
+	}
+	return err
+}
+
+// reconcileStatefulSet applies the members' StatefulSet, unless maintenance
+// is paused and it already exists: a paused fleet keeps the template its
+// members run, so not even a recreated Pod picks up a change.
+func (r *FleetReconciler) reconcileStatefulSet(ctx context.Context, fleet *v1alpha1.CelldFleet) (*appsv1.StatefulSet, error) {
+	desired := members.StatefulSet(fleet)
+	live := &appsv1.StatefulSet{}
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(desired), live)
+	switch {
+	case err == nil && fleet.Spec.Maintenance.Paused:
+		if !metav1.IsControlledBy(live, fleet) {
+			return nil, &apply.ConflictError{Kind: "StatefulSet", Namespace: live.Namespace, Name: live.Name, Owner: fleet.Name}
+		}
+		return live, nil
+	case err != nil && !apierrors.IsNotFound(err):
+		return nil, err
+	}
+	if err := r.apply(ctx, fleet, desired); err != nil {
+		return nil, err
+	}
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(desired), live); err != nil {
+		return nil, err
+	}
+	return live, nil
+}
+
+func (r *FleetReconciler) memberPods(ctx context.Context, fleet *v1alpha1.CelldFleet) ([]corev1.Pod, error) {
+	list := &corev1.PodList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(fleet.Namespace), client.MatchingLabels(names.Selector(fleet.Name))); err != nil {
+		return nil, err
+	}
+	pods := list.Items
+	sort.Slice(pods, func(i, j int) bool { return ordinal(pods[i].Name) < ordinal(pods[j].Name) })
+	return pods, nil
+}
+
+func (r *FleetReconciler) readStates(ctx context.Context, pods []corev1.Pod) map[string]state.Result {
+	targets := make([]state.Target, 0, len(pods))
+	for _, p := range pods {
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+			targets = append(targets, state.Target{Key: p.Name, IP: p.Status.PodIP})
+		}
+	}
+	return r.State.ReadAll(ctx, targets, names.PeerPort)
+}
+
+// rollStep replaces at most one outdated member.
+func (r *FleetReconciler) rollStep(ctx context.Context, fleet *v1alpha1.CelldFleet, obs *observed) error {
+	key := client.ObjectKeyFromObject(fleet)
+	in := roll.Input{
+		Replicas:       int(*obs.sts.Spec.Replicas),
+		TargetRevision: obs.sts.Status.UpdateRevision,
+		Paused:         fleet.Spec.Maintenance.Paused,
+	}
+	pendingDelete := r.pendingDelete(key)
+	for _, p := range obs.pods {
+		m := roll.Member{
+			Name:        p.Name,
+			Ordinal:     ordinal(p.Name),
+			Revision:    p.Labels[revisionLabel],
+			Terminating: p.DeletionTimestamp != nil || p.UID == pendingDelete,
+			Ready:       podReady(&p),
+			Healthy:     healthy(obs.reports[p.Name]),
+		}
+		in.Members = append(in.Members, m)
+	}
+	if pendingDelete != "" && !podWithUID(obs.pods, pendingDelete) {
+		r.forget(key)
+	}
+	obs.decision = roll.Next(in)
+	if obs.decision.Replace == "" {
+		return nil
+	}
+	pod := podNamed(obs.pods, obs.decision.Replace)
+	uid := pod.UID
+	err := r.Client.Delete(ctx, pod, client.Preconditions{UID: &uid})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil // already gone or replaced: the next reconcile sees the truth
+	}
+	if err != nil {
+		return fmt.Errorf("replacing member %s: %w", pod.Name, err)
+	}
+	r.mu.Lock()
+	if r.deleted == nil {
+		r.deleted = map[types.NamespacedName]types.UID{}
+	}
+	r.deleted[key] = uid
+	r.mu.Unlock()
+	r.Recorder.Eventf(fleet, pod, corev1.EventTypeNormal, "MemberReplaced", "Roll",
+		"Replacing member %s (revision %s) with revision %s; its disk is kept", pod.Name, pod.Labels[revisionLabel], in.TargetRevision)
+	return nil
+}
+
+func (r *FleetReconciler) pendingDelete(key types.NamespacedName) types.UID {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.deleted[key]
+}
+
+func (r *FleetReconciler) forget(key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.deleted, key)
+}
+
+// updateStatus writes status only when it differs from what is stored.
+func (r *FleetReconciler) updateStatus(ctx context.Context, fleet *v1alpha1.CelldFleet, obs *observed) error {
+	next := computeStatus(fleet, obs, r.Now())
+	if equality.Semantic.DeepEqual(fleet.Status, next) {
+		return nil
+	}
+	updated := fleet.DeepCopy()
+	updated.Status = next
+	if err := r.Client.Status().Patch(ctx, updated, client.MergeFrom(fleet)); err != nil {
+		return fmt.Errorf("updating status: %w", err)
+	}
+	return nil
+}
+
+func allAvailable(fleet *v1alpha1.CelldFleet, obs *observed) bool {
+	want := int(derefReplicas(fleet))
+	avail := 0
+	for _, p := range obs.pods {
+		if p.DeletionTimestamp == nil && podReady(&p) && healthy(obs.reports[p.Name]) {
+			avail++
+		}
+	}
+	return avail == want && len(obs.pods) == want
+}
+
+func derefReplicas(f *v1alpha1.CelldFleet) int32 {
+	if f.Spec.Replicas == nil {
+		return 3
+	}
+	return *f.Spec.Replicas
+}
+
+func healthy(r state.Result) bool { return r.Err == nil && r.Report != nil && r.Report.Healthy }
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func ordinal(pod string) int {
+	i := strings.LastIndexByte(pod, '-')
+	n, err := strconv.Atoi(pod[i+1:])
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+func podNamed(pods []corev1.Pod, name string) *corev1.Pod {
+	for i := range pods {
+		if pods[i].Name == name {
+			return &pods[i]
+		}
+	}
+	return nil
+}
+
+func podWithUID(pods []corev1.Pod, uid types.UID) bool {
+	for i := range pods {
+		if pods[i].UID == uid && pods[i].DeletionTimestamp == nil {
+			return true
+		}
+	}
+	return false
+}

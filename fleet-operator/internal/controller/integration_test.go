@@ -1,0 +1,348 @@
+//go:build integration
+
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/state"
+	"github.com/ericdev/fleetmesh/shared/apply"
+	"github.com/ericdev/fleetmesh/shared/testenv"
+)
+
+func newScheme(t *testing.T) *runtime.Scheme {
+	s := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(s))
+	require.NoError(t, v1alpha1.AddToScheme(s))
+	return s
+}
+
+// writeCounter counts every request that could change the cluster.
+type writeCounter struct{ n atomic.Int64 }
+
+func (w *writeCounter) client(c client.WithWatch) client.Client {
+	count := func() { w.n.Add(1) }
+	return interceptor.NewClient(c, interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.CreateOption) error {
+			count()
+			return c.Create(ctx, o, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.UpdateOption) error {
+			count()
+			return c.Update(ctx, o, opts...)
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, o client.Object, p client.Patch, opts ...client.PatchOption) error {
+			count()
+			return c.Patch(ctx, o, p, opts...)
+		},
+		Apply: func(ctx context.Context, c client.WithWatch, o runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+			count()
+			return c.Apply(ctx, o, opts...)
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.DeleteOption) error {
+			count()
+			return c.Delete(ctx, o, opts...)
+		},
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, o client.Object, opts ...client.SubResourceUpdateOption) error {
+			count()
+			return c.SubResource(sub).Update(ctx, o, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, o client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+			count()
+			return c.SubResource(sub).Patch(ctx, o, p, opts...)
+		},
+	})
+}
+
+type harness struct {
+	t      *testing.T
+	env    *testenv.Env
+	writes *writeCounter
+	r      *FleetReconciler
+}
+
+func newHarness(t *testing.T, env *testenv.Env, enforced bool) *harness {
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Client.Scheme()})
+	require.NoError(t, err)
+	writes := &writeCounter{}
+	c := writes.client(wc)
+	return &harness{t: t, env: env, writes: writes, r: &FleetReconciler{
+		Client: c,
+		Config: Config{
+			OperatorNamespace: "fleet-system", OperatorServiceAccount: "fleet-operator",
+			OperatorPodSelector: "app.kubernetes.io/name=fleet-operator", NetworkPolicyEnforced: enforced,
+			StateTimeout: 200 * time.Millisecond, StateInterval: time.Minute,
+		},
+		Applier:  &apply.Applier{Client: c, FieldManager: names.Operator, HashAnnotation: HashAnnotation},
+		State:    state.NewReader(200 * time.Millisecond),
+		Recorder: &events.FakeRecorder{},
+		Now:      time.Now,
+	}}
+}
+
+func (h *harness) reconcile(f *v1alpha1.CelldFleet) {
+	h.t.Helper()
+	_, err := h.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(f)})
+	require.NoError(h.t, err)
+}
+
+func (h *harness) get(obj client.Object, ns, name string) error {
+	return h.env.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, obj)
+}
+
+func createNamespace(t *testing.T, c client.Client, name string) {
+	require.NoError(t, c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}))
+}
+
+func fleet(ns, name string) *v1alpha1.CelldFleet {
+	return &v1alpha1.CelldFleet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1alpha1.CelldFleetSpec{
+			Image:   "registry.example/celld:1.0.0",
+			Storage: &v1alpha1.Storage{Size: resource.MustParse("1Gi")},
+		},
+	}
+}
+
+func TestIntegration(t *testing.T) {
+	env := testenv.Start(t, newScheme(t), "fleet-operator/config/crd/bases")
+	t.Run("CEL rejects what a user can get wrong", func(t *testing.T) { testCEL(t, env) })
+	t.Run("defaults come from the schema", func(t *testing.T) { testDefaults(t, env) })
+	t.Run("enforcement gate, ownership and zero-write steady state", func(t *testing.T) { testReconcile(t, env) })
+	t.Run("a foreign object with our name is reported, never adopted", func(t *testing.T) { testConflict(t, env) })
+	t.Run("paused maintenance keeps the member template", func(t *testing.T) { testPaused(t, env) })
+}
+
+func testCEL(t *testing.T, env *testenv.Env) {
+	ctx := context.Background()
+	createNamespace(t, env.Client, "cel")
+	create := []struct {
+		name    string
+		mutate  func(f *v1alpha1.CelldFleet)
+		message string
+	}{
+		{"negative replicas", func(f *v1alpha1.CelldFleet) { f.Spec.Replicas = ptr.To[int32](-1) }, "spec.replicas"},
+		{"too many replicas", func(f *v1alpha1.CelldFleet) { f.Spec.Replicas = ptr.To[int32](101) }, "spec.replicas"},
+		{"empty image", func(f *v1alpha1.CelldFleet) { f.Spec.Image = "" }, "spec.image"},
+		{"image with a space", func(f *v1alpha1.CelldFleet) { f.Spec.Image = "celld 1.0" }, "spec.image must not contain spaces"},
+		{"bad pull policy", func(f *v1alpha1.CelldFleet) { f.Spec.ImagePullPolicy = "Sometimes" }, "spec.imagePullPolicy"},
+		{"reserved env name", func(f *v1alpha1.CelldFleet) { f.Spec.Env = []corev1.EnvVar{{Name: "CELLD_PEERS", Value: "x"}} }, "reserved for the operator"},
+		{"bad service account", func(f *v1alpha1.CelldFleet) { f.Spec.ServiceAccountName = "Not_Valid" }, "spec.serviceAccountName must be a DNS subdomain"},
+		{"reserved pod label", func(f *v1alpha1.CelldFleet) {
+			f.Spec.PodTemplate.Labels = map[string]string{"celld.eric.dev/fleet": "x"}
+		}, "spec.podTemplate.labels may not use"},
+		{"reserved selector label", func(f *v1alpha1.CelldFleet) {
+			f.Spec.PodTemplate.Labels = map[string]string{"app.kubernetes.io/instance": "x"}
+		}, "spec.podTemplate.labels may not use"},
+		{"reserved pod annotation", func(f *v1alpha1.CelldFleet) {
+			f.Spec.PodTemplate.Annotations = map[string]string{"celld.eric.dev/istio-control-plane": "x"}
+		}, "spec.podTemplate.annotations may not use"},
+		{"tiny disk", func(f *v1alpha1.CelldFleet) { f.Spec.Storage.Size = resource.MustParse("1Ki") }, "spec.storage.size must be at least 1Mi"},
+		{"bad retention", func(f *v1alpha1.CelldFleet) { f.Spec.Storage.WhenDeleted = "Archive" }, "spec.storage.whenDeleted"},
+		{"bad bucket", func(f *v1alpha1.CelldFleet) {
+			f.Spec.ObjectStorage = &v1alpha1.ObjectStorage{Bucket: "Bad_Bucket", Region: "eu-west-1"}
+		}, "spec.objectStorage.bucket must be a valid S3 bucket name"},
+		{"bad region", func(f *v1alpha1.CelldFleet) {
+			f.Spec.ObjectStorage = &v1alpha1.ObjectStorage{Bucket: "snapshots", Region: "mars"}
+		}, "spec.objectStorage.region must look like an AWS region"},
+		{"absolute prefix", func(f *v1alpha1.CelldFleet) {
+			f.Spec.ObjectStorage = &v1alpha1.ObjectStorage{Bucket: "snapshots", Region: "eu-west-1", Prefix: "/abs"}
+		}, "spec.objectStorage.prefix must not start with '/'"},
+		{"grace period too long", func(f *v1alpha1.CelldFleet) {
+			f.Spec.Scheduling.TerminationGracePeriodSeconds = ptr.To[int64](7200)
+		}, "terminationGracePeriodSeconds"},
+		{"name starting with a digit", func(f *v1alpha1.CelldFleet) { f.Name = "1fleet" }, "metadata.name must be a DNS label starting with a letter"},
+		{"name too long", func(f *v1alpha1.CelldFleet) { f.Name = strings.Repeat("a", 48) }, "metadata.name must be at most 47 characters"},
+	}
+	for _, tc := range create {
+		t.Run("create: "+tc.name, func(t *testing.T) {
+			f := fleet("cel", "f")
+			tc.mutate(f)
+			err := env.Client.Create(ctx, f)
+			require.Error(t, err, "the API server must reject it")
+			assert.Contains(t, err.Error(), tc.message)
+		})
+	}
+
+	update := []struct {
+		name    string
+		mutate  func(f *v1alpha1.CelldFleet)
+		message string
+	}{
+		{"shrink disk", func(f *v1alpha1.CelldFleet) { f.Spec.Storage.Size = resource.MustParse("512Mi") }, "spec.storage.size can only grow"},
+		{"drop storage", func(f *v1alpha1.CelldFleet) { f.Spec.Storage = nil }, "spec.storage cannot be added to or removed from"},
+		{"change storage class", func(f *v1alpha1.CelldFleet) { f.Spec.Storage.StorageClassName = ptr.To("fast") }, "spec.storage.storageClassName is immutable"},
+	}
+	base := fleet("cel", "updates")
+	require.NoError(t, env.Client.Create(ctx, base))
+	for _, tc := range update {
+		t.Run("update: "+tc.name, func(t *testing.T) {
+			f := &v1alpha1.CelldFleet{}
+			require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(base), f))
+			tc.mutate(f)
+			err := env.Client.Update(ctx, f)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.message)
+		})
+	}
+	t.Run("update: growing the disk is allowed", func(t *testing.T) {
+		f := &v1alpha1.CelldFleet{}
+		require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(base), f))
+		f.Spec.Storage.Size = resource.MustParse("2Gi")
+		require.NoError(t, env.Client.Update(ctx, f))
+	})
+}
+
+func testDefaults(t *testing.T, env *testenv.Env) {
+	ctx := context.Background()
+	createNamespace(t, env.Client, "defaults")
+	f := fleet("defaults", "d")
+	require.NoError(t, env.Client.Create(ctx, f))
+	got := &v1alpha1.CelldFleet{}
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(f), got))
+	assert.Equal(t, int32(3), *got.Spec.Replicas)
+	assert.Equal(t, corev1.PullIfNotPresent, got.Spec.ImagePullPolicy)
+	assert.Equal(t, v1alpha1.Retain, got.Spec.Storage.WhenDeleted)
+	assert.Equal(t, v1alpha1.Retain, got.Spec.Storage.WhenScaledDown)
+	assert.Equal(t, int64(60), *got.Spec.Scheduling.TerminationGracePeriodSeconds)
+}
+
+func testReconcile(t *testing.T, env *testenv.Env) {
+	ctx := context.Background()
+	createNamespace(t, env.Client, "gate")
+	f := fleet("gate", "orders")
+	require.NoError(t, env.Client.Create(ctx, f))
+
+	// Not confirmed: networking exists, no workload, a condition tells the admin what to do.
+	h := newHarness(t, env, false)
+	h.reconcile(f)
+	require.NoError(t, h.get(f, "gate", "orders"))
+	blocked := meta.FindStatusCondition(f.Status.Conditions, ConditionInfrastructureBlocked)
+	require.NotNil(t, blocked)
+	assert.Equal(t, metav1.ConditionTrue, blocked.Status)
+	assert.Equal(t, "NetworkPolicyNotConfirmed", blocked.Reason)
+	assert.Contains(t, blocked.Message, "networkPolicyEnforced=true")
+	assert.True(t, meta.IsStatusConditionTrue(f.Status.Conditions, ConditionProvisioning))
+	assert.Equal(t, f.Generation, blocked.ObservedGeneration)
+	for _, obj := range []struct {
+		o    client.Object
+		name string
+	}{{&corev1.Service{}, "orders"}, {&corev1.Service{}, "orders-peers"}, {&networkingv1.NetworkPolicy{}, "orders"}} {
+		require.NoError(t, h.get(obj.o, "gate", obj.name), obj.name)
+		assertOwnedBy(t, obj.o, f)
+	}
+	assert.Error(t, h.get(&appsv1.StatefulSet{}, "gate", "orders"), "no member workload while the gate is closed")
+
+	// Confirmed: the same fleet proceeds without being touched.
+	h = newHarness(t, env, true)
+	h.reconcile(f)
+	require.NoError(t, h.get(f, "gate", "orders"))
+	assert.False(t, meta.IsStatusConditionTrue(f.Status.Conditions, ConditionInfrastructureBlocked))
+	sts := &appsv1.StatefulSet{}
+	require.NoError(t, h.get(sts, "gate", "orders"))
+	assertOwnedBy(t, sts, f)
+	assert.Equal(t, appsv1.OnDeleteStatefulSetStrategyType, sts.Spec.UpdateStrategy.Type)
+	sa := &corev1.ServiceAccount{}
+	require.NoError(t, h.get(sa, "gate", "orders"))
+	assertOwnedBy(t, sa, f)
+
+	// Steady state: nothing changed, so nothing is written, however often it runs.
+	h.reconcile(f) // absorbs the status of the first confirmed pass
+	h.writes.n.Store(0)
+	for i := 0; i < 3; i++ {
+		h.reconcile(f)
+	}
+	assert.Equal(t, int64(0), h.writes.n.Load(), "an unchanged fleet must reconcile with zero writes")
+
+	// Drift by another writer is repaired with one write.
+	np := &networkingv1.NetworkPolicy{}
+	require.NoError(t, h.get(np, "gate", "orders"))
+	np.Spec.Ingress = nil
+	require.NoError(t, env.Client.Update(ctx, np))
+	h.writes.n.Store(0)
+	h.reconcile(f)
+	assert.Equal(t, int64(1), h.writes.n.Load())
+	require.NoError(t, h.get(np, "gate", "orders"))
+	assert.Len(t, np.Spec.Ingress, 2, "the operator restores its ingress rules")
+}
+
+func testConflict(t *testing.T, env *testenv.Env) {
+	ctx := context.Background()
+	createNamespace(t, env.Client, "conflict")
+	foreign := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "conflict", Name: "billing-peers", Labels: map[string]string{"team": "theirs"}},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 9999}}},
+	}
+	require.NoError(t, env.Client.Create(ctx, foreign))
+	f := fleet("conflict", "billing")
+	require.NoError(t, env.Client.Create(ctx, f))
+	h := newHarness(t, env, true)
+	h.reconcile(f)
+
+	require.NoError(t, h.get(f, "conflict", "billing"))
+	c := meta.FindStatusCondition(f.Status.Conditions, ConditionInfrastructureBlocked)
+	require.NotNil(t, c)
+	assert.Equal(t, "OwnershipConflict", c.Reason)
+	assert.Contains(t, c.Message, "Service conflict/billing-peers")
+	got := &corev1.Service{}
+	require.NoError(t, h.get(got, "conflict", "billing-peers"))
+	assert.Empty(t, got.OwnerReferences, "a foreign object is never adopted")
+	assert.Equal(t, int32(9999), got.Spec.Ports[0].Port)
+	assert.Error(t, h.get(&appsv1.StatefulSet{}, "conflict", "billing"), "nothing proceeds past a conflict")
+}
+
+func testPaused(t *testing.T, env *testenv.Env) {
+	ctx := context.Background()
+	createNamespace(t, env.Client, "paused")
+	f := fleet("paused", "p")
+	require.NoError(t, env.Client.Create(ctx, f))
+	h := newHarness(t, env, true)
+	h.reconcile(f)
+
+	require.NoError(t, h.get(f, "paused", "p"))
+	f.Spec.Maintenance.Paused = true
+	f.Spec.Image = "registry.example/celld:2.0.0"
+	require.NoError(t, env.Client.Update(ctx, f))
+	h.reconcile(f)
+	sts := &appsv1.StatefulSet{}
+	require.NoError(t, h.get(sts, "paused", "p"))
+	assert.Equal(t, "registry.example/celld:1.0.0", sts.Spec.Template.Spec.Containers[0].Image, "paused: the template is not changed")
+
+	require.NoError(t, h.get(f, "paused", "p"))
+	f.Spec.Maintenance.Paused = false
+	require.NoError(t, env.Client.Update(ctx, f))
+	h.reconcile(f)
+	require.NoError(t, h.get(sts, "paused", "p"))
+	assert.Equal(t, "registry.example/celld:2.0.0", sts.Spec.Template.Spec.Containers[0].Image, "unpaused: the change goes through")
+}
+
+func assertOwnedBy(t *testing.T, obj client.Object, f *v1alpha1.CelldFleet) {
+	t.Helper()
+	ref := metav1.GetControllerOf(obj)
+	require.NotNil(t, ref, "%T %s has no controller", obj, obj.GetName())
+	assert.Equal(t, f.UID, ref.UID, fmt.Sprintf("%T %s", obj, obj.GetName()))
+}

@@ -1,0 +1,192 @@
+package controller
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/members"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/state"
+)
+
+// Condition types of a CelldFleet.
+const (
+	ConditionReady                 = "Ready"
+	ConditionProvisioning          = "Provisioning"
+	ConditionInfrastructureBlocked = "InfrastructureBlocked"
+)
+
+// Phases shown by kubectl get.
+const (
+	PhaseBlocked      = "Blocked"
+	PhaseProvisioning = "Provisioning"
+	PhaseRolling      = "Rolling"
+	PhaseReady        = "Ready"
+	PhaseDegraded     = "Degraded"
+)
+
+// computeStatus is a pure function of the fleet and what the reconcile
+// observed. Timestamps only move when something changed, so an unchanged
+// fleet produces an identical status and no write.
+func computeStatus(fleet *v1alpha1.CelldFleet, obs *observed, now time.Time) v1alpha1.CelldFleetStatus {
+	st := v1alpha1.CelldFleetStatus{
+		ObservedGeneration: fleet.Generation,
+		Conditions:         append([]metav1.Condition(nil), fleet.Status.Conditions...),
+	}
+	want := derefReplicas(fleet)
+	if obs.sts != nil {
+		st.CurrentRevision = obs.sts.Status.CurrentRevision
+		st.TargetRevision = obs.sts.Status.UpdateRevision
+	} else {
+		st.CurrentRevision = fleet.Status.CurrentRevision
+		st.TargetRevision = fleet.Status.TargetRevision
+	}
+	previous := map[string]v1alpha1.MemberStatus{}
+	for _, m := range fleet.Status.Members {
+		previous[m.Name] = m
+	}
+	for i := range obs.pods {
+		p := &obs.pods[i]
+		ms := memberStatus(fleet, p, obs, previous[p.Name], now)
+		st.Members = append(st.Members, ms)
+		st.Replicas++
+		if ms.Ready {
+			st.ReadyReplicas++
+		}
+		if ms.Revision != "" && ms.Revision == st.TargetRevision {
+			st.UpdatedReplicas++
+		}
+	}
+
+	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: fleet.Generation,
+			LastTransitionTime: metav1.NewTime(now),
+		})
+	}
+	switch {
+	case obs.blocked != nil:
+		set(ConditionInfrastructureBlocked, metav1.ConditionTrue, obs.blocked.reason, obs.blocked.message)
+		set(ConditionProvisioning, metav1.ConditionTrue, obs.blocked.reason, "Blocked: see the InfrastructureBlocked condition.")
+		set(ConditionReady, metav1.ConditionFalse, obs.blocked.reason, "Blocked: see the InfrastructureBlocked condition.")
+		st.Phase = PhaseBlocked
+		return st
+	default:
+		set(ConditionInfrastructureBlocked, metav1.ConditionFalse, "NotBlocked", "Nothing outside the fleet blocks it.")
+	}
+
+	available := allAvailable(fleet, obs)
+	switch {
+	case obs.decision.Rolling():
+		msg := fmt.Sprintf("Rolling to revision %s: %d of %d member(s) updated.", st.TargetRevision, st.UpdatedReplicas, want)
+		reason := "Rolling"
+		if obs.decision.Waiting != "" {
+			msg += " " + capitalize(obs.decision.Waiting) + "."
+			if fleet.Spec.Maintenance.Paused {
+				reason = "RollPaused"
+			}
+		}
+		set(ConditionProvisioning, metav1.ConditionTrue, reason, msg)
+		st.Phase = PhaseRolling
+	case obs.stsSettling:
+		set(ConditionProvisioning, metav1.ConditionTrue, "ApplyingTemplate", "Waiting for the StatefulSet controller to observe the new member template.")
+		st.Phase = PhaseProvisioning
+	case st.Replicas < want:
+		set(ConditionProvisioning, metav1.ConditionTrue, "CreatingMembers", fmt.Sprintf("%d of %d member(s) exist.", st.Replicas, want))
+		st.Phase = PhaseProvisioning
+	case !available:
+		set(ConditionProvisioning, metav1.ConditionTrue, "WaitingForMembers", fmt.Sprintf("%d of %d member(s) are Ready and healthy on /state.", countAvailable(st.Members), want))
+		st.Phase = PhaseProvisioning
+		if meta.IsStatusConditionTrue(fleet.Status.Conditions, ConditionReady) || fleet.Status.Phase == PhaseDegraded {
+			st.Phase = PhaseDegraded
+		}
+	default:
+		set(ConditionProvisioning, metav1.ConditionFalse, "Provisioned", fmt.Sprintf("All %d member(s) run revision %s.", want, st.TargetRevision))
+		st.Phase = PhaseReady
+	}
+	if available && !obs.decision.Rolling() && !obs.stsSettling {
+		set(ConditionReady, metav1.ConditionTrue, "MembersReady", fmt.Sprintf("All %d member(s) are Ready and healthy on /state.", want))
+	} else {
+		set(ConditionReady, metav1.ConditionFalse, "MembersNotReady", fmt.Sprintf("%d of %d member(s) are Ready and healthy on /state.", countAvailable(st.Members), want))
+	}
+	return st
+}
+
+func memberStatus(fleet *v1alpha1.CelldFleet, p *corev1.Pod, obs *observed, prev v1alpha1.MemberStatus, now time.Time) v1alpha1.MemberStatus {
+	ms := v1alpha1.MemberStatus{
+		Name:        p.Name,
+		Ready:       podReady(p) && p.DeletionTimestamp == nil,
+		Revision:    p.Labels[revisionLabel],
+		PeerAddress: names.PeerAddress(fleet.Name, fleet.Namespace, p.Name),
+	}
+	if fleet.Spec.Storage != nil {
+		ms.PersistentVolumeClaim = members.DataVolume + "-" + p.Name
+	}
+	res, read := obs.reports[p.Name]
+	switch {
+	case p.DeletionTimestamp != nil:
+		ms.State = &v1alpha1.MemberState{Reachable: false, Error: "member is terminating"}
+	case !read:
+		ms.State = &v1alpha1.MemberState{Reachable: false, Error: fmt.Sprintf("not read: Pod is %s", p.Status.Phase)}
+	default:
+		ms.State = stateOf(res)
+	}
+	// Keep the time the current report was first seen.
+	if prev.State != nil && sameState(prev.State, ms.State) {
+		ms.State.Since = prev.State.Since
+	} else {
+		t := metav1.NewTime(now)
+		ms.State.Since = &t
+	}
+	return ms
+}
+
+func stateOf(res state.Result) *v1alpha1.MemberState {
+	if res.Err != nil || res.Report == nil {
+		msg := "no report"
+		if res.Err != nil {
+			msg = res.Err.Error()
+		}
+		return &v1alpha1.MemberState{Reachable: false, Error: msg}
+	}
+	s := &v1alpha1.MemberState{
+		Reachable: true,
+		Healthy:   res.Report.Healthy,
+		Phase:     res.Report.Phase,
+		Version:   res.Report.Version,
+	}
+	if c := res.Report.Capacity; c != nil {
+		s.CellsUsed, s.CellsTotal = &c.CellsUsed, &c.CellsTotal
+	}
+	return s
+}
+
+func sameState(a, b *v1alpha1.MemberState) bool {
+	x, y := *a, *b
+	x.Since, y.Since = nil, nil
+	return equality.Semantic.DeepEqual(x, y)
+}
+
+func countAvailable(ms []v1alpha1.MemberStatus) int {
+	n := 0
+	for _, m := range ms {
+		if m.Ready && m.State != nil && m.State.Reachable && m.State.Healthy {
+			n++
+		}
+	}
+	return n
+}
+
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}

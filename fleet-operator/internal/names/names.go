@@ -1,0 +1,69 @@
+// Package names derives the names and selector labels of everything a fleet
+// owns, so builders, reconcilers and tests agree on them.
+package names
+
+import (
+	"fmt"
+
+	"github.com/ericdev/fleetmesh/shared/labels"
+)
+
+const (
+	// Runtime is the app.kubernetes.io/name of member Pods.
+	Runtime = "celld"
+	// Operator is the app.kubernetes.io/managed-by value and field manager name.
+	Operator = "fleet-operator"
+
+	// AppPort serves application traffic.
+	AppPort = 8080
+	// PeerPort serves peer RPC and the /state endpoint.
+	PeerPort = 8081
+	// AppPortName and PeerPortName name the container and Service ports.
+	AppPortName  = "app"
+	PeerPortName = "peer"
+)
+
+// AppService is the ClusterIP Service clients call on 8080.
+func AppService(fleet string) string { return fleet }
+
+// PeerService is the headless Service members resolve each other through.
+func PeerService(fleet string) string { return fleet + "-peers" }
+
+// NetworkPolicy protects member Pods.
+func NetworkPolicy(fleet string) string { return fleet }
+
+// StatefulSet runs the members.
+func StatefulSet(fleet string) string { return fleet }
+
+// ServiceAccount is the default identity of members.
+func ServiceAccount(fleet string) string { return fleet }
+
+// ConfigMap holds the configuration handed to members.
+func ConfigMap(fleet string) string { return fleet + "-config" }
+
+// Member is the Pod name of the member with the given ordinal.
+func Member(fleet string, ordinal int) string { return fmt.Sprintf("%s-%d", fleet, ordinal) }
+
+// PeerAddress is what a member advertises to its peers: a DNS name that
+// stays valid when the Pod IP changes.
+func PeerAddress(fleet, namespace, pod string) string {
+	return fmt.Sprintf("%s.%s.%s.svc:%d", pod, PeerService(fleet), namespace, PeerPort)
+}
+
+// Selector selects exactly the member Pods of a fleet. It is immutable once
+// a StatefulSet exists, so it must never change.
+func Selector(fleet string) map[string]string {
+	return map[string]string{
+		labels.Name:     Runtime,
+		labels.Instance: fleet,
+	}
+}
+
+// CommonLabels go on every object a fleet owns.
+func CommonLabels(fleet string) map[string]string {
+	return map[string]string{
+		labels.Name:      Runtime,
+		labels.Instance:  fleet,
+		labels.ManagedBy: Operator,
+	}
+}

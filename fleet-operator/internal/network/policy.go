@@ -1,0 +1,172 @@
+package network
+
+import (
+	"maps"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
+	"github.com/ericdev/fleetmesh/shared/labels"
+)
+
+// Cluster DNS as the fleet policy assumes it.
+//
+// Decision: DNS egress goes to Pods labelled k8s-app: kube-dns in the
+// kube-system namespace only, selected by the API-server-owned
+// kubernetes.io/metadata.name label. Without the namespace scoping anyone who
+// can create a Pod anywhere in the cluster, including the fleet namespace,
+// could label it k8s-app: kube-dns and receive the members' DNS queries, and
+// port 53 would become an open path out of the fleet. EKS, kubeadm and most
+// managed clusters run CoreDNS in kube-system under this label; clusters that
+// run DNS elsewhere (or resolve through a node-local cache on a link-local
+// address) need an additional policy of their own, which the networking docs
+// point out ("check your CNI and DNS deployment").
+const (
+	// DNSNamespace is where the fleet policy expects cluster DNS Pods.
+	DNSNamespace = "kube-system"
+	// DNSAppLabelValue is the k8s-app label value of cluster DNS Pods.
+	DNSAppLabelValue = "kube-dns"
+	// DNSPort serves DNS over UDP and, for large answers and retries, TCP.
+	DNSPort = 53
+)
+
+// External endpoints members call.
+const (
+	// HTTPSPort reaches S3 and STS. Any address is allowed: regional
+	// endpoints are public, and VPC interface endpoints for S3 and STS
+	// resolve to private addresses, so private ranges cannot be excluded.
+	HTTPSPort = 443
+	// PodIdentityAgentPort is where the EKS Pod Identity Agent serves
+	// credentials on the node.
+	PodIdentityAgentPort = 80
+	// PodIdentityAgentCIDRv4 and PodIdentityAgentCIDRv6 are the agent's fixed
+	// link-local addresses, as single-address CIDRs. Plain HTTP is allowed
+	// to these two only, so members cannot reach the instance metadata
+	// service (169.254.169.254) or anything else over port 80.
+	PodIdentityAgentCIDRv4 = "169.254.170.23/32"
+	PodIdentityAgentCIDRv6 = "fd00:ec2::23/128"
+)
+
+// NetworkPolicy is the fleet's policy, named after the fleet, selecting its
+// member Pods for both ingress and egress. It admits exactly:
+//
+//   - ingress TCP 8080 from Pods in the fleet namespace labelled
+//     celld.eric.dev/client-of: FLEET (no cross-namespace client ingress;
+//     routing adds its own policy for the edge);
+//   - ingress TCP 8081 from the fleet's own members, and from Pods with the
+//     operator's labels in the operator namespace (one peer: both must match);
+//   - egress TCP 8081 to the fleet's own members;
+//   - egress UDP and TCP 53 to cluster DNS (see DNSNamespace);
+//   - egress TCP 443 to any IPv4 or IPv6 address, for S3 and STS;
+//   - egress TCP 80 to the EKS Pod Identity Agent addresses only.
+//
+// Everything else to or from members is denied once the CNI enforces the
+// policy. It returns an error for Params that would make the policy admit
+// more than that (see Params.Validate).
+func NetworkPolicy(fleet *v1alpha1.CelldFleet, p Params) (*networkingv1.NetworkPolicy, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	// A fresh selector at every use: the returned object shares no map or
+	// pointer between its fields, so a caller may change one safely.
+	members := func() *metav1.LabelSelector {
+		return &metav1.LabelSelector{MatchLabels: names.Selector(fleet.Name)}
+	}
+
+	ingress := []networkingv1.NetworkPolicyIngressRule{
+		{
+			Ports: tcpPorts(names.AppPort),
+			// A podSelector without a namespaceSelector matches only in the
+			// policy's own namespace: clients elsewhere must go through a
+			// labelled proxy in the fleet namespace.
+			From: []networkingv1.NetworkPolicyPeer{{
+				PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{labels.ClientOf: fleet.Name}},
+			}},
+		},
+		{
+			Ports: tcpPorts(names.PeerPort),
+			From: []networkingv1.NetworkPolicyPeer{
+				{PodSelector: members()},
+				// Namespace and Pod selectors in one peer are ANDed; as two
+				// peers they would admit every Pod of the operator
+				// namespace and operator-labelled Pods everywhere.
+				{
+					NamespaceSelector: namespaceNamed(p.OperatorNamespace),
+					PodSelector:       &metav1.LabelSelector{MatchLabels: maps.Clone(p.OperatorPodLabels)},
+				},
+			},
+		},
+	}
+
+	egress := []networkingv1.NetworkPolicyEgressRule{
+		{
+			Ports: tcpPorts(names.PeerPort),
+			To:    []networkingv1.NetworkPolicyPeer{{PodSelector: members()}},
+		},
+		{
+			Ports: []networkingv1.NetworkPolicyPort{
+				port(corev1.ProtocolUDP, DNSPort),
+				port(corev1.ProtocolTCP, DNSPort),
+			},
+			To: []networkingv1.NetworkPolicyPeer{{
+				NamespaceSelector: namespaceNamed(DNSNamespace),
+				PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{labels.K8sApp: DNSAppLabelValue}},
+			}},
+		},
+		{
+			Ports: tcpPorts(HTTPSPort),
+			To:    ipBlocks("0.0.0.0/0", "::/0"),
+		},
+		{
+			Ports: tcpPorts(PodIdentityAgentPort),
+			To:    ipBlocks(PodIdentityAgentCIDRv4, PodIdentityAgentCIDRv6),
+		},
+	}
+
+	return &networkingv1.NetworkPolicy{
+		TypeMeta: metav1.TypeMeta{
+			APIVersion: networkingv1.SchemeGroupVersion.String(),
+			Kind:       "NetworkPolicy",
+		},
+		ObjectMeta: objectMeta(fleet, names.NetworkPolicy(fleet.Name)),
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: *members(),
+			// Both types are listed explicitly: a policy with egress rules
+			// would imply Egress anyway, but listing it keeps members
+			// egress-isolated even if every egress rule were removed.
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+			Ingress:     ingress,
+			Egress:      egress,
+		},
+	}, nil
+}
+
+// namespaceNamed selects exactly one namespace by the label the API server
+// sets to each namespace's name and that users cannot change.
+func namespaceNamed(namespace string) *metav1.LabelSelector {
+	return &metav1.LabelSelector{MatchLabels: map[string]string{labels.NamespaceName: namespace}}
+}
+
+func port(protocol corev1.Protocol, number int32) networkingv1.NetworkPolicyPort {
+	return networkingv1.NetworkPolicyPort{
+		Protocol: ptr.To(protocol),
+		Port:     ptr.To(intstr.FromInt32(number)),
+	}
+}
+
+func tcpPorts(number int32) []networkingv1.NetworkPolicyPort {
+	return []networkingv1.NetworkPolicyPort{port(corev1.ProtocolTCP, number)}
+}
+
+func ipBlocks(cidrs ...string) []networkingv1.NetworkPolicyPeer {
+	peers := make([]networkingv1.NetworkPolicyPeer, 0, len(cidrs))
+	for _, cidr := range cidrs {
+		peers = append(peers, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: cidr}})
+	}
+	return peers
+}

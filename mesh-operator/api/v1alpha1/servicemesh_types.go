@@ -1,0 +1,166 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// SingletonName is the only accepted name of a ServiceMesh; any other is Refused.
+const SingletonName = "cluster"
+
+// Mode says how much of the Istio lifecycle the operator owns.
+// +kubebuilder:validation:Enum=managed;adopt;external
+type Mode string
+
+const (
+	// ModeManaged installs Istio through the Sail Operator, or adopts a mesh
+	// that is already there.
+	ModeManaged Mode = "managed"
+	// ModeAdopt configures an existing mesh and never manages its lifecycle.
+	ModeAdopt Mode = "adopt"
+	// ModeExternal never touches the control plane; only our configuration is emitted.
+	ModeExternal Mode = "external"
+)
+
+// Provider names who provides the Istio control plane.
+// +kubebuilder:validation:Enum=auto;sail;openshift;istio
+type Provider string
+
+// Provider values.
+const (
+	ProviderAuto      Provider = "auto"
+	ProviderSail      Provider = "sail"
+	ProviderOpenShift Provider = "openshift"
+	ProviderIstio     Provider = "istio"
+)
+
+// DataPlane is how workloads are meshed.
+// +kubebuilder:validation:Enum=ambient;sidecar
+type DataPlane string
+
+// DataPlane values.
+const (
+	DataPlaneAmbient DataPlane = "ambient"
+	DataPlaneSidecar DataPlane = "sidecar"
+)
+
+// MTLSMode is the namespace-wide PeerAuthentication mode enrolled namespaces end at.
+// +kubebuilder:validation:Enum=strict;permissive
+type MTLSMode string
+
+// MTLSMode values.
+const (
+	MTLSStrict     MTLSMode = "strict"
+	MTLSPermissive MTLSMode = "permissive"
+)
+
+// Isolation is the authorization the operator adds on top of mTLS.
+// +kubebuilder:validation:Enum=off;namespace;strict
+type Isolation string
+
+// Isolation values.
+const (
+	IsolationOff       Isolation = "off"
+	IsolationNamespace Isolation = "namespace"
+	IsolationStrict    Isolation = "strict"
+)
+
+// MTLS configures mutual TLS for enrolled namespaces.
+type MTLS struct {
+	// Mode is STRICT (default) or PERMISSIVE, the escape hatch.
+	// +kubebuilder:default=strict
+	// +optional
+	Mode MTLSMode `json:"mode,omitempty"`
+	// MaintenanceUntil holds enrolled namespaces at PERMISSIVE until this
+	// time, then STRICT is restored on its own.
+	// +optional
+	MaintenanceUntil *metav1.Time `json:"maintenanceUntil,omitempty"`
+}
+
+// ServiceMeshSpec is the desired mesh.
+//
+// +kubebuilder:validation:XValidation:rule="self.mode != 'external' || self.provider != 'sail'",message="spec.provider sail installs or manages Istio through the Sail Operator, which mode external never does; use mode managed or adopt, or provider auto/istio"
+type ServiceMeshSpec struct {
+	// +kubebuilder:default=managed
+	// +optional
+	Mode Mode `json:"mode,omitempty"`
+	// +kubebuilder:default=auto
+	// +optional
+	Provider Provider `json:"provider,omitempty"`
+	// +kubebuilder:default=ambient
+	// +optional
+	DataPlane DataPlane `json:"dataPlane,omitempty"`
+	// Version of Istio to install in managed mode, as MAJOR.MINOR or MAJOR.MINOR.PATCH.
+	// +kubebuilder:validation:XValidation:rule="self.matches('^v?[0-9]+\\\\.[0-9]+(\\\\.[0-9]+)?$')",message="spec.version must look like 1.30 or 1.30.2"
+	// +optional
+	Version string `json:"version,omitempty"`
+	// +kubebuilder:default={mode: strict}
+	// +optional
+	MTLS MTLS `json:"mtls,omitempty"`
+	// +kubebuilder:default=namespace
+	// +optional
+	Isolation Isolation `json:"isolation,omitempty"`
+	// EnrollNamespaces are enrolled in addition to every namespace labelled
+	// for enrollment.
+	// +kubebuilder:validation:MaxItems=1000
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.all(n, n.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'))",message="spec.enrollNamespaces must hold namespace names (DNS labels)"
+	// +listType=set
+	// +optional
+	EnrollNamespaces []string `json:"enrollNamespaces,omitempty"`
+}
+
+// ServiceMeshStatus is the observed mesh.
+type ServiceMeshStatus struct {
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions: Ready, Licensed, ControlPlaneReady, PreviewLocked, Refused, ...
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Phase is a one-word summary for kubectl get.
+	// +optional
+	Phase string `json:"phase,omitempty"`
+	// Provider the operator detected or was told to use.
+	// +optional
+	Provider string `json:"provider,omitempty"`
+	// EnrolledNamespaces the operator has configured.
+	// +listType=set
+	// +optional
+	EnrolledNamespaces []string `json:"enrolledNamespaces,omitempty"`
+}
+
+// ServiceMesh is the cluster's single mesh: mTLS and tenant isolation with Istio.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=smesh,categories=navique
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
+// +kubebuilder:printcolumn:name="Data plane",type=string,JSONPath=`.spec.dataPlane`
+// +kubebuilder:printcolumn:name="mTLS",type=string,JSONPath=`.spec.mtls.mode`
+// +kubebuilder:printcolumn:name="Isolation",type=string,JSONPath=`.spec.isolation`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=`.status.provider`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ServiceMesh struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +kubebuilder:default={}
+	// +optional
+	Spec   ServiceMeshSpec   `json:"spec,omitempty"`
+	Status ServiceMeshStatus `json:"status,omitempty"`
+}
+
+// ServiceMeshList is a list of ServiceMeshes.
+//
+// +kubebuilder:object:root=true
+type ServiceMeshList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ServiceMesh `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&ServiceMesh{}, &ServiceMeshList{})
+}

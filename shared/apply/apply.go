@@ -1,0 +1,204 @@
+// Package apply writes desired objects with server-side apply, but only when
+// the live object differs from what we want, so an unchanged object costs no
+// write, and it refuses to touch objects that another owner controls.
+package apply
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Result says what Apply did.
+type Result string
+
+const (
+	// Unchanged: the live object already matched; nothing was sent.
+	Unchanged Result = "Unchanged"
+	// Created: the object did not exist.
+	Created Result = "Created"
+	// Updated: the live object differed and was re-applied.
+	Updated Result = "Updated"
+)
+
+// ConflictError reports an object with our name that belongs to someone else.
+type ConflictError struct {
+	Kind, Namespace, Name string
+	Owner                 string
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("%s %s/%s exists and is not owned by %s; it is left alone (rename or delete it to let the operator manage it)", e.Kind, e.Namespace, e.Name, e.Owner)
+}
+
+// Applier applies objects as one field manager.
+type Applier struct {
+	// Client writes (and, when the caller passes no live object, reads).
+	Client client.Client
+	// FieldManager names the writer in managedFields.
+	FieldManager string
+	// HashAnnotation is where the hash of the last applied desired object is
+	// kept. A changed hash means fields may have been dropped from the desired
+	// object, which a subset comparison cannot see.
+	HashAnnotation string
+}
+
+// Apply makes the object desired (a typed object with TypeMeta set) live.
+// owner, when set, must be desired's controller: a live object without that
+// controller UID is a ConflictError and is never written.
+func (a *Applier) Apply(ctx context.Context, desired client.Object, owner metav1.Object) (Result, error) {
+	gvk := desired.GetObjectKind().GroupVersionKind()
+	if gvk.Kind == "" {
+		return "", fmt.Errorf("apply %T %s: TypeMeta must be set for server-side apply", desired, desired.GetName())
+	}
+	desiredMap, err := runtime.DefaultUnstructuredConverter.ToUnstructured(desired)
+	if err != nil {
+		return "", err
+	}
+	pruneNulls(desiredMap)
+	delete(desiredMap, "status")
+	hash, err := hashOf(desiredMap)
+	if err != nil {
+		return "", err
+	}
+	setAnnotation(desiredMap, a.HashAnnotation, hash)
+
+	live := &unstructured.Unstructured{}
+	live.SetGroupVersionKind(gvk)
+	err = a.Client.Get(ctx, client.ObjectKeyFromObject(desired), live)
+	exists := err == nil
+	if err != nil && !apierrors.IsNotFound(err) {
+		return "", err
+	}
+	if exists && owner != nil && !controlledBy(live, owner.GetUID()) {
+		return "", &ConflictError{Kind: gvk.Kind, Namespace: desired.GetNamespace(), Name: desired.GetName(), Owner: fmt.Sprintf("%s (uid %s)", owner.GetName(), owner.GetUID())}
+	}
+	if exists && live.GetAnnotations()[a.HashAnnotation] == hash && Subset(desiredMap, live.Object) {
+		return Unchanged, nil
+	}
+	u := &unstructured.Unstructured{Object: desiredMap}
+	if err := a.Client.Patch(ctx, u, client.Apply, client.FieldOwner(a.FieldManager), client.ForceOwnership); err != nil {
+		return "", fmt.Errorf("applying %s %s/%s: %w", gvk.Kind, desired.GetNamespace(), desired.GetName(), err)
+	}
+	if exists {
+		return Updated, nil
+	}
+	return Created, nil
+}
+
+// Delete removes the named object if it exists and owner controls it.
+// A foreign object is a ConflictError and is left in place.
+func (a *Applier) Delete(ctx context.Context, obj client.Object, owner metav1.Object) (bool, error) {
+	if err := a.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	if owner != nil && !controlledBy(obj, owner.GetUID()) {
+		return false, &ConflictError{Kind: obj.GetObjectKind().GroupVersionKind().Kind, Namespace: obj.GetNamespace(), Name: obj.GetName(), Owner: owner.GetName()}
+	}
+	if obj.GetDeletionTimestamp() != nil {
+		return false, nil
+	}
+	uid := obj.GetUID()
+	err := a.Client.Delete(ctx, obj, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func controlledBy(obj metav1.Object, uid types.UID) bool {
+	ref := metav1.GetControllerOfNoCopy(obj)
+	return ref != nil && ref.UID == uid
+}
+
+func hashOf(m map[string]any) (string, error) {
+	b, err := json.Marshal(m) // map keys are sorted: the hash is stable
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8]), nil
+}
+
+func setAnnotation(obj map[string]any, key, value string) {
+	meta, _ := obj["metadata"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+		obj["metadata"] = meta
+	}
+	ann, _ := meta["annotations"].(map[string]any)
+	if ann == nil {
+		ann = map[string]any{}
+		meta["annotations"] = ann
+	}
+	ann[key] = value
+}
+
+// pruneNulls drops null values the converter writes for unset optional
+// fields (creationTimestamp: null); they are not meant as values. Empty maps
+// stay: `podSelector: {}` or `emptyDir: {}` mean something.
+func pruneNulls(m map[string]any) {
+	for k, v := range m {
+		switch t := v.(type) {
+		case nil:
+			delete(m, k)
+		case map[string]any:
+			pruneNulls(t)
+		case []any:
+			for _, e := range t {
+				if em, ok := e.(map[string]any); ok {
+					pruneNulls(em)
+				}
+			}
+		}
+	}
+}
+
+// Subset reports whether every field set in want has the same value in
+// live. An empty map in want also matches a missing field. Fields only live has (server defaults, other writers) are ignored;
+// lists must have the same length and match element by element.
+func Subset(want, live any) bool {
+	switch w := want.(type) {
+	case map[string]any:
+		l, ok := live.(map[string]any)
+		if !ok {
+			return false
+		}
+		for k, wv := range w {
+			lv, ok := l[k]
+			if !ok {
+				// The server omits empty structs such as resources: {}.
+				if wm, isMap := wv.(map[string]any); isMap && len(wm) == 0 {
+					continue
+				}
+				return false
+			}
+			if !Subset(wv, lv) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		l, ok := live.([]any)
+		if !ok || len(l) != len(w) {
+			return false
+		}
+		for i := range w {
+			if !Subset(w[i], l[i]) {
+				return false
+			}
+		}
+		return true
+	default:
+		return fmt.Sprint(want) == fmt.Sprint(live)
+	}
+}

@@ -1,0 +1,67 @@
+// Package labels is the one place that spells the label and annotation keys
+// the operators write or read. Both operators and their tests use these
+// constants; no other package spells a key.
+package labels
+
+// Keys owned by the fleet operator (group celld.eric.dev).
+const (
+	// FleetGroup is the fleet operator's API group and label prefix.
+	FleetGroup = "celld.eric.dev"
+
+	// Fleet marks a member Pod with the name of its fleet. Users select
+	// members with it in their own policies.
+	Fleet = FleetGroup + "/fleet"
+	// ClientOf marks a Pod as a client of the named fleet in the same
+	// namespace; the fleet's NetworkPolicy admits application traffic from it.
+	ClientOf = FleetGroup + "/client-of"
+	// IstioControlPlane is the fleet annotation recording the control-plane
+	// namespace of a fleet that was once meshed, so a later opt-out survives
+	// reconciles and operator restarts.
+	IstioControlPlane = FleetGroup + "/istio-control-plane"
+)
+
+// Kubernetes recommended labels, set on everything the operators create.
+const (
+	Name      = "app.kubernetes.io/name"
+	Instance  = "app.kubernetes.io/instance"
+	Component = "app.kubernetes.io/component"
+	ManagedBy = "app.kubernetes.io/managed-by"
+	PartOf    = "app.kubernetes.io/part-of"
+)
+
+// Keys owned by the mesh operator (group core.navique.com).
+const (
+	// MeshGroup is the mesh operator's API group and label prefix.
+	MeshGroup = "core.navique.com"
+
+	// Mesh is the namespace enrollment label: "enabled" asks for enrollment,
+	// "disabled" forbids it whatever else asks.
+	Mesh = MeshGroup + "/mesh"
+	// ReconcilePaused on a managed object pauses the operator's reverts of it.
+	ReconcilePaused = MeshGroup + "/reconcile-paused"
+)
+
+// Values of the Mesh label.
+const (
+	MeshEnabled  = "enabled"
+	MeshDisabled = "disabled"
+)
+
+// Well-known keys that Kubernetes itself or standard cluster add-ons set.
+// The operators never write them; NetworkPolicy builders select on them, and
+// they are spelled here so that no builder has to.
+const (
+	// NamespaceName is set by the API server on every Namespace to the
+	// Namespace's own name and cannot be changed, so a namespaceSelector on it
+	// names exactly one namespace (unlike a user-chosen namespace label).
+	NamespaceName = "kubernetes.io/metadata.name"
+	// K8sApp is the add-on label that cluster DNS keeps for compatibility:
+	// CoreDNS on EKS and kubeadm clusters runs with k8s-app: kube-dns.
+	K8sApp = "k8s-app"
+)
+
+// Keys the local test bed's celld stand-in reads; nothing in a real cluster sets them.
+const (
+	// StandinUnhealthy on a member Pod makes the stand-in report healthy=false on /state.
+	StandinUnhealthy = "e2e." + FleetGroup + "/unhealthy"
+)

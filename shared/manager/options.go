@@ -1,0 +1,98 @@
+// Package manager holds the process plumbing both operators share: the
+// common flags, logging and the controller-runtime manager they build from
+// them, so each main.go only wires its own reconcilers.
+package manager
+
+import (
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+)
+
+// Options are the flags every operator process takes.
+type Options struct {
+	MetricsAddr             string
+	ProbeAddr               string
+	LeaderElect             bool
+	LeaderElectionID        string
+	LeaderElectionNamespace string
+	// Namespace the operator runs in: where its leader lease and (for the
+	// mesh operator) its license Secret live.
+	Namespace      string
+	GracefulPeriod time.Duration
+	zap            zap.Options
+}
+
+// Bind registers the common flags on fs. leaderElectionID must be unique per operator.
+func (o *Options) Bind(fs *flag.FlagSet, leaderElectionID string) {
+	o.LeaderElectionID = leaderElectionID
+	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "address the Prometheus metrics endpoint binds to; \"0\" disables it")
+	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz probes bind to")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", false, "elect a leader so that only one replica reconciles; required with more than one replica")
+	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader Lease (default: --namespace)")
+	fs.StringVar(&o.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace the operator runs in (default: $POD_NAMESPACE)")
+	fs.DurationVar(&o.GracefulPeriod, "graceful-shutdown-timeout", 30*time.Second, "how long running reconciles get to finish on SIGTERM")
+	o.zap.Development = false
+	o.zap.BindFlags(fs)
+}
+
+// Validate reports flag combinations that cannot work.
+func (o *Options) Validate() error {
+	if o.Namespace == "" {
+		return fmt.Errorf("--namespace (or $POD_NAMESPACE) is required: the operator keeps its lease and reads its configuration there")
+	}
+	return nil
+}
+
+// NewManager sets up logging and returns a manager with metrics, health and
+// ready probes, leader election and graceful shutdown configured from o.
+// customize may adjust the manager options (cache selectors, for example).
+func (o *Options) NewManager(scheme *runtime.Scheme, customize func(*ctrl.Options)) (ctrl.Manager, error) {
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
+	leaseNamespace := o.LeaderElectionNamespace
+	if leaseNamespace == "" {
+		leaseNamespace = o.Namespace
+	}
+	graceful := o.GracefulPeriod
+	opts := ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress:  o.ProbeAddr,
+		LeaderElection:          o.LeaderElect,
+		LeaderElectionID:        o.LeaderElectionID,
+		LeaderElectionNamespace: leaseNamespace,
+		// Give the lease up on shutdown so a new replica takes over at once
+		// instead of waiting out the lease duration.
+		LeaderElectionReleaseOnCancel: true,
+		GracefulShutdownTimeout:       &graceful,
+	}
+	if customize != nil {
+		customize(&opts)
+	}
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), opts)
+	if err != nil {
+		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return nil, err
+	}
+	// Ready once the informer caches have synced: before that a reconcile
+	// would act on an empty view of the cluster.
+	if err := mgr.AddReadyzCheck("readyz", func(req *http.Request) error {
+		if !mgr.GetCache().WaitForCacheSync(req.Context()) {
+			return fmt.Errorf("caches not synced")
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}

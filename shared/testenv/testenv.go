@@ -1,0 +1,81 @@
+// Package testenv starts a real kube-apiserver and etcd (the binaries `make
+// tools` builds into bin/) for integration tests, through controller-runtime's
+// envtest, with the CRDs the test names installed.
+package testenv
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// RepoRoot is the directory holding go.work, found by walking up from the
+// test's working directory.
+func RepoRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("cannot find the repository root (a directory with go.work) above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Env is a running API server.
+type Env struct {
+	Config *rest.Config
+	Client client.Client
+}
+
+// Start runs kube-apiserver and etcd for the test and stops them when it
+// ends. crdDirs are relative to the repository root.
+func Start(t testing.TB, scheme *runtime.Scheme, crdDirs ...string) *Env {
+	t.Helper()
+	root := RepoRoot(t)
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		assets = filepath.Join(root, "bin")
+	}
+	for _, bin := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(assets, bin)); err != nil {
+			t.Fatalf("%s not found in %s: run `make tools` first", bin, assets)
+		}
+	}
+	var paths []string
+	for _, d := range crdDirs {
+		paths = append(paths, filepath.Join(root, d))
+	}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: assets,
+		CRDDirectoryPaths:     paths,
+		ErrorIfCRDPathMissing: true,
+		Scheme:                scheme,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("starting kube-apiserver and etcd: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stopping the API server: %v", err)
+		}
+	})
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Env{Config: cfg, Client: c}
+}
