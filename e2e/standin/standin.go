@@ -149,14 +149,20 @@ func (p *Pool) Sync(ctx context.Context, pods []PodInfo) []error {
 		p.members = map[string]*Member{}
 	}
 	var errs []error
-	seen := map[string]bool{}
+	want := map[string]PodInfo{}
 	for _, pod := range pods {
-		seen[pod.UID] = true
-		m, ok := p.members[pod.UID]
-		if ok && m.IP != pod.IP {
+		want[pod.UID] = pod
+	}
+	// Stop stand-ins of Pods that are gone or moved first: kwok may hand a
+	// departed Pod's IP straight to its replacement.
+	for uid, m := range p.members {
+		if pod, ok := want[uid]; !ok || pod.IP != m.IP {
 			m.Stop()
-			ok = false
+			delete(p.members, uid)
 		}
+	}
+	for _, pod := range pods {
+		m, ok := p.members[pod.UID]
 		if !ok {
 			m = &Member{Pod: pod.Name, IP: pod.IP, Version: VersionFromImage(pod.Image), StartupDelay: p.StartupDelay}
 			if err := m.Start(); err != nil {
@@ -166,12 +172,6 @@ func (p *Pool) Sync(ctx context.Context, pods []PodInfo) []error {
 			p.members[pod.UID] = m
 		}
 		m.SetUnhealthy(pod.Unhealthy)
-	}
-	for uid, m := range p.members {
-		if !seen[uid] {
-			m.Stop()
-			delete(p.members, uid)
-		}
 	}
 	return errs
 }

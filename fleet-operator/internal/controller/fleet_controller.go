@@ -108,6 +108,9 @@ type observed struct {
 	reports     map[string]state.Result
 	decision    roll.Decision
 	stsSettling bool
+	// pausedChanges is set when maintenance is paused and the spec asks for
+	// member changes that are being held back.
+	pausedChanges bool
 }
 
 type blockage struct{ reason, message string }
@@ -189,10 +192,11 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 	if err := r.reconcileServiceAccount(ctx, fleet); err != nil {
 		return err
 	}
-	sts, err := r.reconcileStatefulSet(ctx, fleet)
+	sts, held, err := r.reconcileStatefulSet(ctx, fleet)
 	if err != nil {
 		return err
 	}
+	obs.pausedChanges = held
 	obs.sts = sts
 	if sts == nil {
 		return nil
@@ -238,28 +242,31 @@ func (r *FleetReconciler) reconcileServiceAccount(ctx context.Context, fleet *v1
 }
 
 // reconcileStatefulSet applies the members' StatefulSet, unless maintenance
-// is paused and it already exists: a paused fleet keeps the template its
-// members run, so not even a recreated Pod picks up a change.
-func (r *FleetReconciler) reconcileStatefulSet(ctx context.Context, fleet *v1alpha1.CelldFleet) (*appsv1.StatefulSet, error) {
+// is paused and it already exists: a paused fleet keeps the template and
+// replica count its members run, so not even a recreated Pod picks up a
+// change. held reports that the spec asks for changes being held back.
+func (r *FleetReconciler) reconcileStatefulSet(ctx context.Context, fleet *v1alpha1.CelldFleet) (sts *appsv1.StatefulSet, held bool, err error) {
 	desired := members.StatefulSet(fleet)
 	live := &appsv1.StatefulSet{}
-	err := r.Client.Get(ctx, client.ObjectKeyFromObject(desired), live)
+	err = r.Client.Get(ctx, client.ObjectKeyFromObject(desired), live)
 	switch {
 	case err == nil && fleet.Spec.Maintenance.Paused:
 		if !metav1.IsControlledBy(live, fleet) {
-			return nil, &apply.ConflictError{Kind: "StatefulSet", Namespace: live.Namespace, Name: live.Name, Owner: fleet.Name}
+			return nil, false, &apply.ConflictError{Kind: "StatefulSet", Namespace: live.Namespace, Name: live.Name, Owner: fleet.Name}
 		}
-		return live, nil
+		held = !equality.Semantic.DeepDerivative(desired.Spec.Template, live.Spec.Template) ||
+			*desired.Spec.Replicas != *live.Spec.Replicas
+		return live, held, nil
 	case err != nil && !apierrors.IsNotFound(err):
-		return nil, err
+		return nil, false, err
 	}
 	if err := r.apply(ctx, fleet, desired); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(desired), live); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return live, nil
+	return live, false, nil
 }
 
 func (r *FleetReconciler) memberPods(ctx context.Context, fleet *v1alpha1.CelldFleet) ([]corev1.Pod, error) {
@@ -324,6 +331,7 @@ func (r *FleetReconciler) rollStep(ctx context.Context, fleet *v1alpha1.CelldFle
 	}
 	r.deleted[key] = uid
 	r.mu.Unlock()
+	log.FromContext(ctx).Info("replacing member", "pod", pod.Name, "uid", uid, "from", pod.Labels[revisionLabel], "to", in.TargetRevision, "members", in.Members)
 	r.Recorder.Eventf(fleet, pod, corev1.EventTypeNormal, "MemberReplaced", "Roll",
 		"Replacing member %s (revision %s) with revision %s; its disk is kept", pod.Name, pod.Labels[revisionLabel], in.TargetRevision)
 	return nil

@@ -331,6 +331,11 @@ func testPaused(t *testing.T, env *testenv.Env) {
 	sts := &appsv1.StatefulSet{}
 	require.NoError(t, h.get(sts, "paused", "p"))
 	assert.Equal(t, "registry.example/celld:1.0.0", sts.Spec.Template.Spec.Containers[0].Image, "paused: the template is not changed")
+	require.NoError(t, h.get(f, "paused", "p"))
+	prov := meta.FindStatusCondition(f.Status.Conditions, ConditionProvisioning)
+	require.NotNil(t, prov)
+	assert.Equal(t, "MaintenancePaused", prov.Reason, "the held change is visible in status")
+	assert.Equal(t, PhasePaused, f.Status.Phase)
 
 	require.NoError(t, h.get(f, "paused", "p"))
 	f.Spec.Maintenance.Paused = false

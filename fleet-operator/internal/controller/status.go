@@ -30,6 +30,7 @@ const (
 	PhaseRolling      = "Rolling"
 	PhaseReady        = "Ready"
 	PhaseDegraded     = "Degraded"
+	PhasePaused       = "Paused"
 )
 
 // computeStatus is a pure function of the fleet and what the reconcile
@@ -84,6 +85,10 @@ func computeStatus(fleet *v1alpha1.CelldFleet, obs *observed, now time.Time) v1a
 
 	available := allAvailable(fleet, obs)
 	switch {
+	case obs.pausedChanges:
+		set(ConditionProvisioning, metav1.ConditionTrue, "MaintenancePaused",
+			"Maintenance is paused: changes to the members (template, image, replicas) are held until spec.maintenance.paused is false.")
+		st.Phase = PhasePaused
 	case obs.decision.Rolling():
 		msg := fmt.Sprintf("Rolling to revision %s: %d of %d member(s) updated.", st.TargetRevision, st.UpdatedReplicas, want)
 		reason := "Rolling"

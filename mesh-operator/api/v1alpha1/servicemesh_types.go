@@ -78,7 +78,7 @@ type MTLS struct {
 
 // ServiceMeshSpec is the desired mesh.
 //
-// +kubebuilder:validation:XValidation:rule="self.mode != 'external' || self.provider != 'sail'",message="spec.provider sail installs or manages Istio through the Sail Operator, which mode external never does; use mode managed or adopt, or provider auto/istio"
+// +kubebuilder:validation:XValidation:rule="!has(self.mode) || !has(self.provider) || self.mode != 'external' || self.provider != 'sail'",message="spec.provider sail installs or manages Istio through the Sail Operator, which mode external never does; use mode managed or adopt, or provider auto/istio"
 type ServiceMeshSpec struct {
 	// +kubebuilder:default=managed
 	// +optional

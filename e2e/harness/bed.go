@@ -1,0 +1,221 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ericdev/fleetmesh/e2e/cluster"
+	"github.com/ericdev/fleetmesh/e2e/cluster/local"
+	"github.com/ericdev/fleetmesh/e2e/standin"
+)
+
+// Namespaces the operators are installed into.
+const (
+	FleetNamespace = "fleet-system"
+	MeshNamespace  = "mesh-system"
+)
+
+// BedOptions configures a local test bed.
+type BedOptions struct {
+	// Root is the repository root; WorkDir holds everything the bed writes.
+	Root, WorkDir string
+	// Nodes is the number of kwok nodes (at least 1: the bed runs Pods).
+	Nodes int
+	// Operators starts both operators under their charts' RBAC.
+	Operators bool
+	// NetworkPolicyEnforced is the fleet operator's gate (the chart value).
+	NetworkPolicyEnforced bool
+	// StandinStartupDelay is how long a fresh member reports Starting.
+	StandinStartupDelay time.Duration
+	Log                 io.Writer
+}
+
+// Bed is a running local control plane with kwok nodes, the celld stand-in
+// on every member Pod IP, and optionally both operators.
+type Bed struct {
+	Opts     BedOptions
+	Provider *local.Provider
+	Cluster  *cluster.Cluster
+	Fleet    *Process
+	Mesh     *Process
+
+	stopStandin context.CancelFunc
+	standinDone chan struct{}
+}
+
+// StartBed brings the bed up; on error everything started is torn down.
+func StartBed(ctx context.Context, o BedOptions) (_ *Bed, err error) {
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	if o.StandinStartupDelay == 0 {
+		o.StandinStartupDelay = time.Second
+	}
+	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
+		return nil, err
+	}
+	b := &Bed{Opts: o}
+	defer func() {
+		if err != nil {
+			b.Stop()
+		}
+	}()
+	b.Provider = local.New(local.Options{
+		WorkDir: filepath.Join(o.WorkDir, "cluster"),
+		Nodes:   o.Nodes,
+		CRDPaths: []string{
+			filepath.Join(o.Root, "fleet-operator/config/crd/bases"),
+			filepath.Join(o.Root, "mesh-operator/config/crd/bases"),
+		},
+		Log: o.Log,
+	})
+	start := time.Now()
+	if b.Cluster, err = b.Provider.Up(ctx); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(o.Log, "bed: control plane up in %s\n", time.Since(start).Round(time.Millisecond))
+
+	sctx, cancel := context.WithCancel(context.Background())
+	b.stopStandin, b.standinDone = cancel, make(chan struct{})
+	pool := &standin.Pool{StartupDelay: o.StandinStartupDelay}
+	go func() {
+		defer close(b.standinDone)
+		_ = standin.Run(sctx, b.Cluster.REST, pool, func(err error) { fmt.Fprintf(o.Log, "standin: %v\n", err) })
+	}()
+
+	if o.Operators {
+		if err := b.startOperators(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+func (b *Bed) binDir() string { return filepath.Join(b.Opts.WorkDir, "bin") }
+
+func (b *Bed) startOperators(ctx context.Context) error {
+	root := b.Opts.Root
+	bin := b.binDir()
+	builds := []struct {
+		module, pkg, out string
+		tags             []string
+	}{
+		{"fleet-operator", "./cmd/fleet-operator", "fleet-operator", nil},
+		// The mesh operator is built with the test-key path so it trusts the
+		// bed's own license key; release builds cannot do this.
+		{"mesh-operator", "./cmd/mesh-operator", "mesh-operator", []string{"licensetestkey"}},
+		{"mesh-operator", "./cmd/mesh-license", "mesh-license", nil},
+	}
+	for _, bl := range builds {
+		if err := Build(ctx, filepath.Join(root, bl.module), bl.pkg, filepath.Join(bin, bl.out), bl.tags...); err != nil {
+			return err
+		}
+	}
+
+	fleet := Chart{Name: "fleet-operator", Namespace: FleetNamespace}
+	mesh := Chart{Name: "mesh-operator", Namespace: MeshNamespace}
+	for _, c := range []Chart{fleet, mesh} {
+		if err := InstallRBAC(ctx, b.Cluster, root, c); err != nil {
+			return fmt.Errorf("installing %s RBAC: %w", c.Name, err)
+		}
+		if err := ServiceAccountKubeconfig(ctx, b.Cluster, c.Namespace, c.ServiceAccount(), filepath.Join(b.Opts.WorkDir, c.Name+".kubeconfig")); err != nil {
+			return err
+		}
+	}
+	pub, err := b.installTestLicense(ctx)
+	if err != nil {
+		return err
+	}
+
+	b.Fleet = &Process{
+		Name: "fleet-operator", Binary: filepath.Join(bin, "fleet-operator"),
+		Kubeconfig: filepath.Join(b.Opts.WorkDir, "fleet-operator.kubeconfig"),
+		LogPath:    filepath.Join(b.Opts.WorkDir, "fleet-operator.log"),
+		Args: []string{
+			"--namespace", FleetNamespace,
+			"--leader-elect",
+			"--metrics-bind-address", "127.0.0.1:0",
+			"--health-probe-bind-address", "127.0.0.1:0",
+			fmt.Sprintf("--network-policy-enforced=%t", b.Opts.NetworkPolicyEnforced),
+			"--operator-service-account", fleet.ServiceAccount(),
+			"--state-timeout", "1s",
+			"--state-interval", "10s",
+		},
+	}
+	b.Mesh = &Process{
+		Name: "mesh-operator", Binary: filepath.Join(bin, "mesh-operator"),
+		Kubeconfig: filepath.Join(b.Opts.WorkDir, "mesh-operator.kubeconfig"),
+		LogPath:    filepath.Join(b.Opts.WorkDir, "mesh-operator.log"),
+		Args: []string{
+			"--namespace", MeshNamespace,
+			"--leader-elect",
+			"--metrics-bind-address", "127.0.0.1:0",
+			"--health-probe-bind-address", "127.0.0.1:0",
+			"--license-secret", "mesh-operator-license",
+		},
+		Env: []string{"MESH_LICENSE_TEST_PUBLIC_KEY=" + pub},
+	}
+	for _, p := range []*Process{b.Fleet, b.Mesh} {
+		if err := p.Start(); err != nil {
+			return fmt.Errorf("starting %s: %w", p.Name, err)
+		}
+	}
+	return nil
+}
+
+// installTestLicense mints a key pair and a license with the preview feature
+// and stores it where the mesh chart points the operator; it returns the
+// public key to trust.
+func (b *Bed) installTestLicense(ctx context.Context) (string, error) {
+	tool := filepath.Join(b.binDir(), "mesh-license")
+	keys := filepath.Join(b.Opts.WorkDir, "license-keys")
+	if out, err := exec.CommandContext(ctx, tool, "keygen", "--out", keys, "--name", "bed", "--force").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("mesh-license keygen: %v: %s", err, out)
+	}
+	lic, err := exec.CommandContext(ctx, tool, "sign", "--key", filepath.Join(keys, "bed.key"),
+		"--licensee", "local test bed", "--features", "preview", "--valid-for", "720h").Output()
+	if err != nil {
+		return "", fmt.Errorf("mesh-license sign: %w", err)
+	}
+	pub, err := exec.CommandContext(ctx, tool, "pubkey", "--pub", filepath.Join(keys, "bed.pub")).Output()
+	if err != nil {
+		return "", fmt.Errorf("mesh-license pubkey: %w", err)
+	}
+	cs, err := b.Cluster.Clientset()
+	if err != nil {
+		return "", err
+	}
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: MeshNamespace, Name: "mesh-operator-license"},
+		Data:       map[string][]byte{"license": lic},
+	}
+	if _, err := cs.CoreV1().Secrets(MeshNamespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(pub)), nil
+}
+
+// Stop stops the operators, the stand-ins and the control plane.
+func (b *Bed) Stop() {
+	for _, p := range []*Process{b.Fleet, b.Mesh} {
+		if p != nil {
+			_ = p.Stop(15 * time.Second)
+		}
+	}
+	if b.stopStandin != nil {
+		b.stopStandin()
+		<-b.standinDone
+	}
+	if b.Provider != nil {
+		_ = b.Provider.Down(context.Background())
+	}
+}
