@@ -78,7 +78,7 @@ e2e-kind: ## kind end-to-end (needs Docker; runs in GitHub Actions)
 images: build ## build both operator images with docker (not available on the dev sandbox)
 	for op in $(OPERATORS); do docker build -f $$op/Dockerfile -t $$op:dev .; done
 
-demo: tools build ## start the local control plane, run both operators under their charts' RBAC, apply samples, show status
+demo: tools ## start the local control plane, run both operators under their charts' RBAC, apply samples, show status
 	hack/demo.sh up
 
 demo-down: ## stop everything `make demo` started

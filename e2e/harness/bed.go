@@ -37,6 +37,9 @@ type BedOptions struct {
 	// StandinStartupDelay is how long a fresh member reports Starting.
 	StandinStartupDelay time.Duration
 	Log                 io.Writer
+	// Cluster are further local provider options; WorkDir defaults to
+	// WorkDir/cluster, and the operators' CRDs are always added.
+	Cluster local.Options
 }
 
 // Bed is a running local control plane with kwok nodes, the celld stand-in
@@ -69,15 +72,15 @@ func StartBed(ctx context.Context, o BedOptions) (_ *Bed, err error) {
 			b.Stop()
 		}
 	}()
-	b.Provider = local.New(local.Options{
-		WorkDir: filepath.Join(o.WorkDir, "cluster"),
-		Nodes:   o.Nodes,
-		CRDPaths: []string{
-			filepath.Join(o.Root, "fleet-operator/config/crd/bases"),
-			filepath.Join(o.Root, "mesh-operator/config/crd/bases"),
-		},
-		Log: o.Log,
-	})
+	copts := o.Cluster
+	if copts.WorkDir == "" {
+		copts.WorkDir = filepath.Join(o.WorkDir, "cluster")
+	}
+	copts.Nodes, copts.Log = o.Nodes, o.Log
+	copts.CRDPaths = append(copts.CRDPaths,
+		filepath.Join(o.Root, "fleet-operator/config/crd/bases"),
+		filepath.Join(o.Root, "mesh-operator/config/crd/bases"))
+	b.Provider = local.New(copts)
 	start := time.Now()
 	if b.Cluster, err = b.Provider.Up(ctx); err != nil {
 		return nil, err
@@ -202,6 +205,16 @@ func (b *Bed) installTestLicense(ctx context.Context) (string, error) {
 		return "", err
 	}
 	return strings.TrimSpace(string(pub)), nil
+}
+
+// Healthy reports a dead component or operator.
+func (b *Bed) Healthy() error {
+	for _, p := range []*Process{b.Fleet, b.Mesh} {
+		if p != nil && !p.Running() {
+			return fmt.Errorf("%s exited; see %s", p.Name, p.LogPath)
+		}
+	}
+	return b.Provider.Healthy()
 }
 
 // Stop stops the operators, the stand-ins and the control plane.

@@ -85,8 +85,8 @@ func (a *Applier) Apply(ctx context.Context, desired client.Object, owner metav1
 	if exists && live.GetAnnotations()[a.HashAnnotation] == hash && Subset(desiredMap, live.Object) {
 		return Unchanged, nil
 	}
-	u := &unstructured.Unstructured{Object: desiredMap}
-	if err := a.Client.Patch(ctx, u, client.Apply, client.FieldOwner(a.FieldManager), client.ForceOwnership); err != nil {
+	ac := client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: desiredMap})
+	if err := a.Client.Apply(ctx, ac, client.FieldOwner(a.FieldManager), client.ForceOwnership); err != nil {
 		return "", fmt.Errorf("applying %s %s/%s: %w", gvk.Kind, desired.GetNamespace(), desired.GetName(), err)
 	}
 	if exists {

@@ -285,7 +285,3 @@ type CelldFleetList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []CelldFleet `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&CelldFleet{}, &CelldFleetList{})
-}

@@ -160,7 +160,3 @@ type ServiceMeshList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []ServiceMesh `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&ServiceMesh{}, &ServiceMeshList{})
-}
