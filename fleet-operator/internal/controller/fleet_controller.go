@@ -111,6 +111,8 @@ type observed struct {
 	// pausedChanges is set when maintenance is paused and the spec asks for
 	// member changes that are being held back.
 	pausedChanges bool
+	// diskResize explains member claims smaller than spec.storage.size.
+	diskResize string
 }
 
 type blockage struct{ reason, message string }
@@ -123,6 +125,7 @@ type blockage struct{ reason, message string }
 // +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile brings one fleet closer to its spec.
@@ -211,6 +214,7 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 	}
 	obs.pods = pods
 	obs.reports = r.readStates(ctx, pods)
+	obs.diskResize = r.growClaims(ctx, fleet, pods)
 	if obs.stsSettling {
 		return nil
 	}
@@ -218,14 +222,19 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 }
 
 func (r *FleetReconciler) apply(ctx context.Context, fleet *v1alpha1.CelldFleet, obj client.Object) error {
+	_, err := r.applyResult(ctx, fleet, obj)
+	return err
+}
+
+func (r *FleetReconciler) applyResult(ctx context.Context, fleet *v1alpha1.CelldFleet, obj client.Object) (apply.Result, error) {
 	res, err := r.Applier.Apply(ctx, obj, fleet)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if res != apply.Unchanged {
 		log.FromContext(ctx).Info("applied", "kind", obj.GetObjectKind().GroupVersionKind().Kind, "name", obj.GetName(), "result", res)
 	}
-	return nil
+	return res, nil
 }
 
 func (r *FleetReconciler) reconcileServiceAccount(ctx context.Context, fleet *v1alpha1.CelldFleet) error {
@@ -259,9 +268,18 @@ func (r *FleetReconciler) reconcileStatefulSet(ctx context.Context, fleet *v1alp
 		return live, held, nil
 	case err != nil && !apierrors.IsNotFound(err):
 		return nil, false, err
+	case err == nil:
+		// Claim templates are immutable once the StatefulSet exists; a
+		// larger spec.storage.size is applied to the claims themselves.
+		desired.Spec.VolumeClaimTemplates = live.Spec.VolumeClaimTemplates
 	}
-	if err := r.apply(ctx, fleet, desired); err != nil {
+	res, err := r.applyResult(ctx, fleet, desired)
+	if err != nil {
 		return nil, false, err
+	}
+	if res != apply.Unchanged {
+		r.Recorder.Eventf(fleet, desired, corev1.EventTypeNormal, "Members"+string(res), "Apply",
+			"%s the members' StatefulSet: %d replica(s) of %s", res, *desired.Spec.Replicas, fleet.Spec.Image)
 	}
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(desired), live); err != nil {
 		return nil, false, err
@@ -277,6 +295,39 @@ func (r *FleetReconciler) memberPods(ctx context.Context, fleet *v1alpha1.CelldF
 	pods := list.Items
 	sort.Slice(pods, func(i, j int) bool { return ordinal(pods[i].Name) < ordinal(pods[j].Name) })
 	return pods, nil
+}
+
+// growClaims raises each member claim's request to spec.storage.size.
+// Whether the volume really grows is up to the storage class
+// (allowVolumeExpansion); a refusal is reported, never retried in a loop.
+func (r *FleetReconciler) growClaims(ctx context.Context, fleet *v1alpha1.CelldFleet, pods []corev1.Pod) string {
+	if fleet.Spec.Storage == nil {
+		return ""
+	}
+	want := fleet.Spec.Storage.Size
+	var problems []string
+	for _, p := range pods {
+		pvc := &corev1.PersistentVolumeClaim{}
+		key := types.NamespacedName{Namespace: fleet.Namespace, Name: members.DataVolume + "-" + p.Name}
+		if err := r.Client.Get(ctx, key, pvc); err != nil {
+			continue // not created yet: the StatefulSet controller makes it
+		}
+		have := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+		if have.Cmp(want) >= 0 {
+			continue
+		}
+		patch := client.MergeFrom(pvc.DeepCopy())
+		pvc.Spec.Resources.Requests[corev1.ResourceStorage] = want
+		if err := r.Client.Patch(ctx, pvc, patch); err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v", key.Name, err))
+			continue
+		}
+		r.Recorder.Eventf(fleet, pvc, corev1.EventTypeNormal, "DiskResizeRequested", "Resize", "Requested %s for claim %s (was %s)", want.String(), pvc.Name, have.String())
+	}
+	if len(problems) > 0 {
+		return "Cannot grow member disks to " + want.String() + ": " + strings.Join(problems, "; ")
+	}
+	return ""
 }
 
 func (r *FleetReconciler) readStates(ctx context.Context, pods []corev1.Pod) map[string]state.Result {

@@ -135,6 +135,7 @@ func TestIntegration(t *testing.T) {
 	t.Run("enforcement gate, ownership and zero-write steady state", func(t *testing.T) { testReconcile(t, env) })
 	t.Run("a foreign object with our name is reported, never adopted", func(t *testing.T) { testConflict(t, env) })
 	t.Run("paused maintenance keeps the member template", func(t *testing.T) { testPaused(t, env) })
+	t.Run("a larger disk leaves the immutable claim template alone", func(t *testing.T) { testGrowDisk(t, env) })
 }
 
 func testCEL(t *testing.T, env *testenv.Env) {
@@ -350,4 +351,24 @@ func assertOwnedBy(t *testing.T, obj client.Object, f *v1alpha1.CelldFleet) {
 	ref := metav1.GetControllerOf(obj)
 	require.NotNil(t, ref, "%T %s has no controller", obj, obj.GetName())
 	assert.Equal(t, f.UID, ref.UID, fmt.Sprintf("%T %s", obj, obj.GetName()))
+}
+
+func testGrowDisk(t *testing.T, env *testenv.Env) {
+	ctx := context.Background()
+	createNamespace(t, env.Client, "grow")
+	f := fleet("grow", "g")
+	require.NoError(t, env.Client.Create(ctx, f))
+	h := newHarness(t, env, true)
+	h.reconcile(f)
+
+	require.NoError(t, h.get(f, "grow", "g"))
+	f.Spec.Storage.Size = resource.MustParse("5Gi")
+	require.NoError(t, env.Client.Update(ctx, f))
+	// The API server forbids changing volumeClaimTemplates; a reconcile that
+	// tried would fail here.
+	h.reconcile(f)
+	sts := &appsv1.StatefulSet{}
+	require.NoError(t, h.get(sts, "grow", "g"))
+	got := sts.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[corev1.ResourceStorage]
+	assert.Equal(t, "1Gi", got.String())
 }

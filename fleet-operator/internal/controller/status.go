@@ -21,6 +21,9 @@ const (
 	ConditionReady                 = "Ready"
 	ConditionProvisioning          = "Provisioning"
 	ConditionInfrastructureBlocked = "InfrastructureBlocked"
+	// ConditionDisksResized is False when member claims could not be grown
+	// to spec.storage.size (typically a storage class without expansion).
+	ConditionDisksResized = "DisksResized"
 )
 
 // Phases shown by kubectl get.
@@ -81,6 +84,14 @@ func computeStatus(fleet *v1alpha1.CelldFleet, obs *observed, now time.Time) v1a
 		return st
 	default:
 		set(ConditionInfrastructureBlocked, metav1.ConditionFalse, "NotBlocked", "Nothing outside the fleet blocks it.")
+	}
+
+	if fleet.Spec.Storage != nil {
+		if obs.diskResize != "" {
+			set(ConditionDisksResized, metav1.ConditionFalse, "ResizeRejected", obs.diskResize)
+		} else {
+			set(ConditionDisksResized, metav1.ConditionTrue, "SizeRequested", "Every member claim requests spec.storage.size.")
+		}
 	}
 
 	available := allAvailable(fleet, obs)
