@@ -132,7 +132,9 @@ func (p *Process) Start() error {
 	cmd := exec.Command(p.Binary, p.Args...)
 	cmd.Env = append(append(os.Environ(), "KUBECONFIG="+p.Kubeconfig), p.Env...)
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own group so Kill takes any children; Pdeathsig so a crashed test
+	// or test bed never leaves an operator behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		log.Close()
 		return err
