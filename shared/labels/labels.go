@@ -65,3 +65,20 @@ const (
 	// StandinUnhealthy on a member Pod makes the stand-in report healthy=false on /state.
 	StandinUnhealthy = "e2e." + FleetGroup + "/unhealthy"
 )
+
+// Istio's own keys, which the operators read and write (facts.md, Istio).
+const (
+	// IstioInject on a Pod asks for ("true") or refuses ("false") sidecar injection.
+	IstioInject = "sidecar.istio.io/inject"
+	// IstioNativeSidecar on a Pod asks for the proxy as a native sidecar
+	// (an init container with restartPolicy Always, Istio 1.24+).
+	IstioNativeSidecar = "sidecar.istio.io/nativeSidecar"
+	// IstioExcludeOutboundIPRanges lists CIDRs the proxy must not capture.
+	IstioExcludeOutboundIPRanges = "traffic.sidecar.istio.io/excludeOutboundIPRanges"
+	// IstioRevision selects an Istio revision for a namespace or Pod.
+	IstioRevision = "istio.io/rev"
+	// IstioInjection is the namespace label for default-revision injection.
+	IstioInjection = "istio-injection"
+	// IstiodApp is the key of the label that marks istiod Pods (value "istiod").
+	IstiodApp = "app"
+)

@@ -74,6 +74,48 @@ type CelldFleetSpec struct {
 	// Maintenance controls runtime lifecycle work.
 	// +optional
 	Maintenance Maintenance `json:"maintenance,omitempty"`
+
+	// Mesh puts the members into a service mesh. Adding or removing it on a
+	// running fleet rolls the members one at a time, keeping their disks.
+	// +optional
+	Mesh *Mesh `json:"mesh,omitempty"`
+}
+
+// Mesh selects the service mesh integration.
+// +kubebuilder:validation:XValidation:rule="has(self.istio)",message="spec.mesh needs an istio block (the only supported mesh), e.g. mesh: {istio: {}}; to leave the mesh set mesh to null"
+type Mesh struct {
+	// Istio integrates the members with an Istio sidecar mesh, for STRICT
+	// mTLS and Istio authorization.
+	// +optional
+	Istio *IstioMesh `json:"istio,omitempty"`
+}
+
+// ApplicationAccess says who may call the application port inside the mesh.
+// +kubebuilder:validation:Enum=AllowAll;Policies
+type ApplicationAccess string
+
+const (
+	// AllowAll admits port 8080 from any caller, as outside the mesh.
+	AllowAll ApplicationAccess = "AllowAll"
+	// Policies leaves port 8080 to AuthorizationPolicies of the user's own:
+	// Istio denies it until one allows the caller.
+	Policies ApplicationAccess = "Policies"
+)
+
+// IstioMesh configures the Istio sidecar integration. Both fields are
+// mutable and change only policies, never the members.
+type IstioMesh struct {
+	// ControlPlaneNamespace is where istiod runs; members may reach istiod
+	// Pods there on TCP 15012.
+	// +kubebuilder:default=istio-system
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="spec.mesh.istio.controlPlaneNamespace must be a namespace name"
+	// +optional
+	ControlPlaneNamespace string `json:"controlPlaneNamespace,omitempty"`
+	// ApplicationAccess is AllowAll (default) or Policies.
+	// +kubebuilder:default=AllowAll
+	// +optional
+	ApplicationAccess ApplicationAccess `json:"applicationAccess,omitempty"`
 }
 
 // PodTemplateMetadata is the user's extra metadata for member Pods.
@@ -186,6 +228,9 @@ type MemberStatus struct {
 	// PersistentVolumeClaim backing the member, for persistent fleets.
 	// +optional
 	PersistentVolumeClaim string `json:"persistentVolumeClaim,omitempty"`
+	// Proxy is true when the member Pod runs an istio-proxy container.
+	// +optional
+	Proxy bool `json:"proxy,omitempty"`
 	// State is the member's /state report, or why it could not be read.
 	// +optional
 	State *MemberState `json:"state,omitempty"`
@@ -223,7 +268,7 @@ type CelldFleetStatus struct {
 	// ObservedGeneration is the spec generation this status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Conditions: Ready, Provisioning, InfrastructureBlocked.
+	// Conditions: Ready, Provisioning, InfrastructureBlocked, DisksResized, MeshReady.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -251,6 +296,10 @@ type CelldFleetStatus struct {
 	// Phase is a one-word summary for kubectl get.
 	// +optional
 	Phase string `json:"phase,omitempty"`
+	// Mesh is the fleet's place in the mesh: Joining, Meshed, Leaving or Left
+	// (empty for a fleet that was never meshed).
+	// +optional
+	Mesh string `json:"mesh,omitempty"`
 }
 
 // CelldFleet runs a fleet of celld members with their disks, Services and
@@ -264,6 +313,7 @@ type CelldFleetStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`
 // +kubebuilder:printcolumn:name="Updated",type=integer,JSONPath=`.status.updatedReplicas`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Mesh",type=string,JSONPath=`.status.mesh`,priority=1
 // +kubebuilder:printcolumn:name="Paused",type=boolean,JSONPath=`.spec.maintenance.paused`,priority=1
 // +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.image`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

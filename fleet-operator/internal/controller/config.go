@@ -26,6 +26,8 @@ type Config struct {
 	// WatchNamespaces limits the operator to these namespaces (the chart's
 	// fleetNamespaces, each with its own Role); empty watches all.
 	WatchNamespaces []string
+	// IstioTrustDomain is the mesh trust domain used in SPIFFE principals.
+	IstioTrustDomain string
 	// StateTimeout bounds one /state read.
 	StateTimeout time.Duration
 	// StateInterval is how often a Ready fleet's /state is read again.
@@ -45,6 +47,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 		}
 		return nil
 	})
+	fs.StringVar(&c.IstioTrustDomain, "istio-trust-domain", "cluster.local", "Istio trust domain of the mesh, used in the principals of fleets' AuthorizationPolicies")
 	fs.DurationVar(&c.StateTimeout, "state-timeout", 2*time.Second, "timeout of one /state read from a member")
 	fs.DurationVar(&c.StateInterval, "state-interval", 30*time.Second, "how often members' /state is read when nothing else changes")
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,6 +31,7 @@ import (
 
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/members"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/mesh"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/network"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/roll"
@@ -113,6 +115,8 @@ type observed struct {
 	pausedChanges bool
 	// diskResize explains member claims smaller than spec.storage.size.
 	diskResize string
+	// mesh is where the fleet stands with respect to the Istio mesh.
+	mesh mesh.State
 }
 
 type blockage struct{ reason, message string }
@@ -167,17 +171,35 @@ func (r *FleetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 }
 
 func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.CelldFleet, obs *observed) error {
-	// Networking is reconciled whatever else holds the fleet back, including
-	// maintenance.paused: it never restarts a member.
-	np, err := network.NetworkPolicy(fleet, network.Params{
-		OperatorNamespace: r.Config.OperatorNamespace,
-		OperatorPodLabels: r.Config.OperatorPodLabels(),
-	})
+	pods, err := r.memberPods(ctx, fleet)
 	if err != nil {
 		return err
 	}
-	for _, obj := range []client.Object{network.AppService(fleet), network.PeerService(fleet), np} {
-		if err := r.apply(ctx, fleet, obj); err != nil {
+	obs.pods = pods
+	live, err := r.liveStatefulSet(ctx, fleet)
+	if err != nil {
+		return err
+	}
+	obs.mesh = observeMesh(fleet, pods, live)
+
+	// Networking is reconciled whatever else holds the fleet back, including
+	// maintenance.paused: it never restarts a member.
+	if err := r.reconcileNetworking(ctx, fleet, obs); err != nil {
+		return err
+	}
+	if obs.mesh.Phase != mesh.NotMeshed {
+		blocked, err := r.istioAPIMissing()
+		if err != nil {
+			return err
+		}
+		if blocked != nil {
+			obs.blocked = blocked
+			return nil
+		}
+		if err := r.recordOptIn(ctx, fleet); err != nil {
+			return err
+		}
+		if err := r.reconcileMeshPolicies(ctx, fleet, obs.mesh); err != nil {
 			return err
 		}
 	}
@@ -195,30 +217,53 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 	if err := r.reconcileServiceAccount(ctx, fleet); err != nil {
 		return err
 	}
-	sts, held, err := r.reconcileStatefulSet(ctx, fleet)
+	sts, held, err := r.reconcileStatefulSet(ctx, fleet, live)
 	if err != nil {
 		return err
 	}
 	obs.pausedChanges = held
 	obs.sts = sts
-	if sts == nil {
-		return nil
-	}
 	// Until the StatefulSet controller has seen our template, its update
 	// revision is the old one and a roll decision would be wrong.
 	obs.stsSettling = sts.Status.ObservedGeneration < sts.Generation
 
-	pods, err := r.memberPods(ctx, fleet)
-	if err != nil {
-		return err
-	}
-	obs.pods = pods
 	obs.reports = r.readStates(ctx, pods)
 	obs.diskResize = r.growClaims(ctx, fleet, pods)
 	if obs.stsSettling {
 		return nil
 	}
 	return r.rollStep(ctx, fleet, obs)
+}
+
+func (r *FleetReconciler) reconcileNetworking(ctx context.Context, fleet *v1alpha1.CelldFleet, obs *observed) error {
+	params := network.Params{
+		OperatorNamespace: r.Config.OperatorNamespace,
+		OperatorPodLabels: r.Config.OperatorPodLabels(),
+	}
+	if obs.mesh.IstiodEgress {
+		params.IstiodNamespace = mesh.ControlPlaneNamespace(fleet)
+	}
+	np, err := network.NetworkPolicy(fleet, params)
+	if err != nil {
+		return err
+	}
+	for _, obj := range []client.Object{network.AppService(fleet), network.PeerService(fleet), np} {
+		if err := r.apply(ctx, fleet, obj); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// liveStatefulSet is the members' StatefulSet as the cache shows it, nil if
+// there is none yet.
+func (r *FleetReconciler) liveStatefulSet(ctx context.Context, fleet *v1alpha1.CelldFleet) (*appsv1.StatefulSet, error) {
+	live := &appsv1.StatefulSet{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: fleet.Namespace, Name: names.StatefulSet(fleet.Name)}, live)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return live, err
 }
 
 func (r *FleetReconciler) apply(ctx context.Context, fleet *v1alpha1.CelldFleet, obj client.Object) error {
@@ -254,21 +299,18 @@ func (r *FleetReconciler) reconcileServiceAccount(ctx context.Context, fleet *v1
 // is paused and it already exists: a paused fleet keeps the template and
 // replica count its members run, so not even a recreated Pod picks up a
 // change. held reports that the spec asks for changes being held back.
-func (r *FleetReconciler) reconcileStatefulSet(ctx context.Context, fleet *v1alpha1.CelldFleet) (sts *appsv1.StatefulSet, held bool, err error) {
+func (r *FleetReconciler) reconcileStatefulSet(ctx context.Context, fleet *v1alpha1.CelldFleet, live *appsv1.StatefulSet) (sts *appsv1.StatefulSet, held bool, err error) {
 	desired := members.StatefulSet(fleet)
-	live := &appsv1.StatefulSet{}
-	err = r.Client.Get(ctx, client.ObjectKeyFromObject(desired), live)
-	switch {
-	case err == nil && fleet.Spec.Maintenance.Paused:
+	mesh.ApplyToTemplate(&desired.Spec.Template, fleet.Name, mesh.Mode(mesh.Desired(fleet), mesh.WasMeshed(fleet)))
+	if live != nil {
 		if !metav1.IsControlledBy(live, fleet) {
 			return nil, false, &apply.ConflictError{Kind: "StatefulSet", Namespace: live.Namespace, Name: live.Name, Owner: fleet.Name}
 		}
-		held = !equality.Semantic.DeepDerivative(desired.Spec.Template, live.Spec.Template) ||
-			*desired.Spec.Replicas != *live.Spec.Replicas
-		return live, held, nil
-	case err != nil && !apierrors.IsNotFound(err):
-		return nil, false, err
-	case err == nil:
+		if fleet.Spec.Maintenance.Paused {
+			held = !equality.Semantic.DeepDerivative(desired.Spec.Template, live.Spec.Template) ||
+				*desired.Spec.Replicas != *live.Spec.Replicas
+			return live, held, nil
+		}
 		// Claim templates are immutable once the StatefulSet exists; a
 		// larger spec.storage.size is applied to the claims themselves.
 		desired.Spec.VolumeClaimTemplates = live.Spec.VolumeClaimTemplates
@@ -281,10 +323,11 @@ func (r *FleetReconciler) reconcileStatefulSet(ctx context.Context, fleet *v1alp
 		r.Recorder.Eventf(fleet, desired, corev1.EventTypeNormal, "Members"+string(res), "Apply",
 			"%s the members' StatefulSet: %d replica(s) of %s", res, *desired.Spec.Replicas, fleet.Spec.Image)
 	}
-	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(desired), live); err != nil {
+	sts = &appsv1.StatefulSet{}
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(desired), sts); err != nil {
 		return nil, false, err
 	}
-	return live, false, nil
+	return sts, false, nil
 }
 
 func (r *FleetReconciler) memberPods(ctx context.Context, fleet *v1alpha1.CelldFleet) ([]corev1.Pod, error) {
@@ -356,7 +399,9 @@ func (r *FleetReconciler) rollStep(ctx context.Context, fleet *v1alpha1.CelldFle
 			Revision:    p.Labels[revisionLabel],
 			Terminating: p.DeletionTimestamp != nil || p.UID == pendingDelete,
 			Ready:       podReady(&p),
-			Healthy:     healthy(obs.reports[p.Name]),
+			// A member that should run a proxy but has none is not done:
+			// the roll waits instead of spreading a broken injection.
+			Healthy: healthy(obs.reports[p.Name]) && !slices.Contains(obs.mesh.MissingProxy, p.Name),
 		}
 		in.Members = append(in.Members, m)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/members"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/mesh"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/state"
 )
@@ -24,6 +25,9 @@ const (
 	// ConditionDisksResized is False when member claims could not be grown
 	// to spec.storage.size (typically a storage class without expansion).
 	ConditionDisksResized = "DisksResized"
+	// ConditionMeshReady tells where a fleet that uses (or used) the Istio
+	// mesh stands; absent for fleets that never opted in.
+	ConditionMeshReady = "MeshReady"
 )
 
 // Phases shown by kubectl get.
@@ -75,6 +79,9 @@ func computeStatus(fleet *v1alpha1.CelldFleet, obs *observed, now time.Time) v1a
 			LastTransitionTime: metav1.NewTime(now),
 		})
 	}
+	st.Mesh = string(obs.mesh.Phase)
+	setMeshCondition(fleet, obs.mesh, set)
+
 	switch {
 	case obs.blocked != nil:
 		set(ConditionInfrastructureBlocked, metav1.ConditionTrue, obs.blocked.reason, obs.blocked.message)
@@ -96,6 +103,9 @@ func computeStatus(fleet *v1alpha1.CelldFleet, obs *observed, now time.Time) v1a
 
 	available := allAvailable(fleet, obs)
 	switch {
+	case len(obs.mesh.MissingProxy) > 0:
+		set(ConditionProvisioning, metav1.ConditionTrue, "ProxyMissing", mesh.MissingProxyMessage(fleet, obs.mesh.MissingProxy))
+		st.Phase = PhaseProvisioning
 	case obs.pausedChanges:
 		set(ConditionProvisioning, metav1.ConditionTrue, "MaintenancePaused",
 			"Maintenance is paused: changes to the members (template, image, replicas) are held until spec.maintenance.paused is false.")
@@ -135,12 +145,32 @@ func computeStatus(fleet *v1alpha1.CelldFleet, obs *observed, now time.Time) v1a
 	return st
 }
 
+func setMeshCondition(fleet *v1alpha1.CelldFleet, st mesh.State, set func(t string, s metav1.ConditionStatus, reason, msg string)) {
+	switch st.Phase {
+	case mesh.Meshed:
+		set(ConditionMeshReady, metav1.ConditionTrue, "Meshed", "Every member runs an istio-proxy; port 8081 admits only the fleet's and the operator's identities.")
+	case mesh.Joining:
+		reason := "JoiningMesh"
+		if len(st.MissingProxy) > 0 {
+			reason = "ProxyMissing"
+		}
+		set(ConditionMeshReady, metav1.ConditionFalse, reason, "Members are rolling into the mesh. Until every member runs a proxy, "+
+			"PeerAuthentication "+mesh.PolicyName(fleet.Name)+" keeps port 8081 PERMISSIVE and the peer-port rule admits any source the NetworkPolicy admits.")
+	case mesh.Leaving:
+		set(ConditionMeshReady, metav1.ConditionFalse, "LeavingMesh", "Members are rolling out of the mesh with injection disabled. Until no member runs a proxy, "+
+			"port 8081 stays PERMISSIVE, the peer-port rule admits any source the NetworkPolicy admits, and istiod stays reachable.")
+	case mesh.Left:
+		set(ConditionMeshReady, metav1.ConditionFalse, "LeftMesh", "The fleet left the mesh: its Istio policies are deleted, istiod egress is closed and its Pods opt out of injection.")
+	}
+}
+
 func memberStatus(fleet *v1alpha1.CelldFleet, p *corev1.Pod, obs *observed, prev v1alpha1.MemberStatus, now time.Time) v1alpha1.MemberStatus {
 	ms := v1alpha1.MemberStatus{
 		Name:        p.Name,
 		Ready:       podReady(p) && p.DeletionTimestamp == nil,
 		Revision:    p.Labels[revisionLabel],
 		PeerAddress: names.PeerAddress(fleet.Name, fleet.Namespace, p.Name),
+		Proxy:       mesh.HasProxy(p),
 	}
 	if fleet.Spec.Storage != nil {
 		ms.PersistentVolumeClaim = members.DataVolume + "-" + p.Name

@@ -32,6 +32,9 @@ func PeerService(fleet string) string { return fleet + "-peers" }
 // NetworkPolicy protects member Pods.
 func NetworkPolicy(fleet string) string { return fleet }
 
+// Mesh names the fleet's AuthorizationPolicy and PeerAuthentication.
+func Mesh(fleet string) string { return fleet + "-mesh" }
+
 // StatefulSet runs the members.
 func StatefulSet(fleet string) string { return fleet }
 

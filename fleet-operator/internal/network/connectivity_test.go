@@ -322,3 +322,26 @@ func TestNetworkPolicyConnectivityOperatorInFleetNamespace(t *testing.T) {
 		tcp(op, m0, 8080, deny, "the operator is not a client"),
 	})
 }
+
+// TestNetworkPolicyConnectivityIstiod checks the egress a meshed fleet gets:
+// istiod's xDS port in the control-plane namespace, nothing else of it.
+func TestNetworkPolicyConnectivityIstiod(t *testing.T) {
+	istiod := pod("istio-system", "istiod-7d4f", "10.40.0.10", map[string]string{"app": "istiod"})
+	istiodElsewhere := pod(fleetNS, "fake-istiod", "10.40.0.11", map[string]string{"app": "istiod"})
+	otherControlPlane := pod("istio-canary", "istiod-canary", "10.40.0.12", map[string]string{"app": "istiod"})
+	closed := network.Params{OperatorNamespace: operatorNS, OperatorPodLabels: operatorLabels}
+	open := closed
+	open.IstiodNamespace = "istio-system"
+
+	evaluate(t, []*networkingv1.NetworkPolicy{mustPolicy(t, newFleet(myFleet, fleetNS, "uid-my-fleet"), closed)}, []flow{
+		tcp(member0, istiod, 15012, deny, "an unmeshed fleet has no route to istiod"),
+	})
+	evaluate(t, []*networkingv1.NetworkPolicy{mustPolicy(t, newFleet(myFleet, fleetNS, "uid-my-fleet"), open)}, []flow{
+		tcp(member0, istiod, 15012, allow, "sidecars fetch config and certificates from istiod"),
+		tcp(member0, istiod, 15010, deny, "only the TLS xDS port"),
+		tcp(member0, istiod, 15017, deny, "not the webhook port"),
+		tcp(member0, istiodElsewhere, 15012, deny, "an app=istiod Pod outside the control-plane namespace"),
+		tcp(member0, otherControlPlane, 15012, deny, "another control plane's namespace"),
+		tcp(member0, member1, 8081, allow, "peer egress unchanged"),
+	})
+}

@@ -33,6 +33,9 @@ type Params struct {
 	// It must not be empty: an empty selector would admit every Pod of the
 	// operator namespace to the members' peer port.
 	OperatorPodLabels map[string]string
+	// IstiodNamespace, when set, opens egress to the istiod Pods there on
+	// TCP 15012, where sidecars fetch configuration and certificates.
+	IstiodNamespace string
 }
 
 // Validate reports Params from which no safe NetworkPolicy can be built. The
@@ -45,6 +48,11 @@ func (p Params) Validate() error {
 	}
 	if errs := validation.IsDNS1123Label(p.OperatorNamespace); len(errs) > 0 {
 		return fmt.Errorf("network params: operator namespace %q is not a namespace name: %v", p.OperatorNamespace, errs)
+	}
+	if p.IstiodNamespace != "" {
+		if errs := validation.IsDNS1123Label(p.IstiodNamespace); len(errs) > 0 {
+			return fmt.Errorf("network params: istiod namespace %q is not a namespace name: %v", p.IstiodNamespace, errs)
+		}
 	}
 	if len(p.OperatorPodLabels) == 0 {
 		return fmt.Errorf("network params: the operator Pod labels are empty; an empty selector would admit every Pod in namespace %q to the members' peer port", p.OperatorNamespace)

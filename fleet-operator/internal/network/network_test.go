@@ -96,6 +96,15 @@ func TestGoldenNetworkPolicy(t *testing.T) {
 			golden.AssertYAML(t, "network-policy-"+name, np)
 		})
 	}
+	t.Run("meshed", func(t *testing.T) {
+		p := chartParams
+		p.IstiodNamespace = "istio-system"
+		np, err := network.NetworkPolicy(goldenFleets()["my-fleet"], p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		golden.AssertYAML(t, "network-policy-meshed", np)
+	})
 	t.Run("operator-two-labels", func(t *testing.T) {
 		np, err := network.NetworkPolicy(goldenFleets()["my-fleet"], twoLabels)
 		if err != nil {

@@ -44,6 +44,10 @@ const (
 	// PodIdentityAgentPort is where the EKS Pod Identity Agent serves
 	// credentials on the node.
 	PodIdentityAgentPort = 80
+	// IstiodXDSPort is where sidecars fetch configuration and certificates.
+	IstiodXDSPort = 15012
+	// IstiodAppLabelValue marks istiod Pods (label app).
+	IstiodAppLabelValue = "istiod"
 	// PodIdentityAgentCIDRv4 and PodIdentityAgentCIDRv6 are the agent's fixed
 	// link-local addresses, as single-address CIDRs. Plain HTTP is allowed
 	// to these two only, so members cannot reach the instance metadata
@@ -126,6 +130,15 @@ func NetworkPolicy(fleet *v1alpha1.CelldFleet, p Params) (*networkingv1.NetworkP
 			Ports: tcpPorts(PodIdentityAgentPort),
 			To:    ipBlocks(PodIdentityAgentCIDRv4, PodIdentityAgentCIDRv6),
 		},
+	}
+	if p.IstiodNamespace != "" {
+		egress = append(egress, networkingv1.NetworkPolicyEgressRule{
+			Ports: tcpPorts(IstiodXDSPort),
+			To: []networkingv1.NetworkPolicyPeer{{
+				NamespaceSelector: namespaceNamed(p.IstiodNamespace),
+				PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{labels.IstiodApp: IstiodAppLabelValue}},
+			}},
+		})
 	}
 
 	return &networkingv1.NetworkPolicy{

@@ -1,0 +1,210 @@
+// Package mesh holds the fleet's Istio sidecar integration as pure functions:
+// where a fleet stands on its way into or out of the mesh (computed from the
+// proxies its Pods really run, so an operator restart resumes correctly),
+// what that means for the member template, and the AuthorizationPolicy and
+// PeerAuthentication that go with it.
+package mesh
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
+	"github.com/ericdev/fleetmesh/shared/labels"
+)
+
+// ProxyContainer is the name Istio gives the injected proxy.
+const ProxyContainer = "istio-proxy"
+
+// PodIdentityAgentRanges are kept out of the proxy: the EKS Pod Identity
+// Agent is plain HTTP on the node and must be reached directly.
+var PodIdentityAgentRanges = []string{"169.254.170.23/32", "fd00:ec2::23/128"}
+
+// Phase is where a fleet stands with respect to the mesh.
+type Phase string
+
+const (
+	// NotMeshed: the fleet never opted in; nothing is changed.
+	NotMeshed Phase = ""
+	// Joining: the spec asks for the mesh and some member has no proxy yet.
+	Joining Phase = "Joining"
+	// Meshed: every member Pod, terminating ones included, runs a proxy.
+	Meshed Phase = "Meshed"
+	// Leaving: the spec left the mesh and some member Pod still has a proxy.
+	Leaving Phase = "Leaving"
+	// Left: the fleet was meshed once and no member Pod has a proxy any more.
+	Left Phase = "Left"
+)
+
+// Pod is what the mesh logic needs of a member Pod.
+type Pod struct {
+	Name        string
+	Revision    string
+	Proxy       bool
+	Terminating bool
+}
+
+// Observation is everything a mesh decision depends on.
+type Observation struct {
+	// Desired is spec.mesh.istio set.
+	Desired bool
+	// WasMeshed is the fleet's istio-control-plane annotation being present.
+	WasMeshed bool
+	// TargetRevision is the StatefulSet's update revision ("" if unknown).
+	TargetRevision string
+	Pods           []Pod
+}
+
+// State is the decision.
+type State struct {
+	Phase Phase
+	// Relaxed: PeerAuthentication FLEET-mesh holds 8081 PERMISSIVE and the
+	// peer-port rule admits any source the NetworkPolicy admits, because
+	// meshed and unmeshed members talk to each other.
+	Relaxed bool
+	// Policies: the fleet's AuthorizationPolicy exists.
+	Policies bool
+	// IstiodEgress: members may reach istiod. Kept while any Pod, even a
+	// terminating one, still has a proxy: old sidecars need istiod through
+	// the whole roll and the final SIGTERM hand-off.
+	IstiodEgress bool
+	// MissingProxy lists members on the target revision whose Pod should
+	// have been injected but has no proxy.
+	MissingProxy []string
+}
+
+// Decide computes the state from what the cluster shows now.
+func Decide(o Observation) State {
+	withProxy, withoutProxy := 0, 0
+	var missing []string
+	for _, p := range o.Pods {
+		if p.Proxy {
+			withProxy++
+		} else {
+			withoutProxy++
+			if o.Desired && !p.Terminating && o.TargetRevision != "" && p.Revision == o.TargetRevision {
+				missing = append(missing, p.Name)
+			}
+		}
+	}
+	sort.Strings(missing)
+	switch {
+	case o.Desired && withoutProxy == 0:
+		return State{Phase: Meshed, Policies: true, IstiodEgress: true}
+	case o.Desired:
+		return State{Phase: Joining, Relaxed: true, Policies: true, IstiodEgress: true, MissingProxy: missing}
+	case o.WasMeshed && withProxy > 0:
+		return State{Phase: Leaving, Relaxed: true, Policies: true, IstiodEgress: true}
+	case o.WasMeshed:
+		return State{Phase: Left}
+	default:
+		return State{Phase: NotMeshed}
+	}
+}
+
+// HasProxy reports whether the Pod runs an injected proxy, as a regular
+// container or as a native sidecar (an init container that keeps running).
+func HasProxy(p *corev1.Pod) bool {
+	for _, c := range p.Spec.Containers {
+		if c.Name == ProxyContainer {
+			return true
+		}
+	}
+	for _, c := range p.Spec.InitContainers {
+		if c.Name == ProxyContainer && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			return true
+		}
+	}
+	return false
+}
+
+// TemplateMode says how the member template treats injection.
+type TemplateMode int
+
+const (
+	// Untouched: a fleet that never opted in keeps its template and the
+	// namespace's injection behaviour.
+	Untouched TemplateMode = iota
+	// Inject: request a native sidecar.
+	Inject
+	// OptOut: a fleet that left explicitly disables injection, even in
+	// namespaces with automatic or revision injection.
+	OptOut
+)
+
+// Mode is the template mode of a fleet.
+func Mode(desired, wasMeshed bool) TemplateMode {
+	switch {
+	case desired:
+		return Inject
+	case wasMeshed:
+		return OptOut
+	default:
+		return Untouched
+	}
+}
+
+// ApplyToTemplate adds the mesh labels and annotations to a member template.
+func ApplyToTemplate(t *corev1.PodTemplateSpec, fleet string, mode TemplateMode) {
+	switch mode {
+	case Inject:
+		setLabel(t, labels.IstioInject, "true")
+		setLabel(t, labels.Fleet, fleet)
+		setAnnotation(t, labels.IstioNativeSidecar, "true")
+		setAnnotation(t, labels.IstioExcludeOutboundIPRanges, strings.Join(PodIdentityAgentRanges, ","))
+	case OptOut:
+		setLabel(t, labels.IstioInject, "false")
+		setLabel(t, labels.Fleet, fleet)
+	}
+}
+
+func setLabel(t *corev1.PodTemplateSpec, k, v string) {
+	if t.Labels == nil {
+		t.Labels = map[string]string{}
+	}
+	t.Labels[k] = v
+}
+
+func setAnnotation(t *corev1.PodTemplateSpec, k, v string) {
+	if t.Annotations == nil {
+		t.Annotations = map[string]string{}
+	}
+	t.Annotations[k] = v
+}
+
+// ControlPlaneNamespace is the istiod namespace for a fleet: the spec's, or
+// the one recorded when it was meshed (for a fleet that is leaving).
+func ControlPlaneNamespace(f *v1alpha1.CelldFleet) string {
+	if f.Spec.Mesh != nil && f.Spec.Mesh.Istio != nil {
+		if ns := f.Spec.Mesh.Istio.ControlPlaneNamespace; ns != "" {
+			return ns
+		}
+		return "istio-system"
+	}
+	return f.Annotations[labels.IstioControlPlane]
+}
+
+// Desired reports whether the spec asks for the Istio mesh.
+func Desired(f *v1alpha1.CelldFleet) bool { return f.Spec.Mesh != nil && f.Spec.Mesh.Istio != nil }
+
+// WasMeshed reports whether the fleet carries the opt-in record.
+func WasMeshed(f *v1alpha1.CelldFleet) bool {
+	_, ok := f.Annotations[labels.IstioControlPlane]
+	return ok
+}
+
+// MissingProxyMessage points the user at what usually breaks injection.
+func MissingProxyMessage(fleet *v1alpha1.CelldFleet, pods []string) string {
+	return fmt.Sprintf("Member(s) %s run the meshed template but have no %s container. Check that the Istio sidecar injector "+
+		"(istiod) is running and its webhook reaches Pods in namespace %s, and the namespace labels: istio-injection=enabled, "+
+		"or istio.io/rev=<revision> for a revision install (the Pod label alone selects the default revision). "+
+		"The peer port stays PERMISSIVE until every member has a proxy.",
+		strings.Join(pods, ", "), ProxyContainer, fleet.Namespace)
+}
+
+// PolicyName is the name of both Istio objects of a fleet.
+func PolicyName(fleet string) string { return names.Mesh(fleet) }
