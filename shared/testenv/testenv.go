@@ -4,7 +4,9 @@
 package testenv
 
 import (
+	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -41,7 +43,7 @@ type Env struct {
 }
 
 // Start runs kube-apiserver and etcd for the test and stops them when it
-// ends. crdDirs are relative to the repository root.
+// ends. crdDirs are absolute or relative to the repository root.
 func Start(t testing.TB, scheme *runtime.Scheme, crdDirs ...string) *Env {
 	t.Helper()
 	root := RepoRoot(t)
@@ -56,7 +58,10 @@ func Start(t testing.TB, scheme *runtime.Scheme, crdDirs ...string) *Env {
 	}
 	var paths []string
 	for _, d := range crdDirs {
-		paths = append(paths, filepath.Join(root, d))
+		if !filepath.IsAbs(d) {
+			d = filepath.Join(root, d)
+		}
+		paths = append(paths, d)
 	}
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: assets,
@@ -78,4 +83,29 @@ func Start(t testing.TB, scheme *runtime.Scheme, crdDirs ...string) *Env {
 		t.Fatal(err)
 	}
 	return &Env{Config: cfg, Client: c}
+}
+
+// ModuleFile returns the path of a file inside a Go module at a version,
+// downloading the module through the module proxy if needed. Tests use it
+// to load CRDs from their owners' modules (Istio, Gateway API).
+func ModuleFile(t testing.TB, module, version, file string) string {
+	t.Helper()
+	out, err := exec.Command("go", "mod", "download", "-json", module+"@"+version).Output()
+	if err != nil {
+		t.Fatalf("go mod download %s@%s: %v", module, version, err)
+	}
+	var info struct{ Dir string }
+	if err := json.Unmarshal(out, &info); err != nil || info.Dir == "" {
+		t.Fatalf("go mod download %s@%s: no module directory in %s", module, version, out)
+	}
+	return filepath.Join(info.Dir, file)
+}
+
+// InstallCRDs installs more CRDs into a running Env, e.g. to show that an
+// operator recovers when an API appears.
+func (e *Env) InstallCRDs(t testing.TB, paths ...string) {
+	t.Helper()
+	if _, err := envtest.InstallCRDs(e.Config, envtest.CRDInstallOptions{Paths: paths, ErrorIfPathMissing: true}); err != nil {
+		t.Fatalf("installing CRDs from %v: %v", paths, err)
+	}
 }

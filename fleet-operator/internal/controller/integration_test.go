@@ -18,7 +18,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
@@ -28,9 +30,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/mesh"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/state"
 	"github.com/ericdev/fleetmesh/shared/apply"
+	"github.com/ericdev/fleetmesh/shared/labels"
 	"github.com/ericdev/fleetmesh/shared/testenv"
 )
 
@@ -136,6 +140,8 @@ func TestIntegration(t *testing.T) {
 	t.Run("a foreign object with our name is reported, never adopted", func(t *testing.T) { testConflict(t, env) })
 	t.Run("paused maintenance keeps the member template", func(t *testing.T) { testPaused(t, env) })
 	t.Run("a larger disk leaves the immutable claim template alone", func(t *testing.T) { testGrowDisk(t, env) })
+	// Last: it installs Istio's CRDs into the shared API server.
+	t.Run("mesh: blocked without Istio's API, then join and leave with Istio's own schemas", func(t *testing.T) { testMesh(t, env) })
 }
 
 func testCEL(t *testing.T, env *testenv.Env) {
@@ -371,4 +377,143 @@ func testGrowDisk(t *testing.T, env *testenv.Env) {
 	require.NoError(t, h.get(sts, "grow", "g"))
 	got := sts.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[corev1.ResourceStorage]
 	assert.Equal(t, "1Gi", got.String())
+}
+
+// memberPod is a member Pod as the StatefulSet controller and Istio's
+// injector would create it; no kubelet runs it here.
+func memberPod(ns, fleet string, ordinal int, proxy bool) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("%s-%d", fleet, ordinal), Labels: names.Selector(fleet)},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "celld", Image: "celld"}}},
+	}
+	if proxy {
+		p.Spec.InitContainers = []corev1.Container{{Name: mesh.ProxyContainer, Image: "proxyv2", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}}
+	}
+	return p
+}
+
+func replacePods(t *testing.T, c client.Client, ns, fleet string, proxy bool) {
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		p := memberPod(ns, fleet, i, proxy)
+		_ = c.Delete(ctx, p, client.GracePeriodSeconds(0))
+		require.Eventually(t, func() bool { return c.Create(ctx, memberPod(ns, fleet, i, proxy)) == nil }, 10*time.Second, 100*time.Millisecond)
+	}
+}
+
+func testMesh(t *testing.T, env *testenv.Env) {
+	ctx := context.Background()
+	createNamespace(t, env.Client, "mesh")
+	f := fleet("mesh", "m")
+	f.Spec.Mesh = &v1alpha1.Mesh{Istio: &v1alpha1.IstioMesh{}}
+	require.NoError(t, env.Client.Create(ctx, f))
+	h := newHarness(t, env, true)
+
+	// No Istio API: blocked with a reason, members untouched, no crash.
+	h.reconcile(f)
+	require.NoError(t, h.get(f, "mesh", "m"))
+	c := meta.FindStatusCondition(f.Status.Conditions, ConditionInfrastructureBlocked)
+	require.NotNil(t, c)
+	assert.Equal(t, "IstioAPIUnavailable", c.Reason)
+	assert.Error(t, h.get(&appsv1.StatefulSet{}, "mesh", "m"))
+
+	// The API appears: the same fleet proceeds without being touched.
+	env.InstallCRDs(t, testenv.ModuleFile(t, "istio.io/api", "v1.32.0", "kubernetes/customresourcedefinitions.gen.yaml"))
+	require.Eventually(t, func() bool {
+		h.reconcile(f)
+		_ = h.get(f, "mesh", "m")
+		return !meta.IsStatusConditionTrue(f.Status.Conditions, ConditionInfrastructureBlocked)
+	}, 30*time.Second, time.Second, "the fleet recovers once security.istio.io/v1 is served")
+	assert.Equal(t, "istio-system", f.Annotations[labels.IstioControlPlane], "the opt-in is recorded on the fleet")
+	assert.Equal(t, "istio-system", f.Spec.Mesh.Istio.ControlPlaneNamespace, "schema default")
+	assert.Equal(t, v1alpha1.AllowAll, f.Spec.Mesh.Istio.ApplicationAccess, "schema default")
+
+	sts := &appsv1.StatefulSet{}
+	require.NoError(t, h.get(sts, "mesh", "m"))
+	assert.Equal(t, "true", sts.Spec.Template.Labels[labels.IstioInject])
+	assert.Equal(t, "m", sts.Spec.Template.Labels[labels.Fleet])
+	assert.Equal(t, "true", sts.Spec.Template.Annotations[labels.IstioNativeSidecar])
+
+	ap := policy(mesh.AuthorizationPolicyKind)
+	pa := policy(mesh.PeerAuthenticationKind)
+
+	// Members without proxies (the join has begun): relaxed, PERMISSIVE.
+	replacePods(t, env.Client, "mesh", "m", false)
+	h.reconcile(f)
+	require.NoError(t, h.get(ap, "mesh", "m-mesh"), "Istio's schema accepted the relaxed AuthorizationPolicy")
+	assertPeerRuleRelaxed(t, ap, true)
+	require.NoError(t, h.get(pa, "mesh", "m-mesh"), "Istio's schema accepted the PeerAuthentication")
+	assertOwnedBy(t, pa, f)
+	np := &networkingv1.NetworkPolicy{}
+	require.NoError(t, h.get(np, "mesh", "m"))
+	assert.True(t, hasEgressPort(np, 15012), "istiod egress while joining")
+
+	// Every member has a proxy: identity rule back, PeerAuthentication gone.
+	replacePods(t, env.Client, "mesh", "m", true)
+	h.reconcile(f)
+	require.NoError(t, h.get(ap, "mesh", "m-mesh"))
+	assertPeerRuleRelaxed(t, ap, false)
+	assert.Error(t, h.get(policy(mesh.PeerAuthenticationKind), "mesh", "m-mesh"), "PeerAuthentication deleted once every proxy is seen")
+	require.NoError(t, h.get(f, "mesh", "m"))
+	assert.Equal(t, "Meshed", f.Status.Mesh)
+	assert.True(t, meta.IsStatusConditionTrue(f.Status.Conditions, ConditionMeshReady))
+
+	// applicationAccess is mutable and changes only the policy.
+	before := sts.Spec.Template
+	require.NoError(t, env.Client.Patch(ctx, f, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"mesh":{"istio":{"applicationAccess":"Policies"}}}}`))))
+	h.reconcile(f)
+	require.NoError(t, h.get(ap, "mesh", "m-mesh"))
+	rules, _, _ := unstructured.NestedSlice(ap.Object, "spec", "rules")
+	assert.Len(t, rules, 1, "with Policies nothing admits 8080")
+	require.NoError(t, h.get(sts, "mesh", "m"))
+	assert.Equal(t, before, sts.Spec.Template, "a policy-only change never touches the members")
+
+	// Leave: relaxed again while proxies remain, injection explicitly off.
+	require.NoError(t, env.Client.Patch(ctx, f, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"mesh":null}}`))))
+	h.reconcile(f)
+	require.NoError(t, h.get(sts, "mesh", "m"))
+	assert.Equal(t, "false", sts.Spec.Template.Labels[labels.IstioInject], "replacements opt out of injection")
+	require.NoError(t, h.get(ap, "mesh", "m-mesh"))
+	assertPeerRuleRelaxed(t, ap, true)
+	require.NoError(t, h.get(policy(mesh.PeerAuthenticationKind), "mesh", "m-mesh"))
+	require.NoError(t, h.get(np, "mesh", "m"))
+	assert.True(t, hasEgressPort(np, 15012), "old sidecars keep istiod while they run")
+
+	// No proxy left: both objects deleted, istiod egress closed, opt-out kept.
+	replacePods(t, env.Client, "mesh", "m", false)
+	h.reconcile(f)
+	assert.Error(t, h.get(policy(mesh.AuthorizationPolicyKind), "mesh", "m-mesh"))
+	assert.Error(t, h.get(policy(mesh.PeerAuthenticationKind), "mesh", "m-mesh"))
+	require.NoError(t, h.get(np, "mesh", "m"))
+	assert.False(t, hasEgressPort(np, 15012))
+	require.NoError(t, h.get(f, "mesh", "m"))
+	assert.Equal(t, "Left", f.Status.Mesh)
+	assert.Contains(t, f.Annotations, labels.IstioControlPlane, "the opt-out survives")
+	require.NoError(t, h.get(sts, "mesh", "m"))
+	assert.Equal(t, "false", sts.Spec.Template.Labels[labels.IstioInject])
+}
+
+func policy(gvk schema.GroupVersionKind) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(gvk)
+	return u
+}
+
+func assertPeerRuleRelaxed(t *testing.T, ap *unstructured.Unstructured, relaxed bool) {
+	t.Helper()
+	rules, _, _ := unstructured.NestedSlice(ap.Object, "spec", "rules")
+	require.NotEmpty(t, rules)
+	_, hasFrom := rules[0].(map[string]any)["from"]
+	assert.Equal(t, !relaxed, hasFrom, "peer-port rule identity requirement")
+}
+
+func hasEgressPort(np *networkingv1.NetworkPolicy, port int) bool {
+	for _, e := range np.Spec.Egress {
+		for _, p := range e.Ports {
+			if p.Port != nil && p.Port.IntValue() == port {
+				return true
+			}
+		}
+	}
+	return false
 }

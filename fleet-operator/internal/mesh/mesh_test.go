@@ -1,0 +1,118 @@
+package mesh
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/shared/golden"
+	"github.com/ericdev/fleetmesh/shared/labels"
+)
+
+func pods(spec ...string) []Pod {
+	// each spec: name:revision:proxy(p|-):terminating(t|-)
+	var out []Pod
+	for _, s := range spec {
+		f := strings.Split(s, ":")
+		out = append(out, Pod{Name: f[0], Revision: f[1], Proxy: f[2] == "p", Terminating: f[3] == "t"})
+	}
+	return out
+}
+
+func TestDecide(t *testing.T) {
+	tests := []struct {
+		name string
+		obs  Observation
+		want State
+	}{
+		{"never opted in", Observation{Pods: pods("f-0:a:-:-")}, State{Phase: NotMeshed}},
+		{"join requested, nobody meshed yet: relax before the first roll",
+			Observation{Desired: true, TargetRevision: "b", Pods: pods("f-0:a:-:-", "f-1:a:-:-")},
+			State{Phase: Joining, Relaxed: true, Policies: true, IstiodEgress: true}},
+		{"mixed while joining",
+			Observation{Desired: true, TargetRevision: "b", Pods: pods("f-0:a:-:-", "f-1:b:p:-")},
+			State{Phase: Joining, Relaxed: true, Policies: true, IstiodEgress: true}},
+		{"a terminating Pod without proxy still counts: no early restore",
+			Observation{Desired: true, TargetRevision: "b", Pods: pods("f-0:a:-:t", "f-1:b:p:-")},
+			State{Phase: Joining, Relaxed: true, Policies: true, IstiodEgress: true}},
+		{"new revision without proxy: injection missing",
+			Observation{Desired: true, TargetRevision: "b", Pods: pods("f-0:a:-:-", "f-1:b:-:-")},
+			State{Phase: Joining, Relaxed: true, Policies: true, IstiodEgress: true, MissingProxy: []string{"f-1"}}},
+		{"every Pod has a proxy: restore identity rule",
+			Observation{Desired: true, TargetRevision: "b", Pods: pods("f-0:b:p:-", "f-1:b:p:-")},
+			State{Phase: Meshed, Policies: true, IstiodEgress: true}},
+		{"leave requested, all still meshed",
+			Observation{WasMeshed: true, TargetRevision: "c", Pods: pods("f-0:b:p:-", "f-1:b:p:-")},
+			State{Phase: Leaving, Relaxed: true, Policies: true, IstiodEgress: true}},
+		{"old sidecar terminating keeps istiod egress",
+			Observation{WasMeshed: true, TargetRevision: "c", Pods: pods("f-0:c:-:-", "f-1:b:p:t")},
+			State{Phase: Leaving, Relaxed: true, Policies: true, IstiodEgress: true}},
+		{"left: no proxies anywhere",
+			Observation{WasMeshed: true, TargetRevision: "c", Pods: pods("f-0:c:-:-", "f-1:c:-:-")},
+			State{Phase: Left}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { assert.Equal(t, tc.want, Decide(tc.obs)) })
+	}
+}
+
+func TestHasProxy(t *testing.T) {
+	native := &corev1.Pod{Spec: corev1.PodSpec{InitContainers: []corev1.Container{{Name: ProxyContainer, RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}}}}
+	classic := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "celld"}, {Name: ProxyContainer}}}}
+	initOnly := &corev1.Pod{Spec: corev1.PodSpec{InitContainers: []corev1.Container{{Name: ProxyContainer}}}}
+	none := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "celld"}}}}
+	assert.True(t, HasProxy(native), "native sidecar")
+	assert.True(t, HasProxy(classic), "classic sidecar")
+	assert.False(t, HasProxy(initOnly), "an init container that exits is no proxy")
+	assert.False(t, HasProxy(none))
+}
+
+func fleet(access v1alpha1.ApplicationAccess) *v1alpha1.CelldFleet {
+	f := &v1alpha1.CelldFleet{
+		ObjectMeta: metav1.ObjectMeta{Name: "orders", Namespace: "fleets", UID: "11111111-2222-3333-4444-555555555555"},
+		Spec:       v1alpha1.CelldFleetSpec{Image: "celld:1"},
+	}
+	if access != "" {
+		f.Spec.Mesh = &v1alpha1.Mesh{Istio: &v1alpha1.IstioMesh{ControlPlaneNamespace: "istio-system", ApplicationAccess: access}}
+	}
+	return f
+}
+
+var params = Params{OperatorNamespace: "fleet-system", OperatorServiceAccount: "fleet-operator", TrustDomain: "cluster.local"}
+
+func TestGoldenPolicies(t *testing.T) {
+	golden.AssertYAML(t, "meshed-allowall", AuthorizationPolicy(fleet(v1alpha1.AllowAll), params, false))
+	golden.AssertYAML(t, "meshed-policies", AuthorizationPolicy(fleet(v1alpha1.Policies), params, false))
+	golden.AssertYAML(t, "rolling-allowall", AuthorizationPolicy(fleet(v1alpha1.AllowAll), params, true), PeerAuthentication(fleet(v1alpha1.AllowAll)))
+	golden.AssertYAML(t, "rolling-policies", AuthorizationPolicy(fleet(v1alpha1.Policies), params, true), PeerAuthentication(fleet(v1alpha1.Policies)))
+	// A leaving fleet has no spec.mesh: its relaxed policy keeps 8080 open as before.
+	golden.AssertYAML(t, "leaving", AuthorizationPolicy(fleet(""), params, true), PeerAuthentication(fleet("")))
+}
+
+func TestGoldenTemplates(t *testing.T) {
+	for name, mode := range map[string]TemplateMode{"template-untouched": Untouched, "template-inject": Inject, "template-optout": OptOut} {
+		tpl := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app.kubernetes.io/name": "celld"}}}
+		ApplyToTemplate(&tpl, "orders", mode)
+		golden.AssertYAML(t, name, tpl.ObjectMeta)
+	}
+}
+
+func TestModeAndControlPlane(t *testing.T) {
+	assert.Equal(t, Untouched, Mode(false, false), "never opted in: namespace injection behaviour untouched")
+	assert.Equal(t, Inject, Mode(true, false))
+	assert.Equal(t, Inject, Mode(true, true))
+	assert.Equal(t, OptOut, Mode(false, true), "left: explicit opt-out")
+
+	f := fleet(v1alpha1.AllowAll)
+	f.Spec.Mesh.Istio.ControlPlaneNamespace = "istio-prod"
+	assert.Equal(t, "istio-prod", ControlPlaneNamespace(f))
+	left := fleet("")
+	left.Annotations = map[string]string{labels.IstioControlPlane: "istio-prod"}
+	assert.Equal(t, "istio-prod", ControlPlaneNamespace(left), "a leaving fleet keeps using the recorded control plane")
+	assert.True(t, WasMeshed(left))
+}
