@@ -21,3 +21,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "mesh-operator.serviceAccountName" -}}
 {{- default (include "mesh-operator.fullname" .) .Values.serviceAccount.name -}}
 {{- end -}}
+
+{{- /*
+Labels or annotations with every key and value quoted: `--set podLabels.x=true`
+gives a boolean, which the API rejects as a label value.
+*/ -}}
+{{- define "mesh-operator.quotedMap" -}}
+{{- $lines := list -}}
+{{- range $k, $v := . -}}
+{{- $lines = append $lines (printf "%s: %s" ($k | quote) ($v | toString | quote)) -}}
+{{- end -}}
+{{- join "\n" $lines -}}
+{{- end -}}
