@@ -66,12 +66,12 @@ func TestPersistentFleetLifecycle(t *testing.T) {
 		for _, name := range []string{"orders", "orders-peers"} {
 			require.NoError(t, k8s.Get(ctx, types.NamespacedName{Namespace: fleetNS, Name: name}, &corev1.Service{}))
 		}
-		for _, pvc := range pvcs(t) {
+		for _, pvc := range pvcs(t, fleetNS) {
 			assert.Equal(t, corev1.ClaimBound, pvc.Status.Phase, pvc.Name)
 		}
 	})
 
-	disks := pvcUIDs(t)
+	disks := pvcUIDs(t, fleetNS)
 	require.Len(t, disks, 3)
 
 	t.Run("an image change rolls one member at a time and keeps the disks", func(t *testing.T) {
@@ -81,7 +81,7 @@ func TestPersistentFleetLifecycle(t *testing.T) {
 		obs.stop()
 		assert.LessOrEqual(t, obs.maxUnavailable(), 1, "never more than one member unavailable")
 		obs.assertReplacedOnce(t)
-		assert.Equal(t, disks, pvcUIDs(t), "every member keeps its claim")
+		assert.Equal(t, disks, pvcUIDs(t, fleetNS), "every member keeps its claim")
 	})
 
 	t.Run("an operator killed mid-roll finishes the roll without replacing a member twice", func(t *testing.T) {
@@ -97,25 +97,25 @@ func TestPersistentFleetLifecycle(t *testing.T) {
 		obs.stop()
 		assert.LessOrEqual(t, obs.maxUnavailable(), 1)
 		obs.assertReplacedOnce(t)
-		assert.Equal(t, disks, pvcUIDs(t))
+		assert.Equal(t, disks, pvcUIDs(t, fleetNS))
 	})
 
 	t.Run("paused maintenance holds a template change, and unpausing rolls it", func(t *testing.T) {
-		before := podUIDs(t)
+		before := podUIDs(t, f)
 		patchFleet(t, f, `{"spec":{"maintenance":{"paused":true},"image":"registry.example/celld:1.3.0"}}`)
 		waitFleet(t, f, time.Minute, func(f *fleetv1.CelldFleet) (bool, string) {
 			c := meta.FindStatusCondition(f.Status.Conditions, "Provisioning")
 			return c != nil && c.Reason == "MaintenancePaused" && c.ObservedGeneration == f.Generation, fmt.Sprintf("%+v", c)
 		})
 		time.Sleep(5 * time.Second) // long enough for several reconciles and /state polls
-		assert.Equal(t, before, podUIDs(t), "no member is restarted while paused")
+		assert.Equal(t, before, podUIDs(t, f), "no member is restarted while paused")
 		sts := &appsv1.StatefulSet{}
 		require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(f), sts))
 		assert.Equal(t, "registry.example/celld:1.2.0", sts.Spec.Template.Spec.Containers[0].Image)
 
 		patchFleet(t, f, `{"spec":{"maintenance":{"paused":false}}}`)
 		waitFleet(t, f, 3*time.Minute, readyOn("1.3.0"))
-		assert.Equal(t, disks, pvcUIDs(t))
+		assert.Equal(t, disks, pvcUIDs(t, fleetNS))
 	})
 
 	t.Run("deleting the fleet keeps the disks by default", func(t *testing.T) {
@@ -124,7 +124,7 @@ func TestPersistentFleetLifecycle(t *testing.T) {
 			err := k8s.Get(ctx, client.ObjectKeyFromObject(f), &appsv1.StatefulSet{})
 			return client.IgnoreNotFound(err) == nil && err != nil, "StatefulSet still there"
 		})
-		assert.Equal(t, disks, pvcUIDs(t), "whenDeleted: Retain leaves every claim")
+		assert.Equal(t, disks, pvcUIDs(t, fleetNS), "whenDeleted: Retain leaves every claim")
 	})
 }
 
@@ -176,29 +176,29 @@ func patchFleet(t *testing.T, f *fleetv1.CelldFleet, patch string) {
 	require.NoError(t, k8s.Patch(context.Background(), &fleetv1.CelldFleet{ObjectMeta: f.ObjectMeta}, client.RawPatch(types.MergePatchType, []byte(patch))))
 }
 
-func memberPods(t *testing.T) []corev1.Pod {
+func memberPods(t *testing.T, f *fleetv1.CelldFleet) []corev1.Pod {
 	list := &corev1.PodList{}
-	require.NoError(t, k8s.List(context.Background(), list, client.InNamespace(fleetNS), client.MatchingLabels{"app.kubernetes.io/instance": "orders"}))
+	require.NoError(t, k8s.List(context.Background(), list, client.InNamespace(f.Namespace), client.MatchingLabels{"app.kubernetes.io/instance": f.Name}))
 	return list.Items
 }
 
-func podUIDs(t *testing.T) map[string]types.UID {
+func podUIDs(t *testing.T, f *fleetv1.CelldFleet) map[string]types.UID {
 	out := map[string]types.UID{}
-	for _, p := range memberPods(t) {
+	for _, p := range memberPods(t, f) {
 		out[p.Name] = p.UID
 	}
 	return out
 }
 
-func pvcs(t *testing.T) []corev1.PersistentVolumeClaim {
+func pvcs(t *testing.T, namespace string) []corev1.PersistentVolumeClaim {
 	list := &corev1.PersistentVolumeClaimList{}
-	require.NoError(t, k8s.List(context.Background(), list, client.InNamespace(fleetNS)))
+	require.NoError(t, k8s.List(context.Background(), list, client.InNamespace(namespace)))
 	return list.Items
 }
 
-func pvcUIDs(t *testing.T) map[string]types.UID {
+func pvcUIDs(t *testing.T, namespace string) map[string]types.UID {
 	out := map[string]types.UID{}
-	for _, p := range pvcs(t) {
+	for _, p := range pvcs(t, namespace) {
 		out[p.Name] = p.UID
 	}
 	return out
@@ -218,14 +218,15 @@ type memberObserver struct {
 
 func watchMembers(t *testing.T, f *fleetv1.CelldFleet) *memberObserver {
 	ctx, cancel := context.WithCancel(context.Background())
-	o := &memberObserver{uids: map[string]map[types.UID]bool{}, before: podUIDs(t), cancel: cancel, done: make(chan struct{})}
+	o := &memberObserver{uids: map[string]map[types.UID]bool{}, before: podUIDs(t, f), cancel: cancel, done: make(chan struct{})}
+	ns := f.Namespace
 	want := int(*getFleet(t, f).Spec.Replicas)
 	httpc := &http.Client{Timeout: 300 * time.Millisecond}
 	// Every Pod ever created is seen through a watch, however short-lived;
 	// polling alone could miss a member replaced twice in quick succession.
 	wc, err := client.NewWithWatch(bed.Cluster.REST, client.Options{Scheme: k8s.Scheme()})
 	require.NoError(t, err)
-	w, err := wc.Watch(ctx, &corev1.PodList{}, client.InNamespace(fleetNS), client.MatchingLabels{"app.kubernetes.io/instance": f.Name})
+	w, err := wc.Watch(ctx, &corev1.PodList{}, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/instance": f.Name})
 	require.NoError(t, err)
 	watching := make(chan struct{})
 	go func() {
@@ -241,7 +242,7 @@ func watchMembers(t *testing.T, f *fleetv1.CelldFleet) *memberObserver {
 		defer func() { w.Stop(); <-watching }()
 		for ctx.Err() == nil {
 			list := &corev1.PodList{}
-			if err := k8s.List(ctx, list, client.InNamespace(fleetNS), client.MatchingLabels{"app.kubernetes.io/instance": f.Name}); err == nil {
+			if err := k8s.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/instance": f.Name}); err == nil {
 				available := 0
 				for _, p := range list.Items {
 					if p.DeletionTimestamp == nil && podReady(&p) && stateHealthy(httpc, p.Status.PodIP) {
