@@ -155,7 +155,9 @@ func meshObject(f *fleetv1.CelldFleet, kind string) *unstructured.Unstructured {
 func meshAP(f *fleetv1.CelldFleet) *unstructured.Unstructured {
 	return meshObject(f, "AuthorizationPolicy")
 }
-func meshPA(f *fleetv1.CelldFleet) *unstructured.Unstructured { return meshObject(f, "PeerAuthentication") }
+func meshPA(f *fleetv1.CelldFleet) *unstructured.Unstructured {
+	return meshObject(f, "PeerAuthentication")
+}
 
 func exists(t *testing.T, u *unstructured.Unstructured) bool {
 	err := k8s.Get(context.Background(), client.ObjectKeyFromObject(u), u)
@@ -242,4 +244,3 @@ func (o *meshPolicyObserver) assertSafe(t *testing.T) {
 	assert.True(t, o.sawPolicies)
 	assert.Empty(t, o.violations, "peer port not relaxed while mixed:\n%s", strings.Join(o.violations, "\n"))
 }
-
