@@ -33,7 +33,7 @@ generate: ## generate deepcopy code for the API types
 manifests: generate ## generate CRDs and RBAC under <operator>/config, then sync them into the charts
 	for op in $(OPERATORS); do \
 	  (cd $$op && $(CONTROLLER_GEN) crd:allowDangerousTypes=false paths=./api/... output:crd:artifacts:config=config/crd/bases \
-	    rbac:roleName=$$op paths=./internal/... output:rbac:artifacts:config=config/rbac); \
+	    && $(CONTROLLER_GEN) rbac:roleName=$$op paths=./internal/... output:rbac:artifacts:config=config/rbac); \
 	done
 	hack/sync-charts.sh
 
