@@ -75,10 +75,87 @@ type CelldFleetSpec struct {
 	// +optional
 	Maintenance Maintenance `json:"maintenance,omitempty"`
 
+	// Routing lets the operator manage the application route (Gateway API
+	// HTTPRoute or Ingress) and a narrowly scoped ingress policy for it.
+	// Routing changes never restart members and continue while maintenance
+	// is paused.
+	// +optional
+	Routing *Routing `json:"routing,omitempty"`
+
 	// Mesh puts the members into a service mesh. Adding or removing it on a
 	// running fleet rolls the members one at a time, keeping their disks.
 	// +optional
 	Mesh *Mesh `json:"mesh,omitempty"`
+}
+
+// Routing is the fleet's application route: exactly one of gateway or ingress.
+// +kubebuilder:validation:XValidation:rule="has(self.gateway) != has(self.ingress)",message="spec.routing needs exactly one of gateway or ingress; to switch modes replace the whole routing block (or remove the old mode explicitly in a merge patch)"
+type Routing struct {
+	// Hostnames the route serves; wildcards such as *.example.com are allowed.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.all(h, h.matches('^([*][.])?[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$'))",message="spec.routing.hostnames must be DNS names such as app.example.com or *.example.com (lowercase, no port, no IP address)"
+	// +listType=set
+	Hostnames []string `json:"hostnames"`
+	// Gateway routes through a Gateway API Gateway with an HTTPRoute.
+	// +optional
+	Gateway *GatewayRouting `json:"gateway,omitempty"`
+	// Ingress routes through an Ingress controller.
+	// +optional
+	Ingress *IngressRouting `json:"ingress,omitempty"`
+	// Source names the Pods that carry the routed traffic into the fleet
+	// (the Gateway's or ingress controller's data plane). The FLEET-routing
+	// NetworkPolicy admits TCP 8080 from exactly these.
+	Source RoutingSource `json:"source"`
+}
+
+// GatewayRouting names the parent Gateway (and listener) of the HTTPRoute.
+type GatewayRouting struct {
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Namespace of the Gateway; empty means the fleet's namespace. A Gateway
+	// in another namespace must admit the fleet namespace in its listener's
+	// allowedRoutes.
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	// SectionName selects one listener of the Gateway.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	SectionName string `json:"sectionName,omitempty"`
+}
+
+// IngressRouting configures an Ingress.
+type IngressRouting struct {
+	// ClassName is the IngressClass (spec.ingressClassName).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	ClassName string `json:"className"`
+	// TLSSecretName in the fleet namespace should cover every hostname;
+	// empty means HTTP only.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	TLSSecretName string `json:"tlsSecretName,omitempty"`
+	// Annotations for the Ingress controller (privileged configuration:
+	// follow your admission policy). Removing one here removes it from the
+	// Ingress; annotations other controllers set are kept.
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="!('kubernetes.io/ingress.class' in self)",message="the legacy kubernetes.io/ingress.class annotation is rejected: use spec.routing.ingress.className"
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// RoutingSource selects the Pods that send routed traffic.
+type RoutingSource struct {
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace"`
+	// PodLabels of the data-plane Pods (not necessarily the controller's).
+	// +kubebuilder:validation:MinProperties=1
+	// +kubebuilder:validation:MaxProperties=16
+	PodLabels map[string]string `json:"podLabels"`
 }
 
 // Mesh selects the service mesh integration.
@@ -268,7 +345,7 @@ type CelldFleetStatus struct {
 	// ObservedGeneration is the spec generation this status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Conditions: Ready, Provisioning, InfrastructureBlocked, DisksResized, MeshReady.
+	// Conditions: Ready, Provisioning, InfrastructureBlocked, DisksResized, MeshReady, RoutingReady.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -35,6 +36,7 @@ import (
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/network"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/roll"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/routing"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/state"
 	"github.com/ericdev/fleetmesh/shared/apply"
 	"github.com/ericdev/fleetmesh/shared/labels"
@@ -83,12 +85,22 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 
 // SetupWithManager registers the reconciler's watches.
 func (r *FleetReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr)
+	// Watch HTTPRoutes (for their status) only where the Gateway API is
+	// installed at start-up; elsewhere routing polls while it waits, and a
+	// later install is found by discovery without a restart.
+	if _, err := mgr.GetRESTMapper().RESTMapping(routing.HTTPRouteGVK.GroupKind(), routing.HTTPRouteGVK.Version); err == nil {
+		route := &unstructured.Unstructured{}
+		route.SetGroupVersionKind(routing.HTTPRouteGVK)
+		b = b.Owns(route)
+	}
+	return b.
 		For(&v1alpha1.CelldFleet{}).
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&corev1.Service{}).
 		Owns(&corev1.ServiceAccount{}).
 		Owns(&networkingv1.NetworkPolicy{}).
+		Owns(&networkingv1.Ingress{}).
 		// Member Pods belong to the StatefulSet; map them to their fleet by label.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToFleet), builder.WithPredicates()).
 		Complete(r)
@@ -117,6 +129,8 @@ type observed struct {
 	diskResize string
 	// mesh is where the fleet stands with respect to the Istio mesh.
 	mesh mesh.State
+	// routing is what the RoutingReady condition says.
+	routing routingOutcome
 }
 
 type blockage struct{ reason, message string }
@@ -164,7 +178,7 @@ func (r *FleetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if obs.blocked != nil {
 		return ctrl.Result{}, nil // unblocked by a flag change (restart) or an edit (event)
 	}
-	if obs.decision.Rolling() || obs.stsSettling || !allAvailable(fleet, obs) {
+	if obs.decision.Rolling() || obs.stsSettling || !allAvailable(fleet, obs) || !obs.routing.ready() {
 		return ctrl.Result{RequeueAfter: rollPoll}, nil
 	}
 	return ctrl.Result{RequeueAfter: r.Config.StateInterval}, nil
@@ -182,9 +196,12 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 	}
 	obs.mesh = observeMesh(fleet, pods, live)
 
-	// Networking is reconciled whatever else holds the fleet back, including
-	// maintenance.paused: it never restarts a member.
+	// Networking and routing are reconciled whatever else holds the fleet
+	// back, including maintenance.paused: they never restart a member.
 	if err := r.reconcileNetworking(ctx, fleet, obs); err != nil {
+		return err
+	}
+	if obs.routing, err = r.reconcileRouting(ctx, fleet); err != nil {
 		return err
 	}
 	if obs.mesh.Phase != mesh.NotMeshed {

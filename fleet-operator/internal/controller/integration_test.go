@@ -32,6 +32,7 @@ import (
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/mesh"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/routing"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/state"
 	"github.com/ericdev/fleetmesh/shared/apply"
 	"github.com/ericdev/fleetmesh/shared/labels"
@@ -140,7 +141,8 @@ func TestIntegration(t *testing.T) {
 	t.Run("a foreign object with our name is reported, never adopted", func(t *testing.T) { testConflict(t, env) })
 	t.Run("paused maintenance keeps the member template", func(t *testing.T) { testPaused(t, env) })
 	t.Run("a larger disk leaves the immutable claim template alone", func(t *testing.T) { testGrowDisk(t, env) })
-	// Last: it installs Istio's CRDs into the shared API server.
+	// These install Gateway API and Istio CRDs into the shared API server.
+	t.Run("routing: CEL, Gateway API missing then present, Ingress, collisions, mode switch, removal", func(t *testing.T) { testRouting(t, env) })
 	t.Run("mesh: blocked without Istio's API, then join and leave with Istio's own schemas", func(t *testing.T) { testMesh(t, env) })
 }
 
@@ -516,4 +518,202 @@ func hasEgressPort(np *networkingv1.NetworkPolicy, port int) bool {
 		}
 	}
 	return false
+}
+
+func routingFleet(ns, name string, r *v1alpha1.Routing) *v1alpha1.CelldFleet {
+	f := fleet(ns, name)
+	f.Spec.Routing = r
+	return f
+}
+
+func gatewayRouting() *v1alpha1.Routing {
+	return &v1alpha1.Routing{
+		Hostnames: []string{"app.example.com"},
+		Gateway:   &v1alpha1.GatewayRouting{Name: "public", Namespace: "edge", SectionName: "https"},
+		Source:    v1alpha1.RoutingSource{Namespace: "edge", PodLabels: map[string]string{"app": "public-gateway"}},
+	}
+}
+
+func ingressRouting() *v1alpha1.Routing {
+	return &v1alpha1.Routing{
+		Hostnames: []string{"app.example.com", "*.app.example.com"},
+		Ingress: &v1alpha1.IngressRouting{ClassName: "nginx", TLSSecretName: "app-tls",
+			Annotations: map[string]string{"cert-manager.io/cluster-issuer": "letsencrypt", "nginx.ingress.kubernetes.io/proxy-body-size": "8m"}},
+		Source: v1alpha1.RoutingSource{Namespace: "ingress-nginx", PodLabels: map[string]string{"app.kubernetes.io/component": "controller"}},
+	}
+}
+
+func routingCondition(t *testing.T, h *harness, f *v1alpha1.CelldFleet) *metav1.Condition {
+	t.Helper()
+	h.reconcile(f)
+	require.NoError(t, h.get(f, f.Namespace, f.Name))
+	return meta.FindStatusCondition(f.Status.Conditions, ConditionRoutingReady)
+}
+
+func assertRouting(t *testing.T, c *metav1.Condition, status metav1.ConditionStatus, reason string) {
+	t.Helper()
+	require.NotNil(t, c, "RoutingReady missing")
+	assert.Equal(t, status, c.Status, c.Message)
+	assert.Equal(t, reason, c.Reason, c.Message)
+}
+
+func testRouting(t *testing.T, env *testenv.Env) {
+	ctx := context.Background()
+	createNamespace(t, env.Client, "routes")
+	h := newHarness(t, env, true)
+
+	t.Run("CEL", func(t *testing.T) {
+		for name, tc := range map[string]struct {
+			mutate func(r *v1alpha1.Routing)
+			msg    string
+		}{
+			"both modes":       {func(r *v1alpha1.Routing) { r.Ingress = ingressRouting().Ingress }, "exactly one of gateway or ingress"},
+			"no mode":          {func(r *v1alpha1.Routing) { r.Gateway = nil }, "exactly one of gateway or ingress"},
+			"no hostnames":     {func(r *v1alpha1.Routing) { r.Hostnames = nil }, "spec.routing.hostnames"},
+			"bad hostname":     {func(r *v1alpha1.Routing) { r.Hostnames = []string{"App.Example.com:443"} }, "must be DNS names"},
+			"ip hostname":      {func(r *v1alpha1.Routing) { r.Hostnames = []string{"app.*.example.com"} }, "must be DNS names"},
+			"no source labels": {func(r *v1alpha1.Routing) { r.Source.PodLabels = nil }, "spec.routing.source.podLabels"},
+			"no source ns":     {func(r *v1alpha1.Routing) { r.Source.Namespace = "" }, "spec.routing.source.namespace"},
+			"no gateway name":  {func(r *v1alpha1.Routing) { r.Gateway.Name = "" }, "spec.routing.gateway.name"},
+			"legacy class": {func(r *v1alpha1.Routing) {
+				r.Gateway = nil
+				r.Ingress = &v1alpha1.IngressRouting{ClassName: "nginx", Annotations: map[string]string{"kubernetes.io/ingress.class": "nginx"}}
+			}, "legacy kubernetes.io/ingress.class annotation is rejected"},
+			"no class name": {func(r *v1alpha1.Routing) { r.Gateway = nil; r.Ingress = &v1alpha1.IngressRouting{} }, "spec.routing.ingress.className"},
+		} {
+			t.Run(name, func(t *testing.T) {
+				r := gatewayRouting()
+				tc.mutate(r)
+				err := env.Client.Create(ctx, routingFleet("routes", "bad", r))
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), tc.msg)
+			})
+		}
+	})
+
+	gw := routingFleet("routes", "gw", gatewayRouting())
+	require.NoError(t, env.Client.Create(ctx, gw))
+	t.Run("without the Gateway API CRDs: GatewayAPIUnavailable, the fleet unaffected", func(t *testing.T) {
+		assertRouting(t, routingCondition(t, h, gw), metav1.ConditionFalse, "GatewayAPIUnavailable")
+		require.NoError(t, h.get(&appsv1.StatefulSet{}, "routes", "gw"), "members are provisioned regardless")
+	})
+
+	env.InstallCRDs(t, testenv.ModuleFile(t, "sigs.k8s.io/gateway-api", "v1.6.3", "config/crd/standard"))
+	route := policy(routing.HTTPRouteGVK)
+	t.Run("Gateway: waits for the configured parent's current-generation Accepted and ResolvedRefs", func(t *testing.T) {
+		require.Eventually(t, func() bool {
+			c := routingCondition(t, h, gw)
+			return c != nil && c.Reason != "GatewayAPIUnavailable"
+		}, 30*time.Second, time.Second)
+		require.NoError(t, h.get(route, "routes", "gw-routing"), "the Gateway API schema accepted the HTTPRoute")
+		assertOwnedBy(t, route, gw)
+		assertRouting(t, routingCondition(t, h, gw), metav1.ConditionUnknown, "AwaitingGateway")
+		np := &networkingv1.NetworkPolicy{}
+		require.NoError(t, h.get(np, "routes", "gw-routing"))
+
+		gen := route.GetGeneration()
+		setParent := func(accepted, resolved metav1.ConditionStatus, observed int64) {
+			require.NoError(t, h.get(route, "routes", "gw-routing"))
+			parent := map[string]any{
+				"parentRef":      map[string]any{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "public", "namespace": "edge", "sectionName": "https"},
+				"controllerName": "example.com/gateway-controller",
+				"conditions": []any{
+					map[string]any{"type": "Accepted", "status": string(accepted), "reason": "Test", "message": "from the test", "observedGeneration": observed, "lastTransitionTime": "2026-01-01T00:00:00Z"},
+					map[string]any{"type": "ResolvedRefs", "status": string(resolved), "reason": "Test", "message": "from the test", "observedGeneration": observed, "lastTransitionTime": "2026-01-01T00:00:00Z"},
+				},
+			}
+			require.NoError(t, unstructured.SetNestedSlice(route.Object, []any{parent}, "status", "parents"))
+			require.NoError(t, env.Client.Status().Update(ctx, route), "playing the Gateway controller")
+		}
+		setParent(metav1.ConditionTrue, metav1.ConditionTrue, gen-1)
+		assertRouting(t, routingCondition(t, h, gw), metav1.ConditionUnknown, "AwaitingGateway")
+		setParent(metav1.ConditionFalse, metav1.ConditionTrue, gen)
+		assertRouting(t, routingCondition(t, h, gw), metav1.ConditionFalse, "RouteNotAccepted")
+		setParent(metav1.ConditionTrue, metav1.ConditionFalse, gen)
+		assertRouting(t, routingCondition(t, h, gw), metav1.ConditionFalse, "RouteRefsNotResolved")
+		setParent(metav1.ConditionTrue, metav1.ConditionTrue, gen)
+		assertRouting(t, routingCondition(t, h, gw), metav1.ConditionTrue, "RouteAccepted")
+		assert.True(t, meta.IsStatusConditionFalse(gw.Status.Conditions, ConditionInfrastructureBlocked))
+
+		// A hostname change is a new generation: the old verdict no longer counts.
+		require.NoError(t, env.Client.Patch(ctx, gw, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"routing":{"hostnames":["shop.example.com"]}}}`))))
+		assertRouting(t, routingCondition(t, h, gw), metav1.ConditionUnknown, "AwaitingGateway")
+	})
+
+	t.Run("Ingress: class, TLS for every host, annotations pruned, foreign ones kept, address", func(t *testing.T) {
+		f := routingFleet("routes", "ing", ingressRouting())
+		require.NoError(t, env.Client.Create(ctx, f))
+		assertRouting(t, routingCondition(t, h, f), metav1.ConditionUnknown, "AwaitingAddress")
+		ing := &networkingv1.Ingress{}
+		require.NoError(t, h.get(ing, "routes", "ing-routing"))
+		assert.Equal(t, "nginx", *ing.Spec.IngressClassName)
+		require.Len(t, ing.Spec.TLS, 1)
+		assert.ElementsMatch(t, []string{"app.example.com", "*.app.example.com"}, ing.Spec.TLS[0].Hosts)
+		assert.Equal(t, "8m", ing.Annotations["nginx.ingress.kubernetes.io/proxy-body-size"])
+
+		// The ingress controller adds its own annotation and publishes an address.
+		ing.Annotations["ingress.example.com/last-sync"] = "now"
+		require.NoError(t, env.Client.Update(ctx, ing, client.FieldOwner("ingress-controller")))
+		ing.Status.LoadBalancer.Ingress = []networkingv1.IngressLoadBalancerIngress{{IP: "192.0.2.10"}}
+		require.NoError(t, env.Client.Status().Update(ctx, ing, client.FieldOwner("ingress-controller")))
+
+		require.NoError(t, env.Client.Patch(ctx, f, client.RawPatch(types.MergePatchType,
+			[]byte(`{"spec":{"routing":{"ingress":{"annotations":{"nginx.ingress.kubernetes.io/proxy-body-size":null}}}}}`))))
+		assertRouting(t, routingCondition(t, h, f), metav1.ConditionTrue, "AddressAssigned")
+		require.NoError(t, h.get(ing, "routes", "ing-routing"))
+		assert.NotContains(t, ing.Annotations, "nginx.ingress.kubernetes.io/proxy-body-size", "a removed configured annotation is pruned")
+		assert.Equal(t, "letsencrypt", ing.Annotations["cert-manager.io/cluster-issuer"])
+		assert.Equal(t, "now", ing.Annotations["ingress.example.com/last-sync"], "a controller's annotation is kept")
+
+		t.Run("switching to gateway waits for the old route's finalizer", func(t *testing.T) {
+			ing.Finalizers = []string{"example.com/held"}
+			require.NoError(t, env.Client.Update(ctx, ing, client.FieldOwner("ingress-controller")))
+			require.NoError(t, env.Client.Patch(ctx, f, client.RawPatch(types.MergePatchType,
+				[]byte(`{"spec":{"routing":{"ingress":null,"gateway":{"name":"public","namespace":"edge"}}}}`))))
+			assertRouting(t, routingCondition(t, h, f), metav1.ConditionFalse, "RemovingOldRoute")
+			assert.Error(t, h.get(policy(routing.HTTPRouteGVK), "routes", "ing-routing"), "no new route while the old one exists")
+			require.NoError(t, h.get(ing, "routes", "ing-routing"))
+			ing.Finalizers = nil
+			require.NoError(t, env.Client.Update(ctx, ing))
+			c := routingCondition(t, h, f)
+			assertRouting(t, c, metav1.ConditionUnknown, "AwaitingGateway")
+			require.NoError(t, h.get(policy(routing.HTTPRouteGVK), "routes", "ing-routing"))
+		})
+
+		t.Run("removing routing deletes the route, then its policy", func(t *testing.T) {
+			require.NoError(t, env.Client.Patch(ctx, f, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"routing":null}}`))))
+			assert.Nil(t, routingCondition(t, h, f), "no routing, no condition")
+			assert.Error(t, h.get(policy(routing.HTTPRouteGVK), "routes", "ing-routing"))
+			assert.Error(t, h.get(&networkingv1.NetworkPolicy{}, "routes", "ing-routing"))
+			require.NoError(t, h.get(&networkingv1.NetworkPolicy{}, "routes", "ing"), "the fleet policy stays")
+		})
+	})
+
+	t.Run("a foreign object named FLEET-routing is reported, never adopted", func(t *testing.T) {
+		foreign := &networkingv1.Ingress{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "routes", Name: "taken-routing", Annotations: map[string]string{"team": "theirs"}},
+			Spec:       networkingv1.IngressSpec{DefaultBackend: &networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: "theirs", Port: networkingv1.ServiceBackendPort{Number: 80}}}},
+		}
+		require.NoError(t, env.Client.Create(ctx, foreign))
+		f := routingFleet("routes", "taken", ingressRouting())
+		require.NoError(t, env.Client.Create(ctx, f))
+		c := routingCondition(t, h, f)
+		assertRouting(t, c, metav1.ConditionFalse, "OwnershipConflict")
+		assert.Contains(t, c.Message, "taken-routing")
+		got := &networkingv1.Ingress{}
+		require.NoError(t, h.get(got, "routes", "taken-routing"))
+		assert.Empty(t, got.OwnerReferences)
+		assert.Equal(t, "theirs", got.Spec.DefaultBackend.Service.Name)
+		require.NoError(t, h.get(f, "routes", "taken"))
+		assert.False(t, meta.IsStatusConditionTrue(f.Status.Conditions, ConditionInfrastructureBlocked), "routing is separate from the fleet's own health")
+	})
+
+	t.Run("routing continues while maintenance is paused", func(t *testing.T) {
+		require.NoError(t, env.Client.Patch(ctx, gw, client.RawPatch(types.MergePatchType,
+			[]byte(`{"spec":{"maintenance":{"paused":true},"routing":{"hostnames":["paused.example.com"]}}}`))))
+		routingCondition(t, h, gw)
+		require.NoError(t, h.get(route, "routes", "gw-routing"))
+		hosts, _, _ := unstructured.NestedStringSlice(route.Object, "spec", "hostnames")
+		assert.Equal(t, []string{"paused.example.com"}, hosts)
+	})
 }

@@ -81,6 +81,11 @@ func computeStatus(fleet *v1alpha1.CelldFleet, obs *observed, now time.Time) v1a
 	}
 	st.Mesh = string(obs.mesh.Phase)
 	setMeshCondition(fleet, obs.mesh, set)
+	if rr := obs.routing.readiness; rr != nil {
+		set(ConditionRoutingReady, rr.Status, rr.Reason, rr.Message)
+	} else {
+		meta.RemoveStatusCondition(&st.Conditions, ConditionRoutingReady)
+	}
 
 	switch {
 	case obs.blocked != nil:

@@ -35,6 +35,9 @@ func NetworkPolicy(fleet string) string { return fleet }
 // Mesh names the fleet's AuthorizationPolicy and PeerAuthentication.
 func Mesh(fleet string) string { return fleet + "-mesh" }
 
+// Routing names the fleet's route (HTTPRoute or Ingress) and its NetworkPolicy.
+func Routing(fleet string) string { return fleet + "-routing" }
+
 // StatefulSet runs the members.
 func StatefulSet(fleet string) string { return fleet }
 
