@@ -30,6 +30,7 @@ import (
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/network"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/routing"
 	"github.com/ericdev/fleetmesh/shared/labels"
 )
 
@@ -343,5 +344,41 @@ func TestNetworkPolicyConnectivityIstiod(t *testing.T) {
 		tcp(member0, istiodElsewhere, 15012, deny, "an app=istiod Pod outside the control-plane namespace"),
 		tcp(member0, otherControlPlane, 15012, deny, "another control plane's namespace"),
 		tcp(member0, member1, 8081, allow, "peer egress unchanged"),
+	})
+}
+
+// TestNetworkPolicyConnectivityRouting adds spec.routing's FLEET-routing
+// policy to the fleet policy: only the routing source Pods gain the
+// application port, and nothing new reaches the peer port.
+func TestNetworkPolicyConnectivityRouting(t *testing.T) {
+	const edge = "edge"
+	gatewayPod := pod(edge, "public-gateway-7c9", "10.244.6.60", map[string]string{"app": "public-gateway", "pod-template-hash": "7c9"})
+	gatewayController := pod(edge, "gateway-controller-0", "10.244.6.61", map[string]string{"app": "gateway-controller"})
+	lookalikeGateway := pod(otherNS, "public-gateway-copy", "10.244.3.34", map[string]string{"app": "public-gateway"})
+
+	f := newFleet(myFleet, fleetNS, "uid-my-fleet")
+	f.Spec.Routing = &v1alpha1.Routing{
+		Hostnames: []string{"app.example.com"},
+		Gateway:   &v1alpha1.GatewayRouting{Name: "public", Namespace: edge},
+		Source:    v1alpha1.RoutingSource{Namespace: edge, PodLabels: map[string]string{"app": "public-gateway"}},
+	}
+	policies := []*networkingv1.NetworkPolicy{
+		mustPolicy(t, f, network.Params{OperatorNamespace: operatorNS, OperatorPodLabels: operatorLabels}),
+		routing.NetworkPolicy(f),
+	}
+	evaluate(t, policies, []flow{
+		tcp(gatewayPod, member0, 8080, allow, "the routing source's data plane reaches the application port"),
+		tcp(gatewayPod, member1, 8080, allow, "on every member"),
+		tcp(gatewayPod, member0, 8081, deny, "never the peer port through routing"),
+		tcp(gatewayPod, member0, 9090, deny, "no other port"),
+		udp(gatewayPod, member0, 8080, deny, "TCP only"),
+		tcp(gatewayController, member0, 8080, deny, "other Pods of the source namespace (the controller itself)"),
+		tcp(lookalikeGateway, member0, 8080, deny, "source labels in another namespace"),
+		tcp(remoteClient, member0, 8080, deny, "cross-namespace clients stay out"),
+		tcp(internetV4, member0, 8080, deny, "no direct ingress from outside"),
+		tcp(client, member0, 8080, allow, "same-namespace labelled clients still reach it"),
+		tcp(member1, member0, 8081, allow, "peer traffic unchanged"),
+		tcp(operator, member0, 8081, allow, "operator /state unchanged"),
+		tcp(client, member0, 8081, deny, "clients still never reach the peer port"),
 	})
 }
