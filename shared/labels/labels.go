@@ -47,6 +47,31 @@ const (
 	MeshDisabled = "disabled"
 )
 
+// Mesh state labels: written on a Namespace by the mesh operator only, and
+// only after what they claim has been applied, so workload operators can
+// adapt to the namespace (see docs/mesh-contract.md).
+const (
+	// MeshState is "enrolled" once the namespace's mesh configuration is in place.
+	MeshState = MeshGroup + "/mesh-state"
+	// MeshDataPlane is "ambient" or "sidecar".
+	MeshDataPlane = MeshGroup + "/mesh-dataplane"
+	// MeshMTLS is "strict" or "permissive": the namespace-wide mode in force.
+	MeshMTLS = MeshGroup + "/mesh-mtls"
+	// MeshIsolation is "off", "namespace" or "strict".
+	MeshIsolation = MeshGroup + "/mesh-isolation"
+	// MeshControlPlane is the namespace of the control plane serving it.
+	MeshControlPlane = MeshGroup + "/mesh-control-plane"
+	// AllowFromPrefix starts one label key per declared cross-namespace
+	// edge: allow-from.core.navique.com/<source namespace>=true.
+	AllowFromPrefix = "allow-from." + MeshGroup + "/"
+)
+
+// MeshStateEnrolled is the value of MeshState for an enrolled namespace.
+const MeshStateEnrolled = "enrolled"
+
+// IstioDataPlaneMode is Istio's ambient label; "none" opts a Pod out.
+const IstioDataPlaneMode = "istio.io/dataplane-mode"
+
 // Well-known keys that Kubernetes itself or standard cluster add-ons set.
 // The operators never write them; NetworkPolicy builders select on them, and
 // they are spelled here so that no builder has to.
