@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +24,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/restmapper"
+	"k8s.io/utils/ptr"
 
 	"github.com/ericdev/fleetmesh/e2e/cluster"
 )
@@ -73,6 +76,9 @@ func TestRenderedChartsApply(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, applyYAML(t, c, out), "%s/%s rejected by the API server", r.release.chart, r.release.name)
 		assertStored(t, c, m)
+		for _, d := range m.all("Deployment") {
+			assertRestrictedPodSecurity(t, cs, convert[appsv1.Deployment](t, d))
+		}
 	}
 
 	// The license Secret the chart created is what the operator reads.
@@ -158,6 +164,45 @@ func TestRenderedChartsApply(t *testing.T) {
 			{"list", "", "secrets", "mesh-alt", ""},
 		})
 	})
+}
+
+// restrictedNamespace enforces the Pod Security Standard "restricted".
+const restrictedNamespace = "psa-restricted"
+
+// assertRestrictedPodSecurity submits a Pod with the Deployment's template
+// (server-side dry run) to a namespace that enforces the restricted Pod
+// Security Standard: the API server's PodSecurity admission is the judge.
+// A deliberately weakened copy must be refused, so the check is live.
+func assertRestrictedPodSecurity(t *testing.T, cs kubernetes.Interface, d *appsv1.Deployment) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name:   restrictedNamespace,
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"},
+	}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	_, err = cs.CoreV1().ServiceAccounts(restrictedNamespace).Create(ctx,
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "operator"}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: d.Name, Namespace: restrictedNamespace, Labels: d.Spec.Template.Labels},
+		Spec:       *d.Spec.Template.Spec.DeepCopy(),
+	}
+	pod.Spec.ServiceAccountName = "operator"
+	pod.Spec.PriorityClassName = ""
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	_, err = cs.CoreV1().Pods(restrictedNamespace).Create(ctx, pod, dryRun)
+	assert.NoError(t, err, "%s/%s: the operator Pod must meet the restricted Pod Security Standard", d.Namespace, d.Name)
+
+	weak := pod.DeepCopy()
+	weak.Spec.Containers[0].SecurityContext.AllowPrivilegeEscalation = ptr.To(true)
+	_, err = cs.CoreV1().Pods(restrictedNamespace).Create(ctx, weak, dryRun)
+	require.Error(t, err, "PodSecurity admission is not enforcing")
+	assert.Contains(t, err.Error(), "allowPrivilegeEscalation")
 }
 
 // assertStored checks that every object of m exists in the cluster; a
