@@ -158,9 +158,28 @@ type RoutingSource struct {
 	PodLabels map[string]string `json:"podLabels"`
 }
 
+// MeshMode says how a fleet relates to a mesh the namespace may be enrolled in.
+// +kubebuilder:validation:Enum=auto;enabled;disabled
+type MeshMode string
+
+const (
+	// MeshAuto adapts to the namespace: in an enrolled namespace the fleet
+	// joins its data plane; elsewhere nothing changes.
+	MeshAuto MeshMode = "auto"
+	// MeshEnabled asks for the namespace's enrollment and waits for it.
+	MeshEnabled MeshMode = "enabled"
+	// MeshDisabled never joins: member Pods opt out of injection and ambient capture.
+	MeshDisabled MeshMode = "disabled"
+)
+
 // Mesh selects the service mesh integration.
-// +kubebuilder:validation:XValidation:rule="has(self.istio)",message="spec.mesh needs an istio block (the only supported mesh), e.g. mesh: {istio: {}}; to leave the mesh set mesh to null"
+// +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'disabled' || !has(self.istio)",message="spec.mesh.mode disabled cannot be combined with spec.mesh.istio: remove one of them"
 type Mesh struct {
+	// Mode is auto (default: follow the namespace's enrollment), enabled
+	// (request enrollment and wait for it) or disabled (never join).
+	// +kubebuilder:default=auto
+	// +optional
+	Mode MeshMode `json:"mode,omitempty"`
 	// Istio integrates the members with an Istio sidecar mesh, for STRICT
 	// mTLS and Istio authorization.
 	// +optional

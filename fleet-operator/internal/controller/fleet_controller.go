@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
@@ -103,6 +104,8 @@ func (r *FleetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&networkingv1.Ingress{}).
 		// Member Pods belong to the StatefulSet; map them to their fleet by label.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToFleet), builder.WithPredicates()).
+		// Namespace labels carry the mesh contract (enrollment, state, edges).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.namespaceToFleets), builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		Complete(r)
 }
 
@@ -131,6 +134,10 @@ type observed struct {
 	mesh mesh.State
 	// routing is what the RoutingReady condition says.
 	routing routingOutcome
+	// namespace and intent: the namespace's mesh state and what the fleet
+	// wants from the mesh given it.
+	namespace namespaceView
+	intent    mesh.Intent
 }
 
 type blockage struct{ reason, message string }
@@ -157,8 +164,9 @@ func (r *FleetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 	if fleet.DeletionTimestamp != nil {
 		// Owned objects go with the fleet through garbage collection; disks
-		// follow spec.storage.whenDeleted through the StatefulSet.
-		return ctrl.Result{}, nil
+		// follow spec.storage.whenDeleted through the StatefulSet. Labels on
+		// the namespace are not owned: withdraw them.
+		return ctrl.Result{}, r.withdrawDeclarations(ctx, fleet)
 	}
 
 	obs := &observed{}
@@ -194,14 +202,20 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 	if err != nil {
 		return err
 	}
-	obs.mesh = observeMesh(fleet, pods, live)
+	view, err := r.observeNamespace(ctx, fleet)
+	if err != nil {
+		return err
+	}
+	obs.namespace = view
+	obs.intent = mesh.IntentFor(fleet, view.state)
+	obs.mesh = observeMesh(fleet, pods, live, obs.intent)
 
 	// Networking and routing are reconciled whatever else holds the fleet
 	// back, including maintenance.paused: they never restart a member.
 	if err := r.reconcileNetworking(ctx, fleet, obs); err != nil {
 		return err
 	}
-	if obs.routing, err = r.reconcileRouting(ctx, fleet); err != nil {
+	if obs.routing, err = r.reconcileRouting(ctx, fleet, obs); err != nil {
 		return err
 	}
 	if obs.mesh.Phase != mesh.NotMeshed {
@@ -213,12 +227,16 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 			obs.blocked = blocked
 			return nil
 		}
-		if err := r.recordOptIn(ctx, fleet); err != nil {
+		if err := r.recordOptIn(ctx, fleet, obs.intent); err != nil {
 			return err
 		}
-		if err := r.reconcileMeshPolicies(ctx, fleet, obs.mesh); err != nil {
-			return err
-		}
+	}
+	if err := r.reconcileMeshPolicies(ctx, fleet, obs); err != nil {
+		return err
+	}
+	decl := declaration(fleet, view, obs.intent, r.Config.OperatorNamespace)
+	if err := r.reconcileDeclarations(ctx, fleet, view, decl); err != nil {
+		return err
 	}
 
 	if !r.Config.NetworkPolicyEnforced {
@@ -234,7 +252,7 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 	if err := r.reconcileServiceAccount(ctx, fleet); err != nil {
 		return err
 	}
-	sts, held, err := r.reconcileStatefulSet(ctx, fleet, live)
+	sts, held, err := r.reconcileStatefulSet(ctx, fleet, live, obs.intent)
 	if err != nil {
 		return err
 	}
@@ -258,8 +276,9 @@ func (r *FleetReconciler) reconcileNetworking(ctx context.Context, fleet *v1alph
 		OperatorPodLabels: r.Config.OperatorPodLabels(),
 	}
 	if obs.mesh.IstiodEgress {
-		params.IstiodNamespace = mesh.ControlPlaneNamespace(fleet)
+		params.IstiodNamespace = mesh.ControlPlaneNamespace(fleet, obs.intent)
 	}
+	params.HBONE = ambient(obs)
 	np, err := network.NetworkPolicy(fleet, params)
 	if err != nil {
 		return err
@@ -316,9 +335,9 @@ func (r *FleetReconciler) reconcileServiceAccount(ctx context.Context, fleet *v1
 // is paused and it already exists: a paused fleet keeps the template and
 // replica count its members run, so not even a recreated Pod picks up a
 // change. held reports that the spec asks for changes being held back.
-func (r *FleetReconciler) reconcileStatefulSet(ctx context.Context, fleet *v1alpha1.CelldFleet, live *appsv1.StatefulSet) (sts *appsv1.StatefulSet, held bool, err error) {
+func (r *FleetReconciler) reconcileStatefulSet(ctx context.Context, fleet *v1alpha1.CelldFleet, live *appsv1.StatefulSet, intent mesh.Intent) (sts *appsv1.StatefulSet, held bool, err error) {
 	desired := members.StatefulSet(fleet)
-	mesh.ApplyToTemplate(&desired.Spec.Template, fleet.Name, mesh.Mode(mesh.Desired(fleet), mesh.WasMeshed(fleet)))
+	mesh.ApplyToTemplate(&desired.Spec.Template, fleet.Name, mesh.Mode(intent, mesh.WasMeshed(fleet)))
 	if live != nil {
 		if !metav1.IsControlledBy(live, fleet) {
 			return nil, false, &apply.ConflictError{Kind: "StatefulSet", Namespace: live.Namespace, Name: live.Name, Owner: fleet.Name}

@@ -144,6 +144,7 @@ func TestIntegration(t *testing.T) {
 	// These install Gateway API and Istio CRDs into the shared API server.
 	t.Run("routing: CEL, Gateway API missing then present, Ingress, collisions, mode switch, removal", func(t *testing.T) { testRouting(t, env) })
 	t.Run("mesh: blocked without Istio's API, then join and leave with Istio's own schemas", func(t *testing.T) { testMesh(t, env) })
+	t.Run("mesh contract: ambient adaptation, shared edges, enrollment request, opt-out, teardown", func(t *testing.T) { testContract(t, env) })
 }
 
 func testCEL(t *testing.T, env *testenv.Env) {
@@ -715,5 +716,136 @@ func testRouting(t *testing.T, env *testenv.Env) {
 		require.NoError(t, h.get(route, "routes", "gw-routing"))
 		hosts, _, _ := unstructured.NestedStringSlice(route.Object, "spec", "hostnames")
 		assert.Equal(t, []string{"paused.example.com"}, hosts)
+	})
+}
+
+// enroll plays the mesh operator: it writes the state labels of the contract.
+func enroll(t *testing.T, c client.Client, ns, dataPlane string) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"enrolled",%q:%q,%q:"strict",%q:"namespace"}}}`,
+		labels.MeshState, labels.MeshDataPlane, dataPlane, labels.MeshMTLS, labels.MeshIsolation)
+	require.NoError(t, c.Patch(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
+		client.RawPatch(types.MergePatchType, []byte(patch)), client.FieldOwner("mesh-operator")))
+}
+
+func unenroll(t *testing.T, c client.Client, ns string) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:null,%q:null,%q:null,%q:null}}}`, labels.MeshState, labels.MeshDataPlane, labels.MeshMTLS, labels.MeshIsolation)
+	require.NoError(t, c.Patch(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
+		client.RawPatch(types.MergePatchType, []byte(patch)), client.FieldOwner("mesh-operator")))
+}
+
+func namespaceLabels(t *testing.T, h *harness, ns string) map[string]string {
+	t.Helper()
+	n := &corev1.Namespace{}
+	require.NoError(t, h.get(n, "", ns))
+	return n.Labels
+}
+
+func ingressPorts(np *networkingv1.NetworkPolicy) []int {
+	var out []int
+	for _, r := range np.Spec.Ingress {
+		for _, p := range r.Ports {
+			out = append(out, p.Port.IntValue())
+		}
+	}
+	return out
+}
+
+func testContract(t *testing.T, env *testenv.Env) {
+	ctx := context.Background()
+	env.InstallCRDs(t, testenv.ModuleFile(t, "istio.io/api", "v1.32.0", "kubernetes/customresourcedefinitions.gen.yaml"))
+	createNamespace(t, env.Client, "shared")
+	h := newHarness(t, env, true)
+	a, b := fleet("shared", "a"), fleet("shared", "b")
+	a.Spec.Routing = &v1alpha1.Routing{Hostnames: []string{"a.example.com"},
+		Ingress: &v1alpha1.IngressRouting{ClassName: "nginx"},
+		Source:  v1alpha1.RoutingSource{Namespace: "edge", PodLabels: map[string]string{"app": "edge"}}}
+	require.NoError(t, env.Client.Create(ctx, a))
+	require.NoError(t, env.Client.Create(ctx, b))
+	h.reconcile(a)
+	h.reconcile(b)
+	edgeOperator := labels.AllowFromPrefix + "fleet-system"
+	edgeRouting := labels.AllowFromPrefix + "edge"
+	assert.NotContains(t, namespaceLabels(t, h, "shared"), edgeOperator, "no mesh, no labels: each operator works alone")
+
+	t.Run("ambient-enrolled namespace: HBONE from the same sources, ports restricted by the AuthorizationPolicy, edges declared", func(t *testing.T) {
+		enroll(t, env.Client, "shared", "ambient")
+		h.reconcile(a)
+		h.reconcile(b)
+		np := &networkingv1.NetworkPolicy{}
+		require.NoError(t, h.get(np, "shared", "a"))
+		assert.ElementsMatch(t, []int{8080, 15008, 8081, 15008}, ingressPorts(np))
+		require.NoError(t, h.get(np, "shared", "a-routing"))
+		assert.ElementsMatch(t, []int{8080, 15008}, ingressPorts(np))
+		ap := policy(mesh.AuthorizationPolicyKind)
+		require.NoError(t, h.get(ap, "shared", "a-mesh"))
+		assertPeerRuleRelaxed(t, ap, false)
+		sts := &appsv1.StatefulSet{}
+		require.NoError(t, h.get(sts, "shared", "a"))
+		assert.NotContains(t, sts.Spec.Template.Labels, labels.IstioInject, "ambient capture needs no template change")
+		require.NoError(t, h.get(a, "shared", "a"))
+		assert.Equal(t, "Ambient", a.Status.Mesh)
+		l := namespaceLabels(t, h, "shared")
+		assert.Equal(t, "true", l[edgeOperator], "the operator namespace, for /state reads")
+		assert.Equal(t, "true", l[edgeRouting], "the routing source")
+
+		h.writes.n.Store(0)
+		h.reconcile(a)
+		h.reconcile(b)
+		assert.Equal(t, int64(0), h.writes.n.Load(), "declared labels are not rewritten")
+	})
+
+	t.Run("two fleets declaring the same edge: it stays until the last one goes", func(t *testing.T) {
+		require.NoError(t, env.Client.Delete(ctx, b))
+		h.reconcile(b)
+		assert.Error(t, h.get(&v1alpha1.CelldFleet{}, "shared", "b"), "the finalizer is released")
+		l := namespaceLabels(t, h, "shared")
+		assert.Equal(t, "true", l[edgeOperator], "fleet a still declares it")
+		require.NoError(t, env.Client.Delete(ctx, a))
+		h.reconcile(a)
+		l = namespaceLabels(t, h, "shared")
+		assert.NotContains(t, l, edgeOperator, "gone with the last writer")
+		assert.NotContains(t, l, edgeRouting)
+		assert.Equal(t, "enrolled", l[labels.MeshState], "the mesh operator's labels are not ours to touch")
+	})
+
+	t.Run("the namespace leaves the mesh: policies revert to the no-mesh form, no label left", func(t *testing.T) {
+		c := fleet("shared", "c")
+		require.NoError(t, env.Client.Create(ctx, c))
+		h.reconcile(c)
+		require.NoError(t, h.get(policy(mesh.AuthorizationPolicyKind), "shared", "c-mesh"))
+		unenroll(t, env.Client, "shared")
+		h.reconcile(c)
+		assert.Error(t, h.get(policy(mesh.AuthorizationPolicyKind), "shared", "c-mesh"))
+		np := &networkingv1.NetworkPolicy{}
+		require.NoError(t, h.get(np, "shared", "c"))
+		assert.ElementsMatch(t, []int{8080, 8081}, ingressPorts(np))
+		for k := range namespaceLabels(t, h, "shared") {
+			assert.NotContains(t, k, "core.navique.com", "no contract label left behind")
+		}
+		require.NoError(t, h.get(c, "shared", "c"))
+		assert.Empty(t, c.Status.Mesh)
+	})
+
+	t.Run("mode enabled asks for enrollment and waits; disabled opts out", func(t *testing.T) {
+		d := fleet("shared", "d")
+		d.Spec.Mesh = &v1alpha1.Mesh{Mode: v1alpha1.MeshEnabled}
+		require.NoError(t, env.Client.Create(ctx, d))
+		h.reconcile(d)
+		assert.Equal(t, "enabled", namespaceLabels(t, h, "shared")[labels.Mesh])
+		require.NoError(t, h.get(d, "shared", "d"))
+		cond := meta.FindStatusCondition(d.Status.Conditions, ConditionMeshReady)
+		require.NotNil(t, cond)
+		assert.Equal(t, "AwaitingEnrollment", cond.Reason)
+
+		require.NoError(t, env.Client.Patch(ctx, d, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"mesh":{"mode":"disabled"}}}`))))
+		enroll(t, env.Client, "shared", "sidecar")
+		h.reconcile(d)
+		assert.NotContains(t, namespaceLabels(t, h, "shared"), labels.Mesh, "the request is withdrawn")
+		sts := &appsv1.StatefulSet{}
+		require.NoError(t, h.get(sts, "shared", "d"))
+		assert.Equal(t, "false", sts.Spec.Template.Labels[labels.IstioInject])
+		assert.Equal(t, "none", sts.Spec.Template.Labels[labels.IstioDataPlaneMode])
 	})
 }

@@ -22,8 +22,8 @@ import (
 // +kubebuilder:rbac:groups=celld.eric.dev,resources=celldfleets,verbs=patch
 
 // observeMesh decides the fleet's mesh state from the proxies its Pods run.
-func observeMesh(fleet *v1alpha1.CelldFleet, pods []corev1.Pod, sts *appsv1.StatefulSet) mesh.State {
-	o := mesh.Observation{Desired: mesh.Desired(fleet), WasMeshed: mesh.WasMeshed(fleet)}
+func observeMesh(fleet *v1alpha1.CelldFleet, pods []corev1.Pod, sts *appsv1.StatefulSet, in mesh.Intent) mesh.State {
+	o := mesh.Observation{Desired: in.Sidecar, WasMeshed: mesh.WasMeshed(fleet), Ambient: in.Ambient}
 	if sts != nil && sts.Status.ObservedGeneration >= sts.Generation {
 		o.TargetRevision = sts.Status.UpdateRevision
 	}
@@ -55,9 +55,9 @@ func (r *FleetReconciler) istioAPIMissing() (*blockage, error) {
 // recordOptIn keeps the control-plane namespace on the fleet. Its presence
 // is what makes a fleet that later leaves the mesh opt its Pods out of
 // injection explicitly, across reconciles and operator restarts.
-func (r *FleetReconciler) recordOptIn(ctx context.Context, fleet *v1alpha1.CelldFleet) error {
-	ns := mesh.ControlPlaneNamespace(fleet)
-	if !mesh.Desired(fleet) || fleet.Annotations[labels.IstioControlPlane] == ns {
+func (r *FleetReconciler) recordOptIn(ctx context.Context, fleet *v1alpha1.CelldFleet, in mesh.Intent) error {
+	ns := mesh.ControlPlaneNamespace(fleet, in)
+	if !in.Sidecar || fleet.Annotations[labels.IstioControlPlane] == ns {
 		return nil
 	}
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, labels.IstioControlPlane, ns)
@@ -70,12 +70,18 @@ func (r *FleetReconciler) recordOptIn(ctx context.Context, fleet *v1alpha1.Celld
 // reconcileMeshPolicies applies or removes FLEET-mesh objects for the state.
 // It runs before the member template changes, so the relaxed policies are in
 // place before the first member rolls into or out of the mesh.
-func (r *FleetReconciler) reconcileMeshPolicies(ctx context.Context, fleet *v1alpha1.CelldFleet, st mesh.State) error {
-	if st.Phase == mesh.NotMeshed {
-		return nil // never opted in: not a single Istio request
-	}
-	ap := mesh.AuthorizationPolicy(fleet, r.meshParams(), st.Relaxed)
+func (r *FleetReconciler) reconcileMeshPolicies(ctx context.Context, fleet *v1alpha1.CelldFleet, obs *observed) error {
+	st := obs.mesh
+	ap := mesh.AuthorizationPolicy(fleet, r.meshParams(), obs.intent.Access, st.Relaxed)
 	pa := mesh.PeerAuthentication(fleet)
+	if st.Phase == mesh.NotMeshed {
+		// Never opted in: not a single Istio request, unless the fleet just
+		// stopped being ambient (the namespace left the mesh).
+		if fleet.Status.Mesh == string(mesh.Ambient) {
+			return r.deleteOwned(ctx, fleet, ap)
+		}
+		return nil
+	}
 	if st.Policies {
 		if err := r.apply(ctx, fleet, ap); err != nil {
 			return err
@@ -104,11 +110,14 @@ func (r *FleetReconciler) deleteOwned(ctx context.Context, fleet *v1alpha1.Celld
 	obj.SetName(desired.GetName())
 	deleted, err := r.Applier.Delete(ctx, obj, fleet)
 	var conflict *apply.ConflictError
-	if errors.As(err, &conflict) {
-		return nil // someone else's object with our name: never ours to delete
+	if errors.As(err, &conflict) || meta.IsNoMatchError(err) {
+		return nil // someone else's object, or the API itself is gone
 	}
 	if deleted {
 		r.Recorder.Eventf(fleet, nil, corev1.EventTypeNormal, "MeshPolicyDeleted", "Delete", "Deleted %s %s", desired.GetKind(), desired.GetName())
 	}
 	return err
 }
+
+// ambient reports a fleet captured by an ambient mesh.
+func ambient(obs *observed) bool { return obs.mesh.Phase == mesh.Ambient }

@@ -42,7 +42,7 @@ func (o routingOutcome) ready() bool {
 
 // reconcileRouting converges the route and its policy. It never touches the
 // members, and runs whatever holds them back (maintenance.paused included).
-func (r *FleetReconciler) reconcileRouting(ctx context.Context, fleet *v1alpha1.CelldFleet) (routingOutcome, error) {
+func (r *FleetReconciler) reconcileRouting(ctx context.Context, fleet *v1alpha1.CelldFleet, obs *observed) (routingOutcome, error) {
 	mode := routing.ModeOf(fleet)
 	wasRouted := meta.FindStatusCondition(fleet.Status.Conditions, ConditionRoutingReady) != nil
 	if mode == routing.None && !wasRouted {
@@ -97,7 +97,7 @@ func (r *FleetReconciler) reconcileRouting(ctx context.Context, fleet *v1alpha1.
 	} else {
 		route = routing.IngressObject(fleet)
 	}
-	for _, obj := range []client.Object{route, routing.NetworkPolicy(fleet)} {
+	for _, obj := range []client.Object{route, routing.NetworkPolicy(fleet, ambient(obs))} {
 		if err := r.apply(ctx, fleet, obj); err != nil {
 			var conflict *apply.ConflictError
 			if errors.As(err, &conflict) {

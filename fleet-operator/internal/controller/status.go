@@ -80,7 +80,7 @@ func computeStatus(fleet *v1alpha1.CelldFleet, obs *observed, now time.Time) v1a
 		})
 	}
 	st.Mesh = string(obs.mesh.Phase)
-	setMeshCondition(fleet, obs.mesh, set)
+	setMeshCondition(fleet, obs, set)
 	if rr := obs.routing.readiness; rr != nil {
 		set(ConditionRoutingReady, rr.Status, rr.Reason, rr.Message)
 	} else {
@@ -150,8 +150,19 @@ func computeStatus(fleet *v1alpha1.CelldFleet, obs *observed, now time.Time) v1a
 	return st
 }
 
-func setMeshCondition(fleet *v1alpha1.CelldFleet, st mesh.State, set func(t string, s metav1.ConditionStatus, reason, msg string)) {
+func setMeshCondition(fleet *v1alpha1.CelldFleet, obs *observed, set func(t string, s metav1.ConditionStatus, reason, msg string)) {
+	st := obs.mesh
+	if fleet.Spec.Mesh != nil && fleet.Spec.Mesh.Mode == v1alpha1.MeshEnabled && !obs.namespace.state.Enrolled && !obs.intent.Sidecar {
+		set(ConditionMeshReady, metav1.ConditionFalse, "AwaitingEnrollment", fmt.Sprintf(
+			"spec.mesh.mode is enabled: namespace %s is labelled for enrollment and the fleet waits for a Ready mesh to enroll it "+
+				"(a licensed ServiceMesh with its control plane Ready). Members keep running meanwhile.", fleet.Namespace))
+		return
+	}
 	switch st.Phase {
+	case mesh.Ambient:
+		set(ConditionMeshReady, metav1.ConditionTrue, "Ambient", fmt.Sprintf(
+			"Namespace %s is enrolled in an ambient mesh: ztunnel captures the members; the NetworkPolicy admits HBONE (15008) from the sources it admits, and AuthorizationPolicy %s restricts ports.",
+			fleet.Namespace, mesh.PolicyName(fleet.Name)))
 	case mesh.Meshed:
 		set(ConditionMeshReady, metav1.ConditionTrue, "Meshed", "Every member runs an istio-proxy; port 8081 admits only the fleet's and the operator's identities.")
 	case mesh.Joining:

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
+	"github.com/ericdev/fleetmesh/shared/contract"
 	"github.com/ericdev/fleetmesh/shared/labels"
 )
 
@@ -38,6 +39,9 @@ const (
 	Leaving Phase = "Leaving"
 	// Left: the fleet was meshed once and no member Pod has a proxy any more.
 	Left Phase = "Left"
+	// Ambient: the namespace is enrolled in an ambient mesh; ztunnel
+	// captures the members without any change to them.
+	Ambient Phase = "Ambient"
 )
 
 // Pod is what the mesh logic needs of a member Pod.
@@ -54,6 +58,9 @@ type Observation struct {
 	Desired bool
 	// WasMeshed is the fleet's istio-control-plane annotation being present.
 	WasMeshed bool
+	// Ambient is the namespace enrolled in an ambient mesh (and the fleet
+	// not opted out).
+	Ambient bool
 	// TargetRevision is the StatefulSet's update revision ("" if unknown).
 	TargetRevision string
 	Pods           []Pod
@@ -99,6 +106,9 @@ func Decide(o Observation) State {
 		return State{Phase: Joining, Relaxed: true, Policies: true, IstiodEgress: true, MissingProxy: missing}
 	case o.WasMeshed && withProxy > 0:
 		return State{Phase: Leaving, Relaxed: true, Policies: true, IstiodEgress: true}
+	case o.Ambient:
+		// Every member is captured at once: no mixed phase, no relaxation.
+		return State{Phase: Ambient, Policies: true}
 	case o.WasMeshed:
 		return State{Phase: Left}
 	default:
@@ -134,13 +144,17 @@ const (
 	// OptOut: a fleet that left explicitly disables injection, even in
 	// namespaces with automatic or revision injection.
 	OptOut
+	// Disabled: spec.mesh.mode disabled; no injection and no ambient capture.
+	Disabled
 )
 
 // Mode is the template mode of a fleet.
-func Mode(desired, wasMeshed bool) TemplateMode {
+func Mode(in Intent, wasMeshed bool) TemplateMode {
 	switch {
-	case desired:
+	case in.Sidecar:
 		return Inject
+	case in.Disabled:
+		return Disabled
 	case wasMeshed:
 		return OptOut
 	default:
@@ -159,6 +173,9 @@ func ApplyToTemplate(t *corev1.PodTemplateSpec, fleet string, mode TemplateMode)
 	case OptOut:
 		setLabel(t, labels.IstioInject, "false")
 		setLabel(t, labels.Fleet, fleet)
+	case Disabled:
+		setLabel(t, labels.IstioInject, "false")
+		setLabel(t, labels.IstioDataPlaneMode, "none")
 	}
 }
 
@@ -176,20 +193,63 @@ func setAnnotation(t *corev1.PodTemplateSpec, k, v string) {
 	t.Annotations[k] = v
 }
 
-// ControlPlaneNamespace is the istiod namespace for a fleet: the spec's, or
-// the one recorded when it was meshed (for a fleet that is leaving).
-func ControlPlaneNamespace(f *v1alpha1.CelldFleet) string {
-	if f.Spec.Mesh != nil && f.Spec.Mesh.Istio != nil {
-		if ns := f.Spec.Mesh.Istio.ControlPlaneNamespace; ns != "" {
-			return ns
+// DefaultControlPlaneNamespace is istiod's namespace when nobody says otherwise.
+const DefaultControlPlaneNamespace = "istio-system"
+
+// Intent is what a fleet wants from the mesh, given its spec and its
+// namespace's mesh state (the contract with the mesh operator).
+type Intent struct {
+	// Sidecar: members run an Istio sidecar (spec.mesh.istio, or a
+	// sidecar-enrolled namespace in auto/enabled mode).
+	Sidecar bool
+	// Ambient: the namespace is enrolled in ambient mode and the fleet did
+	// not opt out or ask for sidecars.
+	Ambient bool
+	// Disabled: spec.mesh.mode disabled; members opt out explicitly.
+	Disabled bool
+	// ControlPlane is istiod's namespace for a sidecar fleet.
+	ControlPlane string
+	// Access is who may call 8080 inside the mesh.
+	Access v1alpha1.ApplicationAccess
+}
+
+// IntentFor combines the spec with the namespace's mesh state.
+func IntentFor(f *v1alpha1.CelldFleet, ns contract.State) Intent {
+	in := Intent{Access: v1alpha1.AllowAll, ControlPlane: DefaultControlPlaneNamespace}
+	mode := v1alpha1.MeshAuto
+	if f.Spec.Mesh != nil && f.Spec.Mesh.Mode != "" {
+		mode = f.Spec.Mesh.Mode
+	}
+	if ns.ControlPlane != "" {
+		in.ControlPlane = ns.ControlPlane
+	}
+	switch {
+	case mode == v1alpha1.MeshDisabled:
+		in.Disabled = true
+	case f.Spec.Mesh != nil && f.Spec.Mesh.Istio != nil:
+		in.Sidecar = true
+		if cp := f.Spec.Mesh.Istio.ControlPlaneNamespace; cp != "" {
+			in.ControlPlane = cp
 		}
-		return "istio-system"
+		if f.Spec.Mesh.Istio.ApplicationAccess == v1alpha1.Policies {
+			in.Access = v1alpha1.Policies
+		}
+	case ns.Enrolled && ns.DataPlane == contract.Sidecar:
+		in.Sidecar = true
+	case ns.Enrolled && ns.DataPlane == contract.Ambient:
+		in.Ambient = true
+	}
+	return in
+}
+
+// ControlPlaneNamespace is the istiod namespace for a fleet: the intent's
+// for a sidecar fleet, or the one recorded when it was meshed (leaving).
+func ControlPlaneNamespace(f *v1alpha1.CelldFleet, in Intent) string {
+	if in.Sidecar {
+		return in.ControlPlane
 	}
 	return f.Annotations[labels.IstioControlPlane]
 }
-
-// Desired reports whether the spec asks for the Istio mesh.
-func Desired(f *v1alpha1.CelldFleet) bool { return f.Spec.Mesh != nil && f.Spec.Mesh.Istio != nil }
 
 // WasMeshed reports whether the fleet carries the opt-in record.
 func WasMeshed(f *v1alpha1.CelldFleet) bool {

@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/shared/contract"
 	"github.com/ericdev/fleetmesh/shared/golden"
 	"github.com/ericdev/fleetmesh/shared/labels"
 )
@@ -86,33 +87,52 @@ func fleet(access v1alpha1.ApplicationAccess) *v1alpha1.CelldFleet {
 var params = Params{OperatorNamespace: "fleet-system", OperatorServiceAccount: "fleet-operator", TrustDomain: "cluster.local"}
 
 func TestGoldenPolicies(t *testing.T) {
-	golden.AssertYAML(t, "meshed-allowall", AuthorizationPolicy(fleet(v1alpha1.AllowAll), params, false))
-	golden.AssertYAML(t, "meshed-policies", AuthorizationPolicy(fleet(v1alpha1.Policies), params, false))
-	golden.AssertYAML(t, "rolling-allowall", AuthorizationPolicy(fleet(v1alpha1.AllowAll), params, true), PeerAuthentication(fleet(v1alpha1.AllowAll)))
-	golden.AssertYAML(t, "rolling-policies", AuthorizationPolicy(fleet(v1alpha1.Policies), params, true), PeerAuthentication(fleet(v1alpha1.Policies)))
+	golden.AssertYAML(t, "meshed-allowall", AuthorizationPolicy(fleet(v1alpha1.AllowAll), params, v1alpha1.AllowAll, false))
+	golden.AssertYAML(t, "meshed-policies", AuthorizationPolicy(fleet(v1alpha1.Policies), params, v1alpha1.Policies, false))
+	golden.AssertYAML(t, "rolling-allowall", AuthorizationPolicy(fleet(v1alpha1.AllowAll), params, v1alpha1.AllowAll, true), PeerAuthentication(fleet(v1alpha1.AllowAll)))
+	golden.AssertYAML(t, "rolling-policies", AuthorizationPolicy(fleet(v1alpha1.Policies), params, v1alpha1.Policies, true), PeerAuthentication(fleet(v1alpha1.Policies)))
 	// A leaving fleet has no spec.mesh: its relaxed policy keeps 8080 open as before.
-	golden.AssertYAML(t, "leaving", AuthorizationPolicy(fleet(""), params, true), PeerAuthentication(fleet("")))
+	golden.AssertYAML(t, "leaving", AuthorizationPolicy(fleet(""), params, IntentFor(fleet(""), contract.State{}).Access, true), PeerAuthentication(fleet("")))
 }
 
 func TestGoldenTemplates(t *testing.T) {
-	for name, mode := range map[string]TemplateMode{"template-untouched": Untouched, "template-inject": Inject, "template-optout": OptOut} {
+	for name, mode := range map[string]TemplateMode{"template-untouched": Untouched, "template-inject": Inject, "template-optout": OptOut, "template-disabled": Disabled} {
 		tpl := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app.kubernetes.io/name": "celld"}}}
 		ApplyToTemplate(&tpl, "orders", mode)
 		golden.AssertYAML(t, name, tpl.ObjectMeta)
 	}
 }
 
-func TestModeAndControlPlane(t *testing.T) {
-	assert.Equal(t, Untouched, Mode(false, false), "never opted in: namespace injection behaviour untouched")
-	assert.Equal(t, Inject, Mode(true, false))
-	assert.Equal(t, Inject, Mode(true, true))
-	assert.Equal(t, OptOut, Mode(false, true), "left: explicit opt-out")
+func TestIntentModeAndControlPlane(t *testing.T) {
+	sidecarNS := contract.State{Enrolled: true, DataPlane: contract.Sidecar, ControlPlane: "istio-prod"}
+	ambientNS := contract.State{Enrolled: true, DataPlane: contract.Ambient}
+	plain := fleet("")
+	explicit := fleet(v1alpha1.Policies)
+	disabled := fleet("")
+	disabled.Spec.Mesh = &v1alpha1.Mesh{Mode: v1alpha1.MeshDisabled}
 
-	f := fleet(v1alpha1.AllowAll)
-	f.Spec.Mesh.Istio.ControlPlaneNamespace = "istio-prod"
-	assert.Equal(t, "istio-prod", ControlPlaneNamespace(f))
+	assert.Equal(t, Intent{Access: v1alpha1.AllowAll, ControlPlane: DefaultControlPlaneNamespace}, IntentFor(plain, contract.State{}), "no mesh anywhere: nothing")
+	assert.Equal(t, Intent{Sidecar: true, Access: v1alpha1.AllowAll, ControlPlane: "istio-prod"}, IntentFor(plain, sidecarNS), "sidecar-enrolled namespace: as spec.mesh.istio defaults")
+	assert.Equal(t, Intent{Ambient: true, Access: v1alpha1.AllowAll, ControlPlane: DefaultControlPlaneNamespace}, IntentFor(plain, ambientNS))
+	assert.Equal(t, Intent{Sidecar: true, Access: v1alpha1.Policies, ControlPlane: "istio-system"}, IntentFor(explicit, ambientNS), "spec.mesh.istio wins over an ambient namespace")
+	assert.True(t, IntentFor(disabled, sidecarNS).Disabled, "disabled never joins")
+	assert.False(t, IntentFor(disabled, sidecarNS).Sidecar)
+
+	assert.Equal(t, Untouched, Mode(Intent{}, false), "never opted in: namespace injection behaviour untouched")
+	assert.Equal(t, Inject, Mode(Intent{Sidecar: true}, false))
+	assert.Equal(t, OptOut, Mode(Intent{}, true), "left: explicit opt-out")
+	assert.Equal(t, Disabled, Mode(Intent{Disabled: true}, true))
+	assert.Equal(t, Untouched, Mode(Intent{Ambient: true}, false), "ambient capture needs no template change")
+
 	left := fleet("")
 	left.Annotations = map[string]string{labels.IstioControlPlane: "istio-prod"}
-	assert.Equal(t, "istio-prod", ControlPlaneNamespace(left), "a leaving fleet keeps using the recorded control plane")
+	assert.Equal(t, "istio-prod", ControlPlaneNamespace(left, IntentFor(left, contract.State{})), "a leaving fleet keeps using the recorded control plane")
 	assert.True(t, WasMeshed(left))
+}
+
+func TestAmbientHasNoMixedPhase(t *testing.T) {
+	st := Decide(Observation{Ambient: true, Pods: pods("f-0:a:-:-", "f-1:a:-:-")})
+	assert.Equal(t, State{Phase: Ambient, Policies: true}, st)
+	st = Decide(Observation{Ambient: true, WasMeshed: true, Pods: pods("f-0:a:p:-", "f-1:b:-:-")})
+	assert.Equal(t, Leaving, st.Phase, "sidecars leaving for ambient still relax first")
 }

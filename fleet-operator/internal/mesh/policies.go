@@ -38,7 +38,7 @@ func principal(trustDomain, namespace, serviceAccount string) string {
 // connect). With AllowAll port 8080 is open to any caller, as outside the
 // mesh; with Policies nothing admits 8080, so Istio denies it until a policy
 // of the user's own allows the caller.
-func AuthorizationPolicy(f *v1alpha1.CelldFleet, p Params, relaxed bool) *unstructured.Unstructured {
+func AuthorizationPolicy(f *v1alpha1.CelldFleet, p Params, access v1alpha1.ApplicationAccess, relaxed bool) *unstructured.Unstructured {
 	peer := map[string]any{
 		"to": []any{map[string]any{"operation": map[string]any{"ports": []any{fmt.Sprint(names.PeerPort)}}}},
 	}
@@ -49,7 +49,7 @@ func AuthorizationPolicy(f *v1alpha1.CelldFleet, p Params, relaxed bool) *unstru
 		}}}}
 	}
 	rules := []any{peer}
-	if access(f) == v1alpha1.AllowAll {
+	if access != v1alpha1.Policies {
 		rules = append(rules, map[string]any{
 			"to": []any{map[string]any{"operation": map[string]any{"ports": []any{fmt.Sprint(names.AppPort)}}}},
 		})
@@ -71,13 +71,6 @@ func PeerAuthentication(f *v1alpha1.CelldFleet) *unstructured.Unstructured {
 			fmt.Sprint(names.PeerPort): map[string]any{"mode": "PERMISSIVE"},
 		},
 	})
-}
-
-func access(f *v1alpha1.CelldFleet) v1alpha1.ApplicationAccess {
-	if Desired(f) && f.Spec.Mesh.Istio.ApplicationAccess == v1alpha1.Policies {
-		return v1alpha1.Policies
-	}
-	return v1alpha1.AllowAll
 }
 
 // selector picks the members by the label the meshed template carries; the

@@ -364,7 +364,7 @@ func TestNetworkPolicyConnectivityRouting(t *testing.T) {
 	}
 	policies := []*networkingv1.NetworkPolicy{
 		mustPolicy(t, f, network.Params{OperatorNamespace: operatorNS, OperatorPodLabels: operatorLabels}),
-		routing.NetworkPolicy(f),
+		routing.NetworkPolicy(f, false),
 	}
 	evaluate(t, policies, []flow{
 		tcp(gatewayPod, member0, 8080, allow, "the routing source's data plane reaches the application port"),

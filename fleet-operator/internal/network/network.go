@@ -33,6 +33,10 @@ type Params struct {
 	// It must not be empty: an empty selector would admit every Pod of the
 	// operator namespace to the members' peer port.
 	OperatorPodLabels map[string]string
+	// HBONE admits TCP 15008 from every source already admitted on 8080 or
+	// 8081: in an ambient mesh traffic arrives through ztunnel's HBONE
+	// tunnel, and the fleet's AuthorizationPolicy restricts ports instead.
+	HBONE bool
 	// IstiodNamespace, when set, opens egress to the istiod Pods there on
 	// TCP 15012, where sidecars fetch configuration and certificates.
 	IstiodNamespace string

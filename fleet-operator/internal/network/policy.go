@@ -44,6 +44,8 @@ const (
 	// PodIdentityAgentPort is where the EKS Pod Identity Agent serves
 	// credentials on the node.
 	PodIdentityAgentPort = 80
+	// HBONEPort is where ztunnel delivers ambient-mesh traffic to a Pod.
+	HBONEPort = 15008
 	// IstiodXDSPort is where sidecars fetch configuration and certificates.
 	IstiodXDSPort = 15012
 	// IstiodAppLabelValue marks istiod Pods (label app).
@@ -105,6 +107,12 @@ func NetworkPolicy(fleet *v1alpha1.CelldFleet, p Params) (*networkingv1.NetworkP
 				},
 			},
 		},
+	}
+
+	if p.HBONE {
+		for i := range ingress {
+			ingress[i].Ports = append(ingress[i].Ports, port(corev1.ProtocolTCP, HBONEPort))
+		}
 	}
 
 	egress := []networkingv1.NetworkPolicyEgressRule{

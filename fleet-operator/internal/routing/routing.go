@@ -17,6 +17,7 @@ import (
 
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/network"
 	"github.com/ericdev/fleetmesh/shared/labels"
 )
 
@@ -120,8 +121,15 @@ func IngressObject(f *v1alpha1.CelldFleet) *networkingv1.Ingress {
 // NetworkPolicy admits TCP 8080 to the members from the routing source Pods
 // and nothing else. It is separate from the fleet policy, which stays as it
 // is: the peer port is never reachable through routing.
-func NetworkPolicy(f *v1alpha1.CelldFleet) *networkingv1.NetworkPolicy {
+//
+// In an ambient mesh the same source also reaches HBONE 15008, where ztunnel
+// delivers its traffic.
+func NetworkPolicy(f *v1alpha1.CelldFleet, hbone bool) *networkingv1.NetworkPolicy {
 	src := f.Spec.Routing.Source
+	ports := []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(names.AppPort))}}
+	if hbone {
+		ports = append(ports, networkingv1.NetworkPolicyPort{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(network.HBONEPort))})
+	}
 	return &networkingv1.NetworkPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: networkingv1.SchemeGroupVersion.String(), Kind: "NetworkPolicy"},
 		ObjectMeta: objectMeta(f, nil),
@@ -129,7 +137,7 @@ func NetworkPolicy(f *v1alpha1.CelldFleet) *networkingv1.NetworkPolicy {
 			PodSelector: metav1.LabelSelector{MatchLabels: names.Selector(f.Name)},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
 			Ingress: []networkingv1.NetworkPolicyIngressRule{{
-				Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(names.AppPort))}},
+				Ports: ports,
 				From: []networkingv1.NetworkPolicyPeer{{
 					NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{labels.NamespaceName: src.Namespace}},
 					PodSelector:       &metav1.LabelSelector{MatchLabels: maps.Clone(src.PodLabels)},

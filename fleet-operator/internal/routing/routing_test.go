@@ -39,9 +39,9 @@ func ingressRouting() *v1alpha1.Routing {
 
 func TestGolden(t *testing.T) {
 	gw := fleet(gatewayRouting())
-	golden.AssertYAML(t, "gateway", HTTPRoute(gw), NetworkPolicy(gw))
+	golden.AssertYAML(t, "gateway", HTTPRoute(gw), NetworkPolicy(gw, false))
 	ing := fleet(ingressRouting())
-	golden.AssertYAML(t, "ingress", IngressObject(ing), NetworkPolicy(ing))
+	golden.AssertYAML(t, "ingress", IngressObject(ing), NetworkPolicy(ing, false), NetworkPolicy(ing, true))
 	plain := ingressRouting()
 	plain.Ingress.TLSSecretName, plain.Ingress.Annotations = "", nil
 	golden.AssertYAML(t, "ingress-http-only", IngressObject(fleet(plain)))
