@@ -113,7 +113,8 @@ type ServiceMeshSpec struct {
 type ServiceMeshStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Conditions: Ready, Licensed, ControlPlaneReady, PreviewLocked, Refused, ...
+	// Conditions: Ready, ControlPlaneReady, PreconditionNotMet, PreviewLocked,
+	// Refused, Reconciling, Stalled. See docs/servicemesh.md.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -121,13 +122,130 @@ type ServiceMeshStatus struct {
 	// Phase is a one-word summary for kubectl get.
 	// +optional
 	Phase string `json:"phase,omitempty"`
-	// Provider the operator detected or was told to use.
+	// Provider the operator detected or was told to use: sail, openshift
+	// (OpenShift Service Mesh 3), istio (plain istiod) or maistra (OpenShift
+	// Service Mesh 2.x, deferred).
 	// +optional
 	Provider string `json:"provider,omitempty"`
 	// EnrolledNamespaces the operator has configured.
 	// +listType=set
 	// +optional
 	EnrolledNamespaces []string `json:"enrolledNamespaces,omitempty"`
+	// Detected is what the last detection observed in the cluster.
+	// +optional
+	Detected *DetectedEnvironment `json:"detected,omitempty"`
+	// ControlPlane is the Istio control plane the mesh uses. Namespace
+	// enrollment reads it (revision, data plane) once Ready is True.
+	// +optional
+	ControlPlane *ControlPlaneStatus `json:"controlPlane,omitempty"`
+	// SailOperator says where the Sail Operator comes from and, when this
+	// operator installed it, which chart version and who else holds it.
+	// +optional
+	SailOperator *SailOperatorStatus `json:"sailOperator,omitempty"`
+}
+
+// Platform values of DetectedEnvironment.Platform.
+const (
+	PlatformKubernetes = "Kubernetes"
+	PlatformOpenShift  = "OpenShift"
+)
+
+// DetectedEnvironment is what detection found. Every field comes from API
+// discovery or a targeted read; nothing is inferred from names users choose.
+type DetectedEnvironment struct {
+	// Platform is Kubernetes or OpenShift.
+	// +optional
+	Platform string `json:"platform,omitempty"`
+	// SailAPI: the sailoperator.io API is served (the Sail Operator or
+	// OpenShift Service Mesh 3 is installed).
+	// +optional
+	SailAPI bool `json:"sailAPI,omitempty"`
+	// IstioAPI: the security.istio.io API (PeerAuthentication,
+	// AuthorizationPolicy) is served.
+	// +optional
+	IstioAPI bool `json:"istioAPI,omitempty"`
+	// Maistra: OpenShift Service Mesh 2.x (servicemeshcontrolplanes.maistra.io) is installed.
+	// +optional
+	Maistra bool `json:"maistra,omitempty"`
+	// Cilium: the cilium DaemonSet in kube-system or the cilium.io CRDs exist.
+	// +optional
+	Cilium bool `json:"cilium,omitempty"`
+	// Istiods lists the istiod Deployments (label app=istiod) found, as
+	// namespace/name@revision.
+	// +listType=atomic
+	// +optional
+	Istiods []string `json:"istiods,omitempty"`
+}
+
+// Management says how much of the control plane's lifecycle the operator owns.
+type Management string
+
+// Management values.
+const (
+	// ManagementManaged: the operator created the control plane (Sail CRs) and removes it on delete.
+	ManagementManaged Management = "Managed"
+	// ManagementAdopted: the control plane existed; the operator uses it and never changes it.
+	ManagementAdopted Management = "Adopted"
+	// ManagementExternal: mode external; the control plane is not touched (and may not be visible).
+	ManagementExternal Management = "External"
+)
+
+// ControlPlaneStatus describes the control plane in use.
+type ControlPlaneStatus struct {
+	// Management is Managed, Adopted or External.
+	// +optional
+	Management Management `json:"management,omitempty"`
+	// Namespace istiod runs in.
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	// Revision to select the control plane with (istio.io/rev); "default"
+	// means the istio-injection=enabled label works.
+	// +optional
+	Revision string `json:"revision,omitempty"`
+	// Version of Istio as the provider reports it (Sail spec.version or the istiod image tag).
+	// +optional
+	Version string `json:"version,omitempty"`
+	// DataPlane the control plane is set up for: ambient or sidecar.
+	// +optional
+	DataPlane DataPlane `json:"dataPlane,omitempty"`
+	// Resources the operator reads readiness from, as Kind/name
+	// (Istio/default, IstioCNI/default, ZTunnel/default, Deployment/ns/name).
+	// +listType=atomic
+	// +optional
+	Resources []string `json:"resources,omitempty"`
+}
+
+// SailSource says where the Sail Operator comes from.
+type SailSource string
+
+// SailSource values.
+const (
+	// SailInstalled: installed from the Helm chart by a holder listed in the
+	// holders record (this operator or another tool using the same record).
+	SailInstalled SailSource = "Installed"
+	// SailPreinstalled: present without a holders record (OLM, OpenShift
+	// Service Mesh 3, a user's Helm release); never uninstalled by the operator.
+	SailPreinstalled SailSource = "Preinstalled"
+	// SailAbsent: not installed.
+	SailAbsent SailSource = "Absent"
+)
+
+// SailOperatorStatus describes the Sail Operator installation.
+type SailOperatorStatus struct {
+	// Source is Installed, Preinstalled or Absent.
+	// +optional
+	Source SailSource `json:"source,omitempty"`
+	// Namespace of the Helm release.
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	// ChartVersion of the installed release.
+	// +optional
+	ChartVersion string `json:"chartVersion,omitempty"`
+	// Holders are the keys of the holders record: everyone who needs the
+	// installation. It is uninstalled when the last one leaves.
+	// +listType=atomic
+	// +optional
+	Holders []string `json:"holders,omitempty"`
 }
 
 // ServiceMesh is the cluster's single mesh: mTLS and tenant isolation with Istio.
@@ -141,6 +259,8 @@ type ServiceMeshStatus struct {
 // +kubebuilder:printcolumn:name="Isolation",type=string,JSONPath=`.spec.isolation`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=`.status.provider`,priority=1
+// +kubebuilder:printcolumn:name="Management",type=string,JSONPath=`.status.controlPlane.management`,priority=1
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.controlPlane.version`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ServiceMesh struct {
 	metav1.TypeMeta   `json:",inline"`

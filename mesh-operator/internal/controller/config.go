@@ -4,8 +4,22 @@ import (
 	"crypto/ed25519"
 	"flag"
 	"fmt"
+	"net/url"
+	"time"
 
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/license"
+	"github.com/ericdev/fleetmesh/mesh-operator/internal/sailinstall"
+)
+
+// Upstream defaults for the Sail Operator chart; an air-gapped cluster points
+// --sail-chart-repository at its internal mirror instead.
+const (
+	DefaultSailChartRepository = "https://istio-ecosystem.github.io/sail-operator"
+	DefaultSailChartName       = "sail-operator"
+	DefaultSailNamespace       = "sail-operator"
+	// SailReleaseName is the Helm release (and Deployment) name of a Sail
+	// Operator the mesh operator installs.
+	SailReleaseName = "sail-operator"
 )
 
 // Config is the operator-wide configuration that comes from flags (set by the chart).
@@ -17,6 +31,15 @@ type Config struct {
 	// Keys are the license public keys this build trusts (set by Validate).
 	Keys []ed25519.PublicKey
 
+	// SailInstall allows mode managed to install the Sail Operator when it is absent.
+	SailInstall bool
+	// SailChart is where the Sail Operator chart is fetched from.
+	SailChart sailinstall.ChartSource
+	// SailNamespace is the namespace of the Sail Operator release and its holders record.
+	SailNamespace string
+	// HelmTimeout bounds one Helm install or uninstall.
+	HelmTimeout time.Duration
+
 	keyOptions license.KeyOptions
 	// KeyWarning is set when a test key was configured for a release build.
 	KeyWarning error
@@ -25,6 +48,12 @@ type Config struct {
 // BindFlags registers the operator's own flags.
 func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LicenseSecret, "license-secret", "mesh-operator-license", "name of the license Secret in the operator's namespace")
+	fs.BoolVar(&c.SailInstall, "sail-install", true, "let mode managed install the Sail Operator from its Helm chart when it is absent (needs the installer RBAC, see docs/servicemesh.md)")
+	fs.StringVar(&c.SailChart.Repository, "sail-chart-repository", DefaultSailChartRepository, "Helm chart repository (serving index.yaml) holding the Sail Operator chart, e.g. an internal mirror; a URL ending in .tgz is used as the chart archive itself")
+	fs.StringVar(&c.SailChart.Name, "sail-chart-name", DefaultSailChartName, "name of the Sail Operator chart in the repository")
+	fs.StringVar(&c.SailChart.Version, "sail-chart-version", "", "Sail Operator chart version to install; empty takes the newest stable version in the repository (pin it for reproducible installs)")
+	fs.StringVar(&c.SailNamespace, "sail-namespace", DefaultSailNamespace, "namespace the Sail Operator is installed into")
+	fs.DurationVar(&c.HelmTimeout, "sail-install-timeout", 5*time.Minute, "upper bound for one Helm install or uninstall of the Sail Operator")
 	c.keyOptions.BindFlags(fs)
 }
 
@@ -32,6 +61,15 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 func (c *Config) Validate() error {
 	if c.OperatorNamespace == "" || c.LicenseSecret == "" {
 		return fmt.Errorf("the operator namespace and --license-secret are required")
+	}
+	if c.SailInstall {
+		u, err := url.Parse(c.SailChart.Repository)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("--sail-chart-repository must be an http(s) URL, got %q", c.SailChart.Repository)
+		}
+		if c.SailChart.Name == "" || c.SailNamespace == "" {
+			return fmt.Errorf("--sail-chart-name and --sail-namespace must not be empty")
+		}
 	}
 	keys, err := c.keyOptions.TrustedKeys()
 	switch {

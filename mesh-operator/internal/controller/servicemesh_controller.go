@@ -4,6 +4,8 @@ package controller
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,52 +14,124 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/license"
+	"github.com/ericdev/fleetmesh/mesh-operator/internal/metrics"
+	"github.com/ericdev/fleetmesh/mesh-operator/internal/sailinstall"
+	"github.com/ericdev/fleetmesh/shared/apply"
+	"github.com/ericdev/fleetmesh/shared/labels"
 )
 
 // Condition types of a ServiceMesh.
 const (
-	ConditionReady         = "Ready"
-	ConditionPreviewLocked = "PreviewLocked"
-	ConditionRefused       = "Refused"
+	// ConditionReady is the summary: True only when the mesh may be relied
+	// on (licensed, control plane Ready, no precondition warning). Namespace
+	// enrollment and STRICT mTLS wait for it.
+	ConditionReady = "Ready"
+	// ConditionControlPlaneReady: the Istio control plane (Sail CRs' Ready
+	// conditions, or istiod's Deployments) is ready.
+	ConditionControlPlaneReady = "ControlPlaneReady"
+	// ConditionPreconditionNotMet is True (a warning) when the cluster cannot
+	// run the requested data plane as it is configured (Cilium + ambient).
+	ConditionPreconditionNotMet = "PreconditionNotMet"
+	ConditionPreviewLocked      = "PreviewLocked"
+	ConditionRefused            = "Refused"
+	// ConditionReconciling and ConditionStalled follow kstatus.
+	ConditionReconciling = "Reconciling"
+	ConditionStalled     = "Stalled"
 )
 
 // Phases shown by kubectl get.
 const (
 	PhaseRefused       = "Refused"
 	PhasePreviewLocked = "PreviewLocked"
-	PhaseLicensed      = "Licensed"
+	// PhaseDeferred: OpenShift Service Mesh 2.x was found; the operator stands aside.
+	PhaseDeferred = "Deferred"
+	// PhaseBlocked: nothing happens until the user acts (see the Ready condition).
+	PhaseBlocked = "Blocked"
+	// PhaseProgressing: installing, or waiting for the control plane.
+	PhaseProgressing = "Progressing"
+	PhaseReady       = "Ready"
+	// PhaseError: the last reconcile failed; it is retried with backoff.
+	PhaseError    = "Error"
+	PhaseDeleting = "Deleting"
 )
 
-// lockedRecheck is how often a locked mesh looks at the license Secret again:
-// the operator may only get that one Secret (no watch), and adding a license
-// should take effect without a restart.
-const lockedRecheck = 30 * time.Second
+// Finalizer holds a ServiceMesh that manages a control plane until its
+// teardown is done: owner references alone cannot uninstall a Helm release,
+// remove CRDs, or wait for the Sail Operator to finish before it is removed.
+const Finalizer = labels.MeshGroup + "/control-plane"
+
+// FieldManager is the operator's server-side apply field manager.
+const FieldManager = "mesh-operator"
+
+// Requeue intervals. The operator does not watch the Sail kinds (they may
+// not exist when it starts, and they disappear at teardown) nor istiod or
+// Cilium, so it re-reads them on a timer: often while converging, rarely
+// once settled.
+const (
+	// lockedRecheck is how often a locked mesh looks at the license Secret again:
+	// the operator may only get that one Secret (no watch), and adding a license
+	// should take effect without a restart.
+	lockedRecheck     = 30 * time.Second
+	convergingRecheck = 5 * time.Second
+	settledRecheck    = 2 * time.Minute
+)
+
+// HelmClient is the part of sailinstall.Helm the reconciler uses.
+type HelmClient interface {
+	Get() (*sailinstall.Release, error)
+	Install(ctx context.Context, ch *sailinstall.Chart) error
+	Uninstall() error
+}
 
 // ServiceMeshReconciler reconciles the cluster's ServiceMesh.
 type ServiceMeshReconciler struct {
+	// Client writes, and reads ServiceMeshes from the cache.
 	Client client.Client
-	// SecretReader reads the license Secret uncached: the operator's RBAC
-	// allows get on that one Secret only, so it cannot list or watch Secrets.
-	SecretReader client.Reader
-	Config       Config
-	Recorder     recorder.EventRecorder
-	Now          func() time.Time
+	// Reader reads everything else uncached: the license Secret (the
+	// operator may get that one Secret only, so it cannot watch Secrets),
+	// detection's targeted reads and the Sail CRs.
+	Reader    client.Reader
+	Discovery discovery.DiscoveryInterface
+	Helm      HelmClient
+	// HTTP fetches the Sail chart; nil uses http.DefaultClient.
+	HTTP     *http.Client
+	Config   Config
+	Recorder recorder.EventRecorder
+	Now      func() time.Time
+	Metrics  *metrics.License
+
+	chartMu sync.Mutex
+	chart   *sailinstall.Chart
 }
 
-// SetupWithManager builds the reconciler from cfg and registers it.
+// SetupWithManager builds the reconciler from cfg and registers it and its metrics.
 func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
+	dc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+	if err != nil {
+		return err
+	}
+	lic := metrics.NewLicense(time.Now)
+	if err := ctrlmetrics.Registry.Register(lic); err != nil {
+		return err
+	}
 	r := &ServiceMeshReconciler{
-		Client:       mgr.GetClient(),
-		SecretReader: mgr.GetAPIReader(),
-		Config:       cfg,
-		Recorder:     mgr.GetEventRecorder("mesh-operator"),
-		Now:          time.Now,
+		Client:    mgr.GetClient(),
+		Reader:    mgr.GetAPIReader(),
+		Discovery: dc,
+		Helm: &sailinstall.Helm{Config: mgr.GetConfig(), Namespace: cfg.SailNamespace, ReleaseName: SailReleaseName,
+			Log: ctrl.Log.WithName("sail-install"), Timeout: cfg.HelmTimeout},
+		Config:   cfg,
+		Recorder: mgr.GetEventRecorder("mesh-operator"),
+		Now:      time.Now,
+		Metrics:  lic,
 	}
 	if cfg.KeyWarning != nil {
 		ctrl.Log.WithName("license").Error(cfg.KeyWarning, "ignoring the configured test key")
@@ -65,57 +139,65 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 	return ctrl.NewControllerManagedBy(mgr).For(&v1alpha1.ServiceMesh{}).Complete(r)
 }
 
-// +kubebuilder:rbac:groups=core.navique.com,resources=servicemeshes,verbs=get;list;watch
-// +kubebuilder:rbac:groups=core.navique.com,resources=servicemeshes/status,verbs=get;patch;update
+// +kubebuilder:rbac:groups=core.navique.com,resources=servicemeshes,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=core.navique.com,resources=servicemeshes/status,verbs=patch
+// +kubebuilder:rbac:groups=core.navique.com,resources=servicemeshes/finalizers,verbs=update
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile checks the singleton rule and the license before anything else:
-// a refused or unlicensed ServiceMesh changes nothing in the cluster.
+// a refused or unlicensed ServiceMesh changes nothing in the cluster. Then it
+// detects the environment, acts on the plan (install, apply, or only
+// observe) and writes status.
 func (r *ServiceMeshReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	mesh := &v1alpha1.ServiceMesh{}
 	if err := r.Client.Get(ctx, req.NamespacedName, mesh); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	now := r.Now()
-	next := mesh.Status.DeepCopy()
-	next.ObservedGeneration = mesh.Generation
-	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
-		meta.SetStatusCondition(&next.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg,
-			ObservedGeneration: mesh.Generation, LastTransitionTime: metav1.NewTime(now)})
+	if mesh.DeletionTimestamp != nil {
+		return r.finalize(ctx, mesh)
 	}
+	now := r.Now()
+	st := newStatus(mesh, now)
 
 	if mesh.Name != v1alpha1.SingletonName {
 		msg := fmt.Sprintf("ServiceMesh is a cluster singleton and must be named %q; %q is ignored and changes nothing.", v1alpha1.SingletonName, mesh.Name)
-		set(ConditionRefused, metav1.ConditionTrue, "NotSingleton", msg)
-		set(ConditionReady, metav1.ConditionFalse, "Refused", msg)
-		next.Phase = PhaseRefused
-		return ctrl.Result{}, r.writeStatus(ctx, mesh, next, "Refused", msg)
+		st.set(ConditionRefused, metav1.ConditionTrue, "NotSingleton", msg)
+		st.set(ConditionReady, metav1.ConditionFalse, "Refused", msg)
+		st.forgetControlPlane()
+		st.next.Phase = PhaseRefused
+		return ctrl.Result{}, r.writeStatus(ctx, mesh, st.next, "Refused", msg)
 	}
 
 	lic, err := r.verifyLicense(ctx, now)
+	r.Metrics.Observe(license.SignedLicense(lic, err).ExpiresAt())
 	if err != nil {
 		reason := string(license.ReasonOf(err))
-		set(ConditionPreviewLocked, metav1.ConditionTrue, reason, err.Error())
-		set(ConditionReady, metav1.ConditionFalse, ConditionPreviewLocked, "The mesh is locked by its license; nothing is changed in the cluster. See the PreviewLocked condition.")
-		next.Phase = PhasePreviewLocked
-		wait := license.NextCheck(license.SignedLicense(nil, err), now)
-		if wait > lockedRecheck {
-			wait = lockedRecheck
-		}
-		return ctrl.Result{RequeueAfter: wait}, r.writeStatus(ctx, mesh, next, "LicenseRefused", err.Error())
+		st.set(ConditionPreviewLocked, metav1.ConditionTrue, reason, err.Error())
+		st.set(ConditionReady, metav1.ConditionFalse, ConditionPreviewLocked, "The mesh is locked by its license; nothing is changed in the cluster. See the PreviewLocked condition.")
+		st.forgetControlPlane()
+		st.next.Phase = PhasePreviewLocked
+		wait := min(license.NextCheck(license.SignedLicense(nil, err), now), lockedRecheck)
+		return ctrl.Result{RequeueAfter: wait}, r.writeStatus(ctx, mesh, st.next, "LicenseRefused", err.Error())
 	}
-	set(ConditionPreviewLocked, metav1.ConditionFalse, string(license.ReasonValid),
+	st.set(ConditionPreviewLocked, metav1.ConditionFalse, string(license.ReasonValid),
 		fmt.Sprintf("Licensed to %s until %s.", lic.Licensee, lic.NotAfter.UTC().Format(time.RFC3339)))
-	set(ConditionReady, metav1.ConditionFalse, "ControlPlaneNotConfigured",
-		"Licensed. Installing or adopting the Istio control plane is not implemented in this build yet; nothing was changed in the cluster.")
-	next.Phase = PhaseLicensed
-	return ctrl.Result{RequeueAfter: license.NextCheck(lic, now)}, r.writeStatus(ctx, mesh, next, "", "")
+	licenseWait := license.NextCheck(lic, now)
+
+	res, err := r.reconcileControlPlane(ctx, mesh, st)
+	if werr := r.writeStatus(ctx, mesh, st.next, st.warnReason, st.warnMessage); werr != nil && err == nil {
+		err = werr
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	res.RequeueAfter = min(res.RequeueAfter, licenseWait)
+	return res, nil
 }
 
 func (r *ServiceMeshReconciler) verifyLicense(ctx context.Context, now time.Time) (*license.License, error) {
 	ref := license.SecretRef{Namespace: r.Config.OperatorNamespace, Name: r.Config.LicenseSecret}
 	secret := &corev1.Secret{}
-	err := r.SecretReader.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, secret)
+	err := r.Reader.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, secret)
 	if apierrors.IsNotFound(err) {
 		return nil, ref.NotFound()
 	}
@@ -126,15 +208,34 @@ func (r *ServiceMeshReconciler) verifyLicense(ctx context.Context, now time.Time
 }
 
 // writeStatus patches status when it changed, with a Warning event when a
-// refusal is new (not on every re-check).
+// warning is new (not on every re-check).
 func (r *ServiceMeshReconciler) writeStatus(ctx context.Context, mesh *v1alpha1.ServiceMesh, next *v1alpha1.ServiceMeshStatus, warnReason, warnMsg string) error {
 	if equality.Semantic.DeepEqual(&mesh.Status, next) {
 		return nil
 	}
-	if warnReason != "" && mesh.Status.Phase != next.Phase {
+	if warnReason != "" && !sameWarning(mesh.Status, *next) {
 		r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, warnReason, "Reconcile", "%s", warnMsg)
 	}
 	updated := mesh.DeepCopy()
 	updated.Status = *next
 	return r.Client.Status().Patch(ctx, updated, client.MergeFrom(mesh))
+}
+
+// sameWarning: the phase and the Ready reason did not change, so the
+// warning was already reported.
+func sameWarning(prev, next v1alpha1.ServiceMeshStatus) bool {
+	if prev.Phase != next.Phase {
+		return false
+	}
+	p, n := meta.FindStatusCondition(prev.Conditions, ConditionReady), meta.FindStatusCondition(next.Conditions, ConditionReady)
+	return p != nil && n != nil && p.Reason == n.Reason
+}
+
+func (r *ServiceMeshReconciler) applier() *apply.Applier {
+	return &apply.Applier{Client: r.Client, FieldManager: FieldManager, HashAnnotation: labels.MeshGroup + "/applied-hash"}
+}
+
+// records is the Sail holders-record store.
+func (r *ServiceMeshReconciler) records() sailinstall.Records {
+	return sailinstall.Records{Client: r.Client, Reader: r.Reader}
 }

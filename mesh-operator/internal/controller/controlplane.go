@@ -1,0 +1,519 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/mesh-operator/internal/detect"
+	"github.com/ericdev/fleetmesh/mesh-operator/internal/sail"
+	"github.com/ericdev/fleetmesh/mesh-operator/internal/sailinstall"
+	"github.com/ericdev/fleetmesh/shared/apply"
+	"github.com/ericdev/fleetmesh/shared/labels"
+)
+
+// +kubebuilder:rbac:groups=sailoperator.io,resources=istios,verbs=get;list;create;patch;delete
+// +kubebuilder:rbac:groups=sailoperator.io,resources=istiocnis;ztunnels,verbs=get;create;patch;delete
+// +kubebuilder:rbac:groups=apps,resources=daemonsets,verbs=get
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;create;delete
+
+// readiness is what the reconcile learned about the control plane.
+type readiness struct {
+	ready          bool
+	reason, msg    string
+	controlPlane   *v1alpha1.ControlPlaneStatus
+	blockedReason  string // set when acting found something only the user can fix
+	blockedMessage string
+}
+
+func (r *ServiceMeshReconciler) reconcileControlPlane(ctx context.Context, mesh *v1alpha1.ServiceMesh, st *status) (ctrl.Result, error) {
+	prevPhase := mesh.Status.Phase
+	o, err := r.observe(ctx, mesh)
+	if err != nil {
+		st.next.Phase = PhaseError
+		st.set(ConditionReady, metav1.ConditionFalse, "DetectionFailed", err.Error())
+		st.summarize("DetectionFailed", err.Error())
+		return ctrl.Result{}, err
+	}
+	plan := detect.Decide(mesh.Spec, o.facts, detect.Options{SailInstallEnabled: r.Config.SailInstall})
+	env := o.facts.Environment()
+	st.next.Detected = &env
+	st.next.Provider = plan.Provider
+
+	if plan.PreconditionReason != "" {
+		st.set(ConditionPreconditionNotMet, metav1.ConditionTrue, plan.PreconditionReason, plan.PreconditionMessage)
+	} else {
+		st.set(ConditionPreconditionNotMet, metav1.ConditionFalse, "PreconditionsMet", "The cluster can run the requested data plane.")
+	}
+
+	var rd readiness
+	var actErr error
+	switch plan.Action {
+	case detect.ActionInstallSail:
+		rd, actErr = r.installSail(ctx, mesh)
+	case detect.ActionApply:
+		rd, actErr = r.applyControlPlane(ctx, mesh, o)
+	case detect.ActionObserve:
+		rd, actErr = r.observeControlPlane(ctx, mesh, plan, o)
+	case detect.ActionHold:
+		rd = r.held(mesh, plan, o)
+	}
+	sailSt, err := r.sailStatus(ctx, o.facts.SailAPI() || plan.Action == detect.ActionInstallSail)
+	if err != nil && actErr == nil {
+		actErr = err
+	}
+	st.next.SailOperator = sailSt
+	st.next.ControlPlane = rd.controlPlane
+
+	if rd.ready {
+		st.set(ConditionControlPlaneReady, metav1.ConditionTrue, rd.reason, rd.msg)
+	} else {
+		st.set(ConditionControlPlaneReady, metav1.ConditionFalse, rd.reason, rd.msg)
+	}
+	blockedReason, blockedMsg := plan.BlockedReason, plan.BlockedMessage
+	if blockedReason == "" {
+		blockedReason, blockedMsg = rd.blockedReason, rd.blockedMessage
+	}
+	var summaryReason, summaryMsg string
+	switch {
+	case plan.Deferred:
+		st.next.Phase = PhaseDeferred
+		summaryReason, summaryMsg = blockedReason, blockedMsg
+		st.warn("Deferred", blockedMsg)
+	case blockedReason != "":
+		st.next.Phase = PhaseBlocked
+		summaryReason, summaryMsg = blockedReason, blockedMsg
+		st.warn(blockedReason, blockedMsg)
+	case actErr != nil:
+		st.next.Phase = PhaseError
+		summaryReason, summaryMsg = "ReconcileError", actErr.Error()
+		var reasoned *reasonedError
+		if errors.As(actErr, &reasoned) {
+			summaryReason = reasoned.reason
+		}
+		st.warn(summaryReason, summaryMsg)
+	case plan.PreconditionReason != "":
+		st.next.Phase = PhaseBlocked
+		summaryReason, summaryMsg = ConditionPreconditionNotMet, plan.PreconditionMessage
+		st.warn(ConditionPreconditionNotMet, plan.PreconditionMessage)
+	case !rd.ready:
+		st.next.Phase = PhaseProgressing
+		summaryReason, summaryMsg = rd.reason, rd.msg
+	default:
+		st.next.Phase = PhaseReady
+		summaryReason = ConditionControlPlaneReady
+		summaryMsg = "The control plane is Ready; namespaces may be enrolled and STRICT mTLS applied."
+	}
+	if st.next.Phase == PhaseReady {
+		st.set(ConditionReady, metav1.ConditionTrue, summaryReason, summaryMsg)
+		if prevPhase != PhaseReady {
+			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "ControlPlaneReady", "Reconcile", "%s", rd.msg)
+		}
+	} else {
+		st.set(ConditionReady, metav1.ConditionFalse, summaryReason, summaryMsg)
+	}
+	st.summarize(summaryReason, summaryMsg)
+	if rd.controlPlane != nil && rd.controlPlane.Management == v1alpha1.ManagementAdopted &&
+		(mesh.Status.ControlPlane == nil || mesh.Status.ControlPlane.Management != v1alpha1.ManagementAdopted) {
+		r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "Adopted", "Reconcile",
+			"Adopted the existing %s control plane in %s; its lifecycle stays with its owner.", plan.Provider, rd.controlPlane.Namespace)
+	}
+
+	if st.next.Phase == PhaseProgressing || st.next.Phase == PhaseError {
+		return ctrl.Result{RequeueAfter: convergingRecheck}, actErr
+	}
+	return ctrl.Result{RequeueAfter: settledRecheck}, actErr
+}
+
+// reasonedError carries a condition reason for a failed step.
+type reasonedError struct {
+	reason string
+	err    error
+}
+
+func (e *reasonedError) Error() string { return e.err.Error() }
+func (e *reasonedError) Unwrap() error { return e.err }
+
+func withReason(reason string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &reasonedError{reason: reason, err: err}
+}
+
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch;create;patch;delete
+
+// installSail installs the Sail Operator chart and registers the operator as
+// a holder of the installation. The record is written before the release,
+// so an install interrupted at any point is still found and finished (or
+// removed) later.
+func (r *ServiceMeshReconciler) installSail(ctx context.Context, mesh *v1alpha1.ServiceMesh) (readiness, error) {
+	rd := readiness{reason: "SailOperatorInstalling", controlPlane: r.managedControlPlane(mesh, nil)}
+	if err := r.ensureFinalizer(ctx, mesh); err != nil {
+		return rd, err
+	}
+	ns := r.Config.SailNamespace
+	if err := r.ensureNamespace(ctx, ns, nil); err != nil {
+		return rd, err
+	}
+	ch, err := r.loadChart(ctx)
+	if err != nil {
+		rd.msg = err.Error()
+		return rd, withReason("SailChartUnavailable", err)
+	}
+	rec, err := r.records().Get(ctx, ns)
+	if err != nil {
+		return rd, err
+	}
+	note := fmt.Sprintf("ServiceMesh %s (uid %s)", mesh.Name, mesh.UID)
+	if rec == nil {
+		crds, err := r.absentCRDs(ctx, ch)
+		if err != nil {
+			return rd, err
+		}
+		err = r.records().Create(ctx, ns, SailReleaseName, crds, sailinstall.HolderKey, note)
+		if apierrors.IsAlreadyExists(err) {
+			err = r.records().Join(ctx, ns, sailinstall.HolderKey, note)
+		}
+		if err != nil {
+			return rd, fmt.Errorf("writing the Sail holders record: %w", err)
+		}
+	} else if !rec.Holds(sailinstall.HolderKey) {
+		if err := r.records().Join(ctx, ns, sailinstall.HolderKey, note); err != nil {
+			return rd, err
+		}
+	}
+	rel, err := r.Helm.Get()
+	if err != nil {
+		return rd, err
+	}
+	if rel != nil && !rel.Deployed {
+		// A failed or interrupted install blocks every later one: start over.
+		if err := r.Helm.Uninstall(); err != nil {
+			return rd, withReason("SailInstallFailed", err)
+		}
+		rel = nil
+	}
+	if rel == nil {
+		if err := r.Helm.Install(ctx, ch); err != nil {
+			rd.msg = err.Error()
+			return rd, withReason("SailInstallFailed", err)
+		}
+		r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "SailOperatorInstalled", "Install",
+			"Installed the Sail Operator chart %s %s into namespace %s.", ch.Metadata.Name, ch.Metadata.Version, ns)
+	}
+	rd.msg = fmt.Sprintf("The Sail Operator (chart %s %s) is installed in %s; the control plane is created next.", ch.Metadata.Name, ch.Metadata.Version, ns)
+	return rd, nil
+}
+
+// loadChart fetches the Sail chart once per process: the source is a flag.
+func (r *ServiceMeshReconciler) loadChart(ctx context.Context) (*sailinstall.Chart, error) {
+	r.chartMu.Lock()
+	defer r.chartMu.Unlock()
+	if r.chart != nil {
+		return r.chart, nil
+	}
+	ch, err := r.Config.SailChart.Fetch(ctx, r.HTTP)
+	if err != nil {
+		return nil, fmt.Errorf("fetching the Sail Operator chart %s: %w", r.Config.SailChart, err)
+	}
+	r.chart = ch
+	return ch, nil
+}
+
+// absentCRDs are the chart's CRDs that do not exist yet: the ones the
+// install will create, and so the only ones the last holder may remove.
+func (r *ServiceMeshReconciler) absentCRDs(ctx context.Context, ch *sailinstall.Chart) ([]string, error) {
+	names, err := sailinstall.CRDNames(ch)
+	if err != nil {
+		return nil, err
+	}
+	var absent []string
+	for _, n := range names {
+		err := r.Reader.Get(ctx, types.NamespacedName{Name: n}, crdMeta(n))
+		switch {
+		case apierrors.IsNotFound(err):
+			absent = append(absent, n)
+		case err != nil:
+			return nil, fmt.Errorf("checking CRD %s: %w", n, err)
+		}
+	}
+	return absent, nil
+}
+
+func crdMeta(name string) *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	m.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
+	return m
+}
+
+// applyControlPlane applies the owned Sail CRs and reads their readiness.
+func (r *ServiceMeshReconciler) applyControlPlane(ctx context.Context, mesh *v1alpha1.ServiceMesh, o *observed) (readiness, error) {
+	d := sail.Build(sail.Params{Owner: mesh, Version: mesh.Spec.Version, DataPlane: mesh.Spec.DataPlane, OpenShift: o.facts.OpenShift()})
+	rd := readiness{controlPlane: r.managedControlPlane(mesh, o.istios[sail.IstioName])}
+	for _, obj := range d.Objects() {
+		rd.controlPlane.Resources = append(rd.controlPlane.Resources, obj.GetObjectKind().GroupVersionKind().Kind+"/"+obj.GetName())
+	}
+	if err := r.ensureFinalizer(ctx, mesh); err != nil {
+		return rd, err
+	}
+	// A Sail installed through the holders record (by us earlier, or by
+	// another tool) must not be removed while we use it.
+	if rec, err := r.records().Get(ctx, r.Config.SailNamespace); err != nil {
+		return rd, err
+	} else if rec != nil && !rec.Holds(sailinstall.HolderKey) {
+		if err := r.records().Join(ctx, r.Config.SailNamespace, sailinstall.HolderKey, fmt.Sprintf("ServiceMesh %s (uid %s)", mesh.Name, mesh.UID)); err != nil {
+			return rd, err
+		}
+	}
+	for _, ns := range d.Namespaces {
+		if err := r.ensureNamespace(ctx, ns, mesh); err != nil {
+			return rd, err
+		}
+	}
+	// A component the data plane no longer needs (ambient to sidecar) goes.
+	if d.ZTunnel == nil {
+		if _, err := r.deleteOwnedSail(ctx, mesh, sail.KindZTunnel); err != nil {
+			return rd, err
+		}
+	}
+	if d.CNI == nil {
+		if _, err := r.deleteOwnedSail(ctx, mesh, sail.KindIstioCNI); err != nil {
+			return rd, err
+		}
+	}
+	applier := r.applier()
+	for _, obj := range d.Objects() {
+		if _, err := applier.Apply(ctx, obj, mesh); err != nil {
+			var conflict *apply.ConflictError
+			if errors.As(err, &conflict) {
+				rd.reason, rd.msg = "ForeignSailResource", err.Error()
+				rd.blockedReason, rd.blockedMessage = "ForeignSailResource", err.Error()+
+					". The operator does not take over a Sail resource it did not create: delete it, or use mode adopt."
+				return rd, nil
+			}
+			return rd, err
+		}
+	}
+	var notReady []sail.Readiness
+	for _, obj := range d.Objects() {
+		kind := obj.GetObjectKind().GroupVersionKind().Kind
+		live, err := r.getSail(ctx, kind, obj.GetName())
+		if err != nil {
+			return rd, err
+		}
+		if kind == sail.KindIstio && live != nil {
+			rd.controlPlane = r.managedControlPlane(mesh, live.(*sail.Istio))
+			rd.controlPlane.Resources = resourcesOf(d)
+		}
+		if re := sail.ReadinessOf(kind, obj.GetName(), live); !re.Ready {
+			notReady = append(notReady, re)
+		}
+	}
+	if len(notReady) > 0 {
+		rd.reason, rd.msg = notReady[0].Reason, joinMessages(notReady)
+		return rd, nil
+	}
+	rd.ready, rd.reason = true, "SailResourcesReady"
+	rd.msg = fmt.Sprintf("%s are Ready.", strings.Join(rd.controlPlane.Resources, ", "))
+	return rd, nil
+}
+
+func resourcesOf(d sail.Desired) []string {
+	var out []string
+	for _, obj := range d.Objects() {
+		out = append(out, obj.GetObjectKind().GroupVersionKind().Kind+"/"+obj.GetName())
+	}
+	return out
+}
+
+func joinMessages(rs []sail.Readiness) string {
+	var msgs []string
+	for _, re := range rs {
+		msgs = append(msgs, re.Message)
+	}
+	return strings.Join(msgs, " ")
+}
+
+func (r *ServiceMeshReconciler) managedControlPlane(mesh *v1alpha1.ServiceMesh, live *sail.Istio) *v1alpha1.ControlPlaneStatus {
+	cp := &v1alpha1.ControlPlaneStatus{
+		Management: v1alpha1.ManagementManaged, Namespace: sail.IstioNamespace, Revision: sail.DefaultRevision,
+		Version: sail.SailVersion(mesh.Spec.Version), DataPlane: mesh.Spec.DataPlane,
+	}
+	if live != nil && live.Status.ActiveRevisionName != "" {
+		cp.Revision = live.Status.ActiveRevisionName
+	}
+	return cp
+}
+
+// getSail reads a Sail CR uncached; nil when it does not exist.
+func (r *ServiceMeshReconciler) getSail(ctx context.Context, kind, name string) (sail.Object, error) {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(sail.GVK(kind))
+	err := r.Reader.Get(ctx, types.NamespacedName{Name: name}, u)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading %s %s: %w", kind, name, err)
+	}
+	return sail.FromUnstructured(u)
+}
+
+// observeControlPlane judges a control plane the operator does not own
+// (adopted, or external) without writing anything.
+func (r *ServiceMeshReconciler) observeControlPlane(ctx context.Context, mesh *v1alpha1.ServiceMesh, plan detect.Plan, o *observed) (readiness, error) {
+	cp := &v1alpha1.ControlPlaneStatus{Management: plan.Management, DataPlane: mesh.Spec.DataPlane}
+	rd := readiness{controlPlane: cp}
+	switch {
+	case plan.AdoptedIstio != nil:
+		live := o.istios[plan.AdoptedIstio.Name]
+		cp.Namespace, cp.Revision, cp.Version = plan.AdoptedIstio.Namespace, plan.AdoptedIstio.Revision, plan.AdoptedIstio.Version
+		cp.Resources = []string{sail.KindIstio + "/" + plan.AdoptedIstio.Name}
+		var obj sail.Object
+		if live != nil {
+			obj = live
+		}
+		re := sail.ReadinessOf(sail.KindIstio, plan.AdoptedIstio.Name, obj)
+		if re.Ready && mesh.Spec.DataPlane == v1alpha1.DataPlaneAmbient {
+			// Ambient needs ztunnel: an adopted sidecar-only mesh is not ready for it.
+			zt, err := r.getSail(ctx, sail.KindZTunnel, sail.ZTunnelName)
+			if err != nil {
+				return rd, err
+			}
+			cp.Resources = append(cp.Resources, sail.KindZTunnel+"/"+sail.ZTunnelName)
+			re = sail.ReadinessOf(sail.KindZTunnel, sail.ZTunnelName, zt)
+			if zt == nil {
+				re.Message += " spec.dataPlane is ambient, but the adopted mesh has no ZTunnel: add one to it, or set spec.dataPlane: sidecar."
+			}
+		}
+		rd.ready, rd.reason, rd.msg = re.Ready, re.Reason, re.Message
+		if re.Ready {
+			rd.msg = fmt.Sprintf("The %s control plane (Istio %s, revision %s) is Ready.", strings.ToLower(string(plan.Management)), plan.AdoptedIstio.Name, cp.Revision)
+		}
+	case len(plan.AdoptedIstiod) > 0:
+		pick := pickIstiod(plan.AdoptedIstiod)
+		cp.Namespace, cp.Version, cp.Revision = pick.Namespace, pick.Version, pick.Revision
+		if cp.Revision == "" {
+			cp.Revision = sail.DefaultRevision
+		}
+		for _, d := range plan.AdoptedIstiod {
+			cp.Resources = append(cp.Resources, "Deployment/"+d.Namespace+"/"+d.Name)
+		}
+		if pick.Available {
+			rd.ready, rd.reason = true, "IstiodAvailable"
+			rd.msg = fmt.Sprintf("istiod %s is Available.", pick.ID())
+		} else {
+			rd.reason, rd.msg = "IstiodUnavailable", fmt.Sprintf("istiod %s is not Available.", pick.ID())
+		}
+	case plan.Management == v1alpha1.ManagementExternal && o.facts.IstioAPI():
+		rd.ready, rd.reason = true, "ExternalControlPlane"
+		rd.msg = "mode external: the control plane is not visible from here and is trusted to be running; the Istio security API is served."
+	case plan.Management == v1alpha1.ManagementExternal:
+		rd.reason = "IstioAPIMissing"
+		rd.msg = "mode external: the Istio security API (security.istio.io) is not served in this cluster, so the operator's configuration cannot be emitted; install Istio's CRDs."
+		rd.blockedReason, rd.blockedMessage = rd.reason, rd.msg
+	}
+	return rd, nil
+}
+
+// pickIstiod prefers an available istiod of the default revision.
+func pickIstiod(ds []detect.Istiod) detect.Istiod {
+	best := ds[0]
+	score := func(d detect.Istiod) int {
+		s := 0
+		if d.Available {
+			s += 2
+		}
+		if d.Revision == "" || d.Revision == sail.DefaultRevision {
+			s++
+		}
+		return s
+	}
+	for _, d := range ds[1:] {
+		if score(d) > score(best) {
+			best = d
+		}
+	}
+	return best
+}
+
+// held reports a plan that changes nothing. A control plane we already own
+// is left as it is, and still shown.
+func (r *ServiceMeshReconciler) held(mesh *v1alpha1.ServiceMesh, plan detect.Plan, o *observed) readiness {
+	rd := readiness{reason: plan.BlockedReason, msg: plan.BlockedMessage}
+	if rd.reason == "" {
+		rd.reason, rd.msg = ConditionPreconditionNotMet, "The control plane is held back: "+plan.PreconditionMessage
+	}
+	if live := o.istios[sail.IstioName]; live != nil && controlledBy(live, mesh) {
+		rd.controlPlane = r.managedControlPlane(mesh, live)
+	}
+	return rd
+}
+
+// sailStatus describes the Sail Operator installation.
+func (r *ServiceMeshReconciler) sailStatus(ctx context.Context, present bool) (*v1alpha1.SailOperatorStatus, error) {
+	if !present {
+		return &v1alpha1.SailOperatorStatus{Source: v1alpha1.SailAbsent}, nil
+	}
+	rec, err := r.records().Get(ctx, r.Config.SailNamespace)
+	if err != nil {
+		return nil, err
+	}
+	if rec == nil {
+		return &v1alpha1.SailOperatorStatus{Source: v1alpha1.SailPreinstalled}, nil
+	}
+	out := &v1alpha1.SailOperatorStatus{Source: v1alpha1.SailInstalled, Namespace: rec.Namespace, Holders: rec.Holders}
+	rel, err := r.Helm.Get()
+	if err != nil {
+		return out, err
+	}
+	if rel != nil {
+		out.ChartVersion = rel.ChartVersion
+	}
+	return out, nil
+}
+
+// ensureNamespace creates ns when it is missing. owner, when set, becomes
+// its controller, which is what later allows deleting it; a namespace that
+// already existed is used as it is and never deleted.
+func (r *ServiceMeshReconciler) ensureNamespace(ctx context.Context, name string, owner *v1alpha1.ServiceMesh) error {
+	ns := &corev1.Namespace{}
+	err := r.Reader.Get(ctx, types.NamespacedName{Name: name}, ns)
+	if err == nil || !apierrors.IsNotFound(err) {
+		return err
+	}
+	ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{labels.ManagedBy: sail.ManagedBy}}}
+	if owner != nil {
+		ns.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(owner, v1alpha1.GroupVersion.WithKind("ServiceMesh"))}
+	}
+	err = r.Client.Create(ctx, ns)
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+func (r *ServiceMeshReconciler) ensureFinalizer(ctx context.Context, mesh *v1alpha1.ServiceMesh) error {
+	if controllerutil.ContainsFinalizer(mesh, Finalizer) {
+		return nil
+	}
+	orig := mesh.DeepCopy()
+	controllerutil.AddFinalizer(mesh, Finalizer)
+	if err := r.Client.Patch(ctx, mesh, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("adding finalizer %s: %w", Finalizer, err)
+	}
+	return nil
+}

@@ -1,0 +1,216 @@
+//go:build integration
+
+package controller
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/ericdev/fleetmesh/mesh-operator/internal/sail"
+)
+
+// packageChart builds the fake sail-operator chart archive: testdata's
+// templates plus the project's minimal Sail CRDs as its crds/.
+func packageChart(t *testing.T, root string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	add := func(name string, data []byte) {
+		require.NoError(t, tw.WriteHeader(&tar.Header{Name: "sail-operator/" + name, Mode: 0o644, Size: int64(len(data)), ModTime: time.Unix(0, 0)}))
+		_, err := tw.Write(data)
+		require.NoError(t, err)
+	}
+	dir := filepath.Join("testdata", "sail-operator")
+	require.NoError(t, filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		add(filepath.ToSlash(rel), data)
+		return nil
+	}))
+	crds, err := filepath.Glob(filepath.Join(root, "mesh-operator/config/sail-test-crds/*.yaml"))
+	require.NoError(t, err)
+	require.NotEmpty(t, crds)
+	for _, f := range crds {
+		data, err := os.ReadFile(f)
+		require.NoError(t, err)
+		add("crds/"+filepath.Base(f), data)
+	}
+	require.NoError(t, tw.Close())
+	require.NoError(t, gz.Close())
+	return buf.Bytes()
+}
+
+// chartRepo serves the chart as a Helm repository on 127.0.0.1 and counts
+// the requests per path.
+type chartRepo struct {
+	*httptest.Server
+	hits map[string]*atomic.Int32
+}
+
+func serveChart(t *testing.T, archive []byte) *chartRepo {
+	sum := sha256.Sum256(archive)
+	index := fmt.Sprintf(`apiVersion: v1
+entries:
+  sail-operator:
+  - name: sail-operator
+    version: 1.30.0
+    digest: %s
+    urls: [charts/sail-operator-1.30.0.tgz]
+  - name: sail-operator
+    version: 1.31.0-rc.1
+    urls: [charts/does-not-exist.tgz]
+  - name: sail-operator
+    version: 1.29.3
+    urls: [charts/does-not-exist.tgz]
+`, hex.EncodeToString(sum[:]))
+	repo := &chartRepo{hits: map[string]*atomic.Int32{"/index.yaml": {}, "/charts/sail-operator-1.30.0.tgz": {}}}
+	repo.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		c, ok := repo.hits[req.URL.Path]
+		if !ok {
+			http.NotFound(w, req)
+			return
+		}
+		c.Add(1)
+		if strings.HasSuffix(req.URL.Path, ".tgz") {
+			_, _ = w.Write(archive)
+			return
+		}
+		_, _ = w.Write([]byte(index))
+	}))
+	t.Cleanup(repo.Close)
+	require.True(t, strings.HasPrefix(repo.URL, "http://127.0.0.1:"), "tests only talk to loopback")
+	return repo
+}
+
+func (c *chartRepo) count(path string) int32 { return c.hits[path].Load() }
+
+// fakeSail plays the Sail controller: it puts its finalizer on every Sail
+// CR, releases it when the CR is deleted, and reports Ready for the current
+// generation of the kinds it is told are ready.
+type fakeSail struct {
+	t *testing.T
+	c client.Client
+}
+
+func (f fakeSail) sync(ready ...string) {
+	f.t.Helper()
+	ctx := context.Background()
+	for _, kind := range []string{sail.KindIstio, sail.KindIstioCNI, sail.KindZTunnel} {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(sail.GVK(kind + "List"))
+		if err := f.c.List(ctx, list); err != nil {
+			if apierrors.IsNotFound(err) || strings.Contains(err.Error(), "no matches for kind") {
+				continue
+			}
+			require.NoError(f.t, err)
+		}
+		for i := range list.Items {
+			u := &list.Items[i]
+			fins := u.GetFinalizers()
+			has := false
+			for _, fin := range fins {
+				has = has || fin == sail.Finalizer
+			}
+			switch {
+			case u.GetDeletionTimestamp() != nil && has:
+				u.SetFinalizers(nil)
+				require.NoError(f.t, f.c.Update(ctx, u))
+				continue
+			case u.GetDeletionTimestamp() != nil:
+				continue
+			case !has:
+				u.SetFinalizers(append(fins, sail.Finalizer))
+				require.NoError(f.t, f.c.Update(ctx, u))
+			}
+			isReady := false
+			for _, k := range ready {
+				isReady = isReady || k == kind
+			}
+			status := "False"
+			if isReady {
+				status = "True"
+			}
+			st := map[string]any{
+				"observedGeneration": u.GetGeneration(),
+				"conditions": []any{
+					map[string]any{"type": "Reconciled", "status": "True", "reason": "Reconciled"},
+					map[string]any{"type": "Ready", "status": status, "reason": "Fake", "message": "set by the test's fake Sail controller"},
+				},
+			}
+			if kind == sail.KindIstio {
+				st["activeRevisionName"] = u.GetName()
+			}
+			u.Object["status"] = st
+			require.NoError(f.t, f.c.Status().Update(ctx, u))
+		}
+	}
+}
+
+// installCRDs creates CRDs from YAML files and waits until they are established.
+func installCRDs(t *testing.T, c client.Client, files ...string) {
+	t.Helper()
+	ctx := context.Background()
+	var names []string
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		require.NoError(t, err)
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		require.NoError(t, yaml.Unmarshal(data, crd))
+		require.NoError(t, c.Create(ctx, crd))
+		names = append(names, crd.Name)
+	}
+	for _, n := range names {
+		eventually(t, 20*time.Second, "CRD "+n+" established", func() bool {
+			crd := &apiextensionsv1.CustomResourceDefinition{}
+			if c.Get(ctx, types.NamespacedName{Name: n}, crd) != nil {
+				return false
+			}
+			for _, cond := range crd.Status.Conditions {
+				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+					return true
+				}
+			}
+			return false
+		})
+	}
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

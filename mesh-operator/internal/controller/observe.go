@@ -1,0 +1,181 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/mesh-operator/internal/detect"
+	"github.com/ericdev/fleetmesh/mesh-operator/internal/sail"
+)
+
+// Where detection looks: fixed locations, read one by one, so the operator
+// needs no cluster-wide cache of Deployments, DaemonSets or ConfigMaps.
+const (
+	ciliumNamespace  = "kube-system"
+	ciliumDaemonSet  = "cilium"
+	ciliumConfigMap  = "cilium-config"
+	istiodAppLabel   = "app"
+	istiodAppValue   = "istiod"
+	istioRevLabel    = "istio.io/rev"
+	istiodContainer  = "discovery"
+	defaultIstioNSes = sail.IstioNamespace
+)
+
+// observed is what one reconcile read: the facts detection decides on, plus
+// the live objects readiness is judged from.
+type observed struct {
+	facts detect.Facts
+	// istios are the live Sail Istio CRs by name.
+	istios map[string]*sail.Istio
+	// istiods are the istiod Deployments by namespace/name.
+	istiods []detect.Istiod
+}
+
+// observe gathers the facts: API discovery, then a few targeted reads. The
+// reads are uncached on purpose (see Reader).
+func (r *ServiceMeshReconciler) observe(ctx context.Context, mesh *v1alpha1.ServiceMesh) (*observed, error) {
+	o := &observed{istios: map[string]*sail.Istio{}}
+	res, err := r.servedResources()
+	if err != nil {
+		return nil, err
+	}
+	o.facts.Resources = res
+
+	deps := &appsv1.DeploymentList{}
+	if err := r.Reader.List(ctx, deps, client.MatchingLabels{istiodAppLabel: istiodAppValue}); err != nil {
+		return nil, fmt.Errorf("listing istiod Deployments: %w", err)
+	}
+	for i := range deps.Items {
+		o.facts.Istiods = append(o.facts.Istiods, istiodOf(&deps.Items[i]))
+	}
+	o.istiods = o.facts.Istiods
+
+	ds := &appsv1.DaemonSet{}
+	switch err := r.Reader.Get(ctx, types.NamespacedName{Namespace: ciliumNamespace, Name: ciliumDaemonSet}, ds); {
+	case err == nil:
+		o.facts.CiliumDaemonSet = true
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("looking for the Cilium DaemonSet: %w", err)
+	}
+	if o.facts.Cilium() {
+		cm := &corev1.ConfigMap{}
+		switch err := r.Reader.Get(ctx, types.NamespacedName{Namespace: ciliumNamespace, Name: ciliumConfigMap}, cm); {
+		case err == nil:
+			o.facts.CiliumConfig = cm.Data
+		case !apierrors.IsNotFound(err):
+			return nil, fmt.Errorf("reading %s/%s: %w", ciliumNamespace, ciliumConfigMap, err)
+		}
+	}
+
+	if o.facts.SailAPI() {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(sail.GVK(sail.KindIstio + "List"))
+		if err := r.Reader.List(ctx, list); err != nil {
+			return nil, fmt.Errorf("listing Sail Istios: %w", err)
+		}
+		for i := range list.Items {
+			obj, err := sail.FromUnstructured(&list.Items[i])
+			if err != nil {
+				return nil, err
+			}
+			istio := obj.(*sail.Istio)
+			o.istios[istio.Name] = istio
+			o.facts.Istios = append(o.facts.Istios, sailIstioOf(istio, mesh))
+		}
+	}
+	return o, nil
+}
+
+// servedResources asks discovery which groups and resources are served. A
+// group whose discovery fails (a broken aggregated API) is left out rather
+// than failing detection: none of the groups detection needs is aggregated.
+func (r *ServiceMeshReconciler) servedResources() (map[string][]string, error) {
+	_, lists, err := r.Discovery.ServerGroupsAndResources()
+	if err != nil && !discovery.IsGroupDiscoveryFailedError(err) {
+		return nil, fmt.Errorf("API discovery: %w", err)
+	}
+	out := map[string][]string{}
+	for _, l := range lists {
+		gv, perr := parseGroup(l.GroupVersion)
+		if perr != nil {
+			continue
+		}
+		if _, ok := out[gv]; !ok {
+			out[gv] = nil
+		}
+		for _, res := range l.APIResources {
+			if strings.Contains(res.Name, "/") {
+				continue // subresource
+			}
+			out[gv] = append(out[gv], res.Name)
+		}
+	}
+	return out, nil
+}
+
+func parseGroup(groupVersion string) (string, error) {
+	if groupVersion == "" {
+		return "", errors.New("empty group version")
+	}
+	if i := strings.Index(groupVersion, "/"); i >= 0 {
+		return groupVersion[:i], nil
+	}
+	return "", nil // the core group ("v1")
+}
+
+func istiodOf(d *appsv1.Deployment) detect.Istiod {
+	out := detect.Istiod{Namespace: d.Namespace, Name: d.Name, Revision: d.Labels[istioRevLabel]}
+	for _, c := range d.Spec.Template.Spec.Containers {
+		if c.Name == istiodContainer {
+			out.Version = imageTag(c.Image)
+		}
+	}
+	fresh := d.Status.ObservedGeneration >= d.Generation
+	for _, c := range d.Status.Conditions {
+		if c.Type == appsv1.DeploymentAvailable && c.Status == corev1.ConditionTrue && fresh && d.Status.AvailableReplicas > 0 {
+			out.Available = true
+		}
+	}
+	return out
+}
+
+// imageTag returns the tag of an image reference ("" for a digest-only one).
+func imageTag(image string) string {
+	if i := strings.Index(image, "@"); i >= 0 {
+		image = image[:i]
+	}
+	slash := strings.LastIndex(image, "/")
+	if i := strings.LastIndex(image, ":"); i > slash {
+		return image[i+1:]
+	}
+	return ""
+}
+
+func sailIstioOf(i *sail.Istio, mesh *v1alpha1.ServiceMesh) detect.SailIstio {
+	ns := i.Spec.Namespace
+	if ns == "" {
+		ns = defaultIstioNSes
+	}
+	rev := i.Status.ActiveRevisionName
+	if rev == "" {
+		rev = i.Name
+	}
+	return detect.SailIstio{Name: i.Name, Namespace: ns, Version: i.Spec.Version, Revision: rev, Ours: controlledBy(i, mesh)}
+}
+
+func controlledBy(obj metav1.Object, mesh *v1alpha1.ServiceMesh) bool {
+	ref := metav1.GetControllerOfNoCopy(obj)
+	return ref != nil && ref.UID == mesh.UID
+}

@@ -1,0 +1,63 @@
+package controller
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
+)
+
+// status builds the next status of one reconcile.
+type status struct {
+	gen  int64
+	now  time.Time
+	next *v1alpha1.ServiceMeshStatus
+	// warnReason/warnMessage become a Warning event when they are new.
+	warnReason, warnMessage string
+}
+
+func newStatus(mesh *v1alpha1.ServiceMesh, now time.Time) *status {
+	next := mesh.Status.DeepCopy()
+	next.ObservedGeneration = mesh.Generation
+	return &status{gen: mesh.Generation, now: now, next: next}
+}
+
+// set writes a condition; meta.SetStatusCondition keeps LastTransitionTime
+// when the status did not flip, so an unchanged reconcile writes nothing.
+func (s *status) set(t string, st metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&s.next.Conditions, metav1.Condition{Type: t, Status: st, Reason: reason, Message: msg,
+		ObservedGeneration: s.gen, LastTransitionTime: metav1.NewTime(s.now)})
+}
+
+func (s *status) warn(reason, msg string) {
+	s.warnReason, s.warnMessage = reason, msg
+}
+
+// forgetControlPlane drops what a refused or locked mesh did not observe,
+// so no one acts on a stale ControlPlaneReady.
+func (s *status) forgetControlPlane() {
+	for _, t := range []string{ConditionControlPlaneReady, ConditionPreconditionNotMet, ConditionReconciling, ConditionStalled} {
+		meta.RemoveStatusCondition(&s.next.Conditions, t)
+	}
+	s.next.ControlPlane = nil
+	s.next.Detected = nil
+	s.next.SailOperator = nil
+	s.next.Provider = ""
+}
+
+// summarize sets Reconciling and Stalled (kstatus) from the phase.
+func (s *status) summarize(reason, msg string) {
+	switch s.next.Phase {
+	case PhaseProgressing, PhaseDeleting:
+		s.set(ConditionReconciling, metav1.ConditionTrue, reason, msg)
+		s.set(ConditionStalled, metav1.ConditionFalse, "NotStalled", "")
+	case PhaseBlocked, PhaseDeferred, PhaseError:
+		s.set(ConditionReconciling, metav1.ConditionFalse, "NotReconciling", "")
+		s.set(ConditionStalled, metav1.ConditionTrue, reason, msg)
+	default:
+		s.set(ConditionReconciling, metav1.ConditionFalse, "NotReconciling", "")
+		s.set(ConditionStalled, metav1.ConditionFalse, "NotStalled", "")
+	}
+}

@@ -1,0 +1,354 @@
+// Package detect decides, from observed facts only, which Istio the
+// ServiceMesh uses and what the operator may do about it. It makes no API
+// calls: the reconciler gathers Facts (API discovery plus a few targeted
+// reads) and Decide is a pure, table-tested function of them.
+package detect
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
+)
+
+// API groups and resources detection looks for. CRDs are matched by group
+// and resource, never by kind alone: Calico's operator also has a kind Istio.
+const (
+	GroupSail          = "sailoperator.io"
+	GroupIstioSecurity = "security.istio.io"
+	GroupMaistra       = "maistra.io"
+	GroupCilium        = "cilium.io"
+	GroupRoute         = "route.openshift.io"
+	GroupConfigOS      = "config.openshift.io"
+
+	ResourceSMCP          = "servicemeshcontrolplanes"
+	ResourceCiliumNetPols = "ciliumnetworkpolicies"
+	ResourceClusterVer    = "clusterversions"
+	ResourceIstios        = "istios"
+)
+
+// Cilium settings ambient needs (kube-system/cilium-config keys for the
+// Helm values socketLB.hostNamespaceOnly=true and cni.exclusive=false).
+const (
+	CiliumSockLBHostNSOnly = "bpf-lb-sock-hostns-only"
+	CiliumCNIExclusive     = "cni-exclusive"
+)
+
+// Istiod is an istiod Deployment (label app=istiod).
+type Istiod struct {
+	Namespace, Name string
+	// Revision is its istio.io/rev label ("" and "default" both mean the default revision).
+	Revision string
+	// Version is the discovery container's image tag, if it has one.
+	Version string
+	// Available: the Deployment's Available condition is True for its
+	// current generation and at least one replica is available.
+	Available bool
+}
+
+// ID names the Deployment in status and messages.
+func (i Istiod) ID() string {
+	rev := i.Revision
+	if rev == "" {
+		rev = "default"
+	}
+	return fmt.Sprintf("%s/%s@%s", i.Namespace, i.Name, rev)
+}
+
+// SailIstio is a live sailoperator.io Istio.
+type SailIstio struct {
+	Name      string
+	Namespace string // spec.namespace: where its istiod runs
+	Version   string
+	// Ours: controlled by this ServiceMesh (owner reference with our UID).
+	Ours bool
+	// Revision is status.activeRevisionName (falls back to the name).
+	Revision string
+}
+
+// Facts is everything detection looks at.
+type Facts struct {
+	// Resources maps each served API group to the resources it serves (any version).
+	Resources map[string][]string
+	// Istiods are the app=istiod Deployments in all namespaces.
+	Istiods []Istiod
+	// Istios are the sailoperator.io Istio CRs (empty without the Sail API).
+	Istios []SailIstio
+	// CiliumDaemonSet: kube-system/cilium exists.
+	CiliumDaemonSet bool
+	// CiliumConfig is kube-system/cilium-config's data; nil when absent or unreadable.
+	CiliumConfig map[string]string
+}
+
+func (f Facts) serves(group string, resource string) bool {
+	res, ok := f.Resources[group]
+	if !ok {
+		return false
+	}
+	return resource == "" || slices.Contains(res, resource)
+}
+
+// OpenShift: the route.openshift.io group or config.openshift.io ClusterVersion.
+func (f Facts) OpenShift() bool {
+	return f.serves(GroupRoute, "") || f.serves(GroupConfigOS, ResourceClusterVer)
+}
+
+// SailAPI: the Sail Operator (or OpenShift Service Mesh 3) serves its Istio kind.
+func (f Facts) SailAPI() bool { return f.serves(GroupSail, ResourceIstios) }
+
+// IstioAPI: Istio's security API (PeerAuthentication, AuthorizationPolicy) is served.
+func (f Facts) IstioAPI() bool { return f.serves(GroupIstioSecurity, "") }
+
+// Maistra: OpenShift Service Mesh 2.x.
+func (f Facts) Maistra() bool { return f.serves(GroupMaistra, ResourceSMCP) }
+
+// Cilium: its DaemonSet or its CRDs.
+func (f Facts) Cilium() bool {
+	return f.CiliumDaemonSet || f.serves(GroupCilium, ResourceCiliumNetPols)
+}
+
+// Environment is the status summary of the facts.
+func (f Facts) Environment() v1alpha1.DetectedEnvironment {
+	env := v1alpha1.DetectedEnvironment{
+		Platform: v1alpha1.PlatformKubernetes,
+		SailAPI:  f.SailAPI(), IstioAPI: f.IstioAPI(), Maistra: f.Maistra(), Cilium: f.Cilium(),
+	}
+	if f.OpenShift() {
+		env.Platform = v1alpha1.PlatformOpenShift
+	}
+	for _, i := range f.Istiods {
+		env.Istiods = append(env.Istiods, i.ID())
+	}
+	slices.Sort(env.Istiods)
+	return env
+}
+
+// Action is what the reconciler does with the control plane.
+type Action string
+
+const (
+	// ActionInstallSail: install the Sail Operator from its chart, then build the control plane.
+	ActionInstallSail Action = "InstallSail"
+	// ActionApply: apply the owned Sail CRs (Istio, IstioCNI, ZTunnel).
+	ActionApply Action = "Apply"
+	// ActionObserve: change nothing; read readiness (adopt, external).
+	ActionObserve Action = "Observe"
+	// ActionHold: change nothing; a user decision is needed (Blocked, Deferred).
+	ActionHold Action = "Hold"
+)
+
+// Plan is Decide's answer.
+type Plan struct {
+	Action     Action
+	Management v1alpha1.Management
+	// Provider for status: sail, openshift, istio, maistra or "" (none found).
+	Provider string
+	// Adopted is the existing control plane in use (adopt, auto-adopt, external).
+	AdoptedIstio  *SailIstio
+	AdoptedIstiod []Istiod
+	// Deferred: OpenShift Service Mesh 2.x; the operator stands aside.
+	Deferred bool
+	// Blocked says why nothing can happen until the user acts (Reason is CamelCase).
+	BlockedReason, BlockedMessage string
+	// Precondition is a warning that holds the control plane back: the
+	// condition PreconditionNotMet. Empty when every precondition holds.
+	PreconditionReason, PreconditionMessage string
+}
+
+// Options are operator-wide settings Decide needs.
+type Options struct {
+	// SailInstallEnabled: the operator may install the Sail Operator (--sail-install).
+	SailInstallEnabled bool
+}
+
+// Decide picks the provider and the action for spec, from facts only.
+func Decide(spec v1alpha1.ServiceMeshSpec, f Facts, opt Options) Plan {
+	p := Plan{}
+	openshift := f.OpenShift()
+	ours, foreign := splitIstios(f.Istios)
+	istiods := foreignIstiods(f.Istiods, ours)
+
+	p.PreconditionReason, p.PreconditionMessage = preconditions(spec, f)
+
+	// Provider names the user chose must match the cluster.
+	if spec.Provider == v1alpha1.ProviderOpenShift && !openshift {
+		return blocked(p, "ProviderNotDetected", "spec.provider is openshift but this is not OpenShift (neither the route.openshift.io API nor a config.openshift.io ClusterVersion is served); use provider auto.")
+	}
+
+	if spec.Mode == v1alpha1.ModeExternal {
+		// Never touch the control plane; readiness is observed where visible.
+		p.Action, p.Management = ActionObserve, v1alpha1.ManagementExternal
+		p.AdoptedIstio = firstReady(foreign, ours)
+		p.AdoptedIstiod = istiods
+		p.Provider = providerOf(p, f, openshift)
+		return p
+	}
+
+	if f.Maistra() && len(ours) == 0 {
+		p.Deferred = true
+		p.Provider = "maistra"
+		return blocked(p, "MaistraDetected", "OpenShift Service Mesh 2.x (Maistra: servicemeshcontrolplanes.maistra.io) is installed. "+
+			"The operator does not install a second control plane next to it, nor manage or adopt it: "+
+			"upgrade to OpenShift Service Mesh 3 (operator package servicemeshoperator3, Sail-based) and the operator adopts that mesh, "+
+			"or set spec.mode: external to keep Maistra and only have the operator emit its configuration.")
+	}
+
+	// The existing mesh, if any, that the ServiceMesh would adopt.
+	existing := len(foreign) > 0 || len(istiods) > 0
+	switch spec.Provider {
+	case v1alpha1.ProviderSail, v1alpha1.ProviderOpenShift:
+		// Only a Sail Istio counts as that provider's mesh.
+		if len(foreign) == 0 && len(istiods) > 0 && len(ours) == 0 {
+			return blocked(p, "ProviderMismatch", fmt.Sprintf("spec.provider is %s, but istiod runs without a Sail Istio (%s); "+
+				"set provider auto or istio to adopt it, rather than installing a second control plane next to it.", spec.Provider, ids(istiods)))
+		}
+		existing = len(foreign) > 0
+	case v1alpha1.ProviderIstio:
+		existing = len(istiods) > 0 || len(foreign) > 0
+	}
+
+	if spec.Mode == v1alpha1.ModeAdopt || (len(ours) == 0 && existing) {
+		if !existing {
+			return blocked(p, "NoMeshFound", "spec.mode is adopt but no Istio control plane was found (no sailoperator.io Istio, no istiod Deployment labelled app=istiod). "+
+				"Install Istio (or OpenShift Service Mesh 3) first, or use mode managed to have the operator install it.")
+		}
+		p.Action, p.Management = ActionObserve, v1alpha1.ManagementAdopted
+		if spec.Provider != v1alpha1.ProviderIstio || len(istiods) == 0 {
+			p.AdoptedIstio = firstReady(foreign, nil)
+		}
+		if p.AdoptedIstio == nil {
+			p.AdoptedIstiod = istiods
+		}
+		p.Provider = providerOf(p, f, openshift)
+		return p
+	}
+
+	// Managed: we own (or will own) the Sail CRs.
+	p.Management = v1alpha1.ManagementManaged
+	p.Provider = "sail"
+	if openshift {
+		p.Provider = "openshift"
+	}
+	if spec.Provider == v1alpha1.ProviderIstio {
+		return blocked(p, "ProviderCannotInstall", "spec.provider is istio, which the operator only adopts (an existing istiod) and never installs; none was found. "+
+			"Use provider auto or sail to have the operator install Istio through the Sail Operator.")
+	}
+	if p.PreconditionReason != "" && len(ours) == 0 {
+		// Do not start an install the precondition says will not work.
+		p.Action = ActionHold
+		return p
+	}
+	switch {
+	case f.SailAPI():
+		p.Action = ActionApply
+	case openshift:
+		return blocked(p, "SailOperatorMissing", "On OpenShift the operator does not install the Sail Operator itself: install OpenShift Service Mesh 3 "+
+			"(OLM package servicemeshoperator3 in openshift-operators); the operator then creates the control plane.")
+	case !opt.SailInstallEnabled:
+		return blocked(p, "SailOperatorMissing", "The Sail Operator (sailoperator.io API) is not installed and this operator runs with --sail-install=false: "+
+			"install the Sail Operator (Helm chart sail-operator), or enable sail.install in the mesh-operator chart.")
+	default:
+		p.Action = ActionInstallSail
+	}
+	if p.PreconditionReason != "" {
+		// Keep what we own as it is; apply no change until the precondition holds.
+		p.Action = ActionHold
+	}
+	return p
+}
+
+// preconditions reports the Cilium + ambient sharp edge: ambient's traffic
+// redirection conflicts with Cilium's socket load balancing and its
+// exclusive CNI config unless both are configured for it. A cluster whose
+// cilium-config shows both settings passes.
+func preconditions(spec v1alpha1.ServiceMeshSpec, f Facts) (string, string) {
+	if spec.DataPlane != v1alpha1.DataPlaneAmbient || !f.Cilium() {
+		return "", ""
+	}
+	var missing []string
+	if f.CiliumConfig[CiliumSockLBHostNSOnly] != "true" {
+		missing = append(missing, CiliumSockLBHostNSOnly+": \"true\" (socketLB.hostNamespaceOnly=true)")
+	}
+	if f.CiliumConfig[CiliumCNIExclusive] != "false" {
+		missing = append(missing, CiliumCNIExclusive+": \"false\" (cni.exclusive=false)")
+	}
+	if len(missing) == 0 {
+		return "", ""
+	}
+	return "CiliumAmbient", "Cilium is installed and spec.dataPlane is ambient: ambient mode on Cilium needs " + strings.Join(missing, " and ") +
+		" in kube-system/cilium-config, which is not set. Recommended: set spec.dataPlane: sidecar. The control plane is held back (nothing is installed or changed) until one of the two is done; workloads keep running without mTLS."
+}
+
+func blocked(p Plan, reason, msg string) Plan {
+	p.Action, p.BlockedReason, p.BlockedMessage = ActionHold, reason, msg
+	return p
+}
+
+func splitIstios(all []SailIstio) (ours, foreign []SailIstio) {
+	for _, i := range all {
+		if i.Ours {
+			ours = append(ours, i)
+		} else {
+			foreign = append(foreign, i)
+		}
+	}
+	return ours, foreign
+}
+
+// foreignIstiods drops the istiods our own Istio runs: they must not make the
+// operator adopt the control plane it installed.
+func foreignIstiods(all []Istiod, ours []SailIstio) []Istiod {
+	var out []Istiod
+	for _, d := range all {
+		if slices.ContainsFunc(ours, func(i SailIstio) bool { return i.Namespace == d.Namespace }) {
+			continue
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// firstReady picks the Istio to adopt: the one named default if present
+// (the one istio-injection=enabled selects), else the first by name.
+func firstReady(lists ...[]SailIstio) *SailIstio {
+	for _, l := range lists {
+		if len(l) == 0 {
+			continue
+		}
+		l = slices.Clone(l)
+		slices.SortFunc(l, func(a, b SailIstio) int {
+			if a.Name == "default" {
+				return -1
+			}
+			if b.Name == "default" {
+				return 1
+			}
+			return strings.Compare(a.Name, b.Name)
+		})
+		return &l[0]
+	}
+	return nil
+}
+
+func providerOf(p Plan, f Facts, openshift bool) string {
+	switch {
+	case p.AdoptedIstio != nil && openshift:
+		return "openshift"
+	case p.AdoptedIstio != nil:
+		return "sail"
+	case len(p.AdoptedIstiod) > 0 && f.Maistra():
+		return "maistra"
+	case len(p.AdoptedIstiod) > 0:
+		return "istio"
+	}
+	return ""
+}
+
+func ids(ds []Istiod) string {
+	var s []string
+	for _, d := range ds {
+		s = append(s, d.ID())
+	}
+	return strings.Join(s, ", ")
+}

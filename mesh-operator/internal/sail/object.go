@@ -1,0 +1,86 @@
+package sail
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Object is one of Istio, IstioCNI, ZTunnel.
+type Object interface {
+	client.Object
+	// SailStatus returns the status block the Sail controller writes.
+	SailStatus() Status
+}
+
+// SailStatus implements Object.
+func (in *Istio) SailStatus() Status { return in.Status }
+
+// SailStatus implements Object.
+func (in *IstioCNI) SailStatus() Status { return in.Status }
+
+// SailStatus implements Object.
+func (in *ZTunnel) SailStatus() Status { return in.Status }
+
+// FromUnstructured converts a live Sail CR to its typed form.
+func FromUnstructured(u *unstructured.Unstructured) (Object, error) {
+	var out Object
+	switch u.GetKind() {
+	case KindIstio:
+		out = &Istio{}
+	case KindIstioCNI:
+		out = &IstioCNI{}
+	case KindZTunnel:
+		out = &ZTunnel{}
+	default:
+		return nil, fmt.Errorf("not a Sail kind the operator knows: %s", u.GetKind())
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, out); err != nil {
+		return nil, fmt.Errorf("reading %s %s: %w", u.GetKind(), u.GetName(), err)
+	}
+	return out, nil
+}
+
+// Readiness is what a Sail CR says about its component.
+type Readiness struct {
+	Ready bool
+	// Reason is a CamelCase condition reason; Message says what is awaited.
+	Reason, Message string
+}
+
+// ReadinessOf judges a live Sail CR (nil: it does not exist). Ready needs the
+// Sail controller's Ready condition True for the current generation: a Ready
+// left over from before our last change says nothing about the change.
+func ReadinessOf(kind, name string, obj Object) Readiness {
+	id := kind + " " + name
+	if obj == nil {
+		return Readiness{Reason: kind + "Missing", Message: id + " does not exist."}
+	}
+	if obj.GetDeletionTimestamp() != nil {
+		return Readiness{Reason: kind + "Deleting", Message: id + " is being deleted."}
+	}
+	st := obj.SailStatus()
+	if st.ObservedGeneration < obj.GetGeneration() {
+		return Readiness{Reason: kind + "Progressing",
+			Message: fmt.Sprintf("%s: the Sail Operator has not processed generation %d yet (observed %d); is the Sail Operator running?", id, obj.GetGeneration(), st.ObservedGeneration)}
+	}
+	for _, c := range st.Conditions {
+		if c.Type != ConditionReady {
+			continue
+		}
+		if c.Status == "True" {
+			return Readiness{Ready: true, Reason: kind + "Ready", Message: id + " is Ready."}
+		}
+		msg := fmt.Sprintf("%s is not Ready", id)
+		if c.Reason != "" {
+			msg += " (" + c.Reason + ")"
+		}
+		if c.Message != "" {
+			msg += ": " + c.Message
+		}
+		return Readiness{Reason: kind + "NotReady", Message: msg + "."}
+	}
+	return Readiness{Reason: kind + "NotReady", Message: id + " has no Ready condition yet."}
+}

@@ -1,0 +1,191 @@
+// Package sailinstall installs and uninstalls the Sail Operator from its
+// Helm chart, and keeps the holders record that reference-counts the
+// installation (see Record).
+package sailinstall
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+
+	"github.com/Masterminds/semver/v3"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	"sigs.k8s.io/yaml"
+)
+
+// Chart is a loaded Helm chart.
+type Chart = chart.Chart
+
+// ChartSource says where the Sail Operator chart comes from. Repository is a
+// classic Helm chart repository (it serves index.yaml), so an internal
+// mirror works the same as the upstream one; a URL ending in .tgz is taken
+// as the chart archive itself.
+type ChartSource struct {
+	Repository string
+	Name       string
+	// Version pins the chart version; empty takes the newest stable version
+	// the repository lists.
+	Version string
+}
+
+func (s ChartSource) String() string {
+	v := s.Version
+	if v == "" {
+		v = "newest"
+	}
+	return fmt.Sprintf("%s %s (%s)", s.Name, v, s.Repository)
+}
+
+// maxChartBytes bounds what is read from the repository: the real chart is
+// well under a megabyte, and the index lists every version ever released.
+const maxChartBytes = 32 << 20
+
+// Fetch downloads and loads the chart. Nothing is written to disk (the
+// operator's root file system is read-only); the archive's sha256 is checked
+// against the index's digest when the index has one.
+func (s ChartSource) Fetch(ctx context.Context, hc *http.Client) (*chart.Chart, error) {
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	archiveURL, digest := s.Repository, ""
+	if !strings.HasSuffix(s.Repository, ".tgz") {
+		var err error
+		archiveURL, digest, err = s.resolve(ctx, hc)
+		if err != nil {
+			return nil, err
+		}
+	}
+	data, err := get(ctx, hc, archiveURL)
+	if err != nil {
+		return nil, err
+	}
+	if digest != "" {
+		sum := sha256.Sum256(data)
+		if got := hex.EncodeToString(sum[:]); got != digest {
+			return nil, fmt.Errorf("chart %s: sha256 %s does not match the repository index's digest %s", archiveURL, got, digest)
+		}
+	}
+	ch, err := loader.LoadArchive(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("loading chart %s: %w", archiveURL, err)
+	}
+	if s.Version != "" && ch.Metadata.Version != strings.TrimPrefix(s.Version, "v") && ch.Metadata.Version != s.Version {
+		return nil, fmt.Errorf("chart %s is version %s, not the configured %s", archiveURL, ch.Metadata.Version, s.Version)
+	}
+	return ch, nil
+}
+
+// index is the part of a repository's index.yaml the operator reads.
+type index struct {
+	Entries map[string][]struct {
+		Version string   `json:"version"`
+		URLs    []string `json:"urls"`
+		Digest  string   `json:"digest"`
+	} `json:"entries"`
+}
+
+// resolve finds the archive URL and digest of the wanted version.
+func (s ChartSource) resolve(ctx context.Context, hc *http.Client) (string, string, error) {
+	base, err := url.Parse(strings.TrimSuffix(s.Repository, "/") + "/")
+	if err != nil {
+		return "", "", fmt.Errorf("chart repository %q: %w", s.Repository, err)
+	}
+	raw, err := get(ctx, hc, base.JoinPath("index.yaml").String())
+	if err != nil {
+		return "", "", err
+	}
+	var idx index
+	if err := yaml.Unmarshal(raw, &idx); err != nil {
+		return "", "", fmt.Errorf("chart repository %s: index.yaml: %w", s.Repository, err)
+	}
+	entries := idx.Entries[s.Name]
+	type candidate struct {
+		v   *semver.Version
+		url string
+		dig string
+	}
+	var found []candidate
+	for _, e := range entries {
+		if len(e.URLs) == 0 {
+			continue
+		}
+		v, err := semver.NewVersion(e.Version)
+		if err != nil {
+			continue
+		}
+		if s.Version != "" {
+			want, err := semver.NewVersion(s.Version)
+			if err != nil || !v.Equal(want) {
+				continue
+			}
+		} else if v.Prerelease() != "" {
+			continue
+		}
+		found = append(found, candidate{v, e.URLs[0], e.Digest})
+	}
+	if len(found) == 0 {
+		return "", "", fmt.Errorf("chart repository %s has no chart %s %s", s.Repository, s.Name, s.Version)
+	}
+	sort.Slice(found, func(i, j int) bool { return found[i].v.GreaterThan(found[j].v) })
+	u, err := base.Parse(found[0].url) // index URLs may be relative to the repository
+	if err != nil {
+		return "", "", fmt.Errorf("chart repository %s: bad chart URL %q: %w", s.Repository, found[0].url, err)
+	}
+	return u.String(), found[0].dig, nil
+}
+
+func get(ctx context.Context, hc *http.Client, u string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("fetching %s: %w", u, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("fetching %s: %s", u, resp.Status)
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxChartBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("fetching %s: %w", u, err)
+	}
+	if len(data) > maxChartBytes {
+		return nil, fmt.Errorf("fetching %s: larger than %d bytes", u, maxChartBytes)
+	}
+	return data, nil
+}
+
+// CRDNames lists the CustomResourceDefinitions in the chart's crds/
+// directory: what Helm installs but never removes, so the last holder
+// removes them itself.
+func CRDNames(ch *chart.Chart) ([]string, error) {
+	var names []string
+	for _, crd := range ch.CRDObjects() {
+		for _, doc := range bytes.Split(crd.File.Data, []byte("\n---")) {
+			var m struct {
+				Kind     string `json:"kind"`
+				Metadata struct {
+					Name string `json:"name"`
+				} `json:"metadata"`
+			}
+			if err := yaml.Unmarshal(doc, &m); err != nil {
+				return nil, fmt.Errorf("chart file %s: %w", crd.Filename, err)
+			}
+			if m.Kind == "CustomResourceDefinition" && m.Metadata.Name != "" {
+				names = append(names, m.Metadata.Name)
+			}
+		}
+	}
+	sort.Strings(names)
+	return names, nil
+}

@@ -1,0 +1,148 @@
+package sailinstall
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	"helm.sh/helm/v4/pkg/action"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	"helm.sh/helm/v4/pkg/kube"
+	releasecommon "helm.sh/helm/v4/pkg/release/common"
+	releasev1 "helm.sh/helm/v4/pkg/release/v1"
+	"helm.sh/helm/v4/pkg/storage/driver"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// Helm runs Helm actions for one release. It keeps the release records with
+// the configmap driver in the release namespace: the operator may then do
+// without any access to Secrets beyond its license.
+type Helm struct {
+	Config      *rest.Config
+	Namespace   string
+	ReleaseName string
+	Log         logr.Logger
+	// Timeout bounds one install or uninstall.
+	Timeout time.Duration
+}
+
+// Release is what the operator needs to know about the installed release.
+type Release struct {
+	Status       string
+	ChartVersion string
+	// Deployed: the release's last operation succeeded.
+	Deployed bool
+}
+
+func (h *Helm) configuration() (*action.Configuration, error) {
+	cfg := action.NewConfiguration(action.ConfigurationSetLogger(logr.ToSlogHandler(h.Log.WithName("helm"))))
+	if err := cfg.Init(&restGetter{config: h.Config, namespace: h.Namespace}, h.Namespace, "configmap"); err != nil {
+		return nil, fmt.Errorf("helm: %w", err)
+	}
+	return cfg, nil
+}
+
+// Get returns the release, or nil when there is none.
+func (h *Helm) Get() (*Release, error) {
+	cfg, err := h.configuration()
+	if err != nil {
+		return nil, err
+	}
+	r, err := action.NewGet(cfg).Run(h.ReleaseName)
+	if errors.Is(err, driver.ErrReleaseNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("helm: reading release %s/%s: %w", h.Namespace, h.ReleaseName, err)
+	}
+	rel, ok := r.(*releasev1.Release)
+	if !ok {
+		return nil, fmt.Errorf("helm: release %s/%s has an unknown format %T", h.Namespace, h.ReleaseName, r)
+	}
+	out := &Release{}
+	if rel.Info != nil {
+		out.Status = string(rel.Info.Status)
+		out.Deployed = rel.Info.Status == releasecommon.StatusDeployed
+	}
+	if rel.Chart != nil && rel.Chart.Metadata != nil {
+		out.ChartVersion = rel.Chart.Metadata.Version
+	}
+	return out, nil
+}
+
+// Install installs ch as the release. It does not wait for the operator's
+// Deployment (readiness shows in the Sail CRs' conditions instead); Helm
+// itself waits for the chart's CRDs to be established.
+func (h *Helm) Install(ctx context.Context, ch *chart.Chart) error {
+	cfg, err := h.configuration()
+	if err != nil {
+		return err
+	}
+	in := action.NewInstall(cfg)
+	in.ReleaseName = h.ReleaseName
+	in.Namespace = h.Namespace
+	in.WaitStrategy = kube.HookOnlyStrategy
+	in.Timeout = h.Timeout
+	in.Description = "installed by mesh-operator for the ServiceMesh"
+	if _, err := in.RunWithContext(ctx, ch, nil); err != nil {
+		return fmt.Errorf("helm install %s/%s: %w", h.Namespace, h.ReleaseName, err)
+	}
+	return nil
+}
+
+// Uninstall removes the release (not its CRDs: Helm never deletes those).
+// A missing release is not an error.
+func (h *Helm) Uninstall() error {
+	cfg, err := h.configuration()
+	if err != nil {
+		return err
+	}
+	un := action.NewUninstall(cfg)
+	un.IgnoreNotFound = true
+	un.WaitStrategy = kube.HookOnlyStrategy
+	un.Timeout = h.Timeout
+	un.DeletionPropagation = "background"
+	if _, err := un.Run(h.ReleaseName); err != nil {
+		return fmt.Errorf("helm uninstall %s/%s: %w", h.Namespace, h.ReleaseName, err)
+	}
+	return nil
+}
+
+// restGetter hands Helm the operator's own rest.Config. Discovery is cached
+// per action only: the Sail CRDs appear during an install.
+type restGetter struct {
+	config    *rest.Config
+	namespace string
+}
+
+func (g *restGetter) ToRESTConfig() (*rest.Config, error) { return rest.CopyConfig(g.config), nil }
+
+func (g *restGetter) ToDiscoveryClient() (discovery.CachedDiscoveryInterface, error) {
+	dc, err := discovery.NewDiscoveryClientForConfig(rest.CopyConfig(g.config))
+	if err != nil {
+		return nil, err
+	}
+	return memory.NewMemCacheClient(dc), nil
+}
+
+func (g *restGetter) ToRESTMapper() (meta.RESTMapper, error) {
+	dc, err := g.ToDiscoveryClient()
+	if err != nil {
+		return nil, err
+	}
+	return restmapper.NewShortcutExpander(restmapper.NewDeferredDiscoveryRESTMapper(dc), dc, nil), nil
+}
+
+// ToRawKubeConfigLoader only has to answer the namespace: the operator has
+// no kubeconfig file.
+func (g *restGetter) ToRawKubeConfigLoader() clientcmd.ClientConfig {
+	return clientcmd.NewDefaultClientConfig(*clientcmdapi.NewConfig(), &clientcmd.ConfigOverrides{Context: clientcmdapi.Context{Namespace: g.namespace}})
+}
