@@ -128,6 +128,9 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 		Discovery: dc,
 		Helm: &sailinstall.Helm{Config: mgr.GetConfig(), Namespace: cfg.SailNamespace, ReleaseName: SailReleaseName,
 			Log: ctrl.Log.WithName("sail-install"), Timeout: cfg.HelmTimeout},
+		// The chart comes from a flag-configured repository; a dead mirror
+		// must fail the reconcile, not hang it.
+		HTTP:     &http.Client{Timeout: 2 * time.Minute},
 		Config:   cfg,
 		Recorder: mgr.GetEventRecorder("mesh-operator"),
 		Now:      time.Now,

@@ -1,0 +1,68 @@
+package controller
+
+import (
+	"flag"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ericdev/fleetmesh/mesh-operator/internal/detect"
+)
+
+func TestImageTag(t *testing.T) {
+	for in, want := range map[string]string{
+		"docker.io/istio/pilot:1.29.2":           "1.29.2",
+		"registry.local:5000/istio/pilot:1.30.0": "1.30.0",
+		"registry.local:5000/istio/pilot":        "",
+		"gcr.io/istio-release/pilot@sha256:abcd": "",
+		"quay.io/sail/pilot:1.30.0@sha256:abcd":  "1.30.0",
+		"pilot":                                  "",
+	} {
+		assert.Equal(t, want, imageTag(in), in)
+	}
+}
+
+func TestIstiodOf(t *testing.T) {
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "istio-system", Name: "istiod", Generation: 3, Labels: map[string]string{"istio.io/rev": "stable"}},
+		Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{
+			{Name: "discovery", Image: "docker.io/istio/pilot:1.30.0"}}}}},
+		Status: appsv1.DeploymentStatus{ObservedGeneration: 2, AvailableReplicas: 1,
+			Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue}}},
+	}
+	got := istiodOf(d)
+	assert.Equal(t, detect.Istiod{Namespace: "istio-system", Name: "istiod", Revision: "stable", Version: "1.30.0"}, got, "a stale Available is not trusted")
+	d.Status.ObservedGeneration = 3
+	assert.True(t, istiodOf(d).Available)
+	d.Status.AvailableReplicas = 0
+	assert.False(t, istiodOf(d).Available)
+}
+
+func TestPickIstiod(t *testing.T) {
+	canary := detect.Istiod{Name: "istiod-canary", Revision: "canary", Available: true}
+	def := detect.Istiod{Name: "istiod"}
+	defUp := detect.Istiod{Name: "istiod", Available: true}
+	assert.Equal(t, canary, pickIstiod([]detect.Istiod{def, canary}), "available first")
+	assert.Equal(t, defUp, pickIstiod([]detect.Istiod{canary, defUp}), "then the default revision")
+}
+
+func TestConfigFlags(t *testing.T) {
+	var c Config
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	c.BindFlags(fs)
+	require.NoError(t, fs.Parse(nil))
+	assert.True(t, c.SailInstall)
+	assert.Equal(t, DefaultSailChartRepository, c.SailChart.Repository)
+	assert.Equal(t, DefaultSailNamespace, c.SailNamespace)
+	c.OperatorNamespace = "mesh-system"
+	require.NoError(t, c.Validate())
+
+	require.NoError(t, fs.Parse([]string{"--sail-chart-repository", "oci://registry.local/charts"}))
+	assert.ErrorContains(t, c.Validate(), "http(s) URL")
+	require.NoError(t, fs.Parse([]string{"--sail-install=false"}))
+	require.NoError(t, c.Validate(), "the repository is not used without installs")
+}
