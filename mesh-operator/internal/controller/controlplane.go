@@ -161,17 +161,18 @@ func withReason(reason string, err error) error {
 // removed) later.
 func (r *ServiceMeshReconciler) installSail(ctx context.Context, mesh *v1alpha1.ServiceMesh) (readiness, error) {
 	rd := readiness{reason: "SailOperatorInstalling", controlPlane: r.managedControlPlane(mesh, nil)}
+	// The chart first: an unreachable repository must leave no trace.
+	ch, err := r.loadChart(ctx)
+	if err != nil {
+		rd.msg = err.Error()
+		return rd, withReason("SailChartUnavailable", err)
+	}
 	if err := r.ensureFinalizer(ctx, mesh); err != nil {
 		return rd, err
 	}
 	ns := r.Config.SailNamespace
 	if err := r.ensureNamespace(ctx, ns, nil); err != nil {
 		return rd, err
-	}
-	ch, err := r.loadChart(ctx)
-	if err != nil {
-		rd.msg = err.Error()
-		return rd, withReason("SailChartUnavailable", err)
 	}
 	rec, err := r.records().Get(ctx, ns)
 	if err != nil {

@@ -33,6 +33,8 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
 
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
@@ -285,10 +287,27 @@ func TestIntegration(t *testing.T) {
 		assert.Zero(t, repo.count("/index.yaml"), "external never fetches the Sail chart")
 	})
 
-	t.Run("managed: installs the Sail Operator from the chart repository, then owns the control plane", func(t *testing.T) {
+	t.Run("managed with an unreachable chart repository: Error, nothing written", func(t *testing.T) {
 		setSpec("cluster", func(s *v1alpha1.ServiceMeshSpec) {
 			s.Mode, s.DataPlane = v1alpha1.ModeManaged, v1alpha1.DataPlaneAmbient
 		})
+		badCfg := cfg
+		badCfg.SailChart.Repository = "http://127.0.0.1:1/charts"
+		bad := &ServiceMeshReconciler{Client: opClient, Reader: opClient, Discovery: dc, HTTP: repo.Client(), Helm: r.Helm,
+			Config: badCfg, Recorder: recorder, Now: time.Now}
+		_, err := bad.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "cluster"}})
+		require.Error(t, err)
+		m := &v1alpha1.ServiceMesh{}
+		require.NoError(t, admin.Get(ctx, client.ObjectKey{Name: "cluster"}, m))
+		assert.Equal(t, PhaseError, m.Status.Phase)
+		assert.Equal(t, "SailChartUnavailable", cond(m, ConditionReady).Reason)
+		assert.Equal(t, metav1.ConditionTrue, cond(m, ConditionStalled).Status)
+		assert.Empty(t, m.Finalizers)
+		assert.False(t, exists(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "sail-operator"}}))
+		assert.True(t, sawEvent(recorder, "SailChartUnavailable"))
+	})
+
+	t.Run("managed: installs the Sail Operator from the chart repository, then owns the control plane", func(t *testing.T) {
 		m := reconcile("cluster")
 		assert.Equal(t, PhaseProgressing, m.Status.Phase)
 		assert.Equal(t, "SailOperatorInstalling", cond(m, ConditionControlPlaneReady).Reason)
@@ -554,6 +573,28 @@ func TestIntegration(t *testing.T) {
 		assert.True(t, m.Status.Detected.Maistra)
 		assert.Empty(t, m.Finalizers)
 		assert.True(t, sawEvent(recorder, "Deferred"))
+	})
+
+	t.Run("the manager wiring: SetupWithManager reconciles and exports the license metric", func(t *testing.T) {
+		mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: s, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+		require.NoError(t, err)
+		wired := cfg
+		wired.OperatorNamespace = "kube-public" // no license there
+		require.NoError(t, SetupWithManager(mgr, wired))
+		mctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- mgr.Start(mctx) }()
+		defer func() {
+			cancel()
+			require.NoError(t, <-done)
+		}()
+		eventually(t, 20*time.Second, "the manager to lock the mesh", func() bool {
+			m := &v1alpha1.ServiceMesh{}
+			return admin.Get(ctx, client.ObjectKey{Name: "cluster"}, m) == nil && m.Status.Phase == PhasePreviewLocked
+		})
+		n, err := testutil.GatherAndCount(ctrlmetrics.Registry, metrics.LicenseExpiryTimestamp)
+		require.NoError(t, err)
+		assert.Equal(t, 1, n)
 	})
 }
 
