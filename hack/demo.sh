@@ -21,7 +21,7 @@ up)
   kubectl apply --server-side -f "$root/fleet-operator/config/samples/celldfleet.yaml" -f "$root/mesh-operator/config/samples/servicemesh.yaml"
   echo "demo: waiting for the fleet to become Ready ..."
   kubectl -n demo wait celldfleet/demo-fleet --for=condition=Ready --timeout=180s
-  kubectl wait servicemesh/cluster --for=jsonpath='{.status.phase}'=Licensed --timeout=60s >/dev/null
+  kubectl wait servicemesh/cluster --for=condition=PreviewLocked=False --timeout=60s >/dev/null
   echo
   kubectl get celldfleets,servicemeshes -A
   echo

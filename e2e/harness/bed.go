@@ -164,6 +164,9 @@ func (b *Bed) startOperators(ctx context.Context) error {
 			"--metrics-bind-address", "127.0.0.1:0",
 			"--health-probe-bind-address", "127.0.0.1:0",
 			"--license-secret", "mesh-operator-license",
+			// The test bed has no route to any chart repository and must
+			// never try one: managed meshes report the missing Sail Operator.
+			"--sail-install=false",
 		},
 		Env: []string{"MESH_LICENSE_TEST_PUBLIC_KEY=" + pub},
 	}
