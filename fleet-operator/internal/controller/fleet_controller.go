@@ -49,9 +49,12 @@ const HashAnnotation = labels.FleetGroup + "/applied-hash"
 // revisionLabel is set by the StatefulSet controller on every Pod it creates.
 const revisionLabel = appsv1.ControllerRevisionHashLabelKey
 
-// rollPoll is how soon a fleet in motion is looked at again: /state health
-// changes produce no Kubernetes event to wake the reconciler.
-const rollPoll = 2 * time.Second
+// How soon a fleet is looked at again without an event (see nextLook).
+const (
+	rollPoll     = 2 * time.Second
+	notReadyPoll = 5 * time.Second
+	routingPoll  = 10 * time.Second
+)
 
 // FleetReconciler reconciles CelldFleets.
 type FleetReconciler struct {
@@ -183,13 +186,27 @@ func (r *FleetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if obs.blocked != nil {
-		return ctrl.Result{}, nil // unblocked by a flag change (restart) or an edit (event)
+	return ctrl.Result{RequeueAfter: r.nextLook(fleet, obs)}, nil
+}
+
+// nextLook is when to reconcile again without an event: soon while members
+// move (their /state health changes without one), later while waiting on
+// something outside (a CRD being installed, a conflicting object removed, a
+// Gateway's verdict), and at the /state interval otherwise.
+func (r *FleetReconciler) nextLook(fleet *v1alpha1.CelldFleet, obs *observed) time.Duration {
+	next := r.Config.StateInterval
+	switch {
+	case obs.blocked != nil:
+		return next
+	case obs.decision.Rolling() || obs.stsSettling:
+		next = rollPoll
+	case !allAvailable(fleet, obs):
+		next = notReadyPoll
 	}
-	if obs.decision.Rolling() || obs.stsSettling || !allAvailable(fleet, obs) || !obs.routing.ready() {
-		return ctrl.Result{RequeueAfter: rollPoll}, nil
+	if !obs.routing.ready() && next > routingPoll {
+		next = routingPoll
 	}
-	return ctrl.Result{RequeueAfter: r.Config.StateInterval}, nil
+	return next
 }
 
 func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.CelldFleet, obs *observed) error {

@@ -1,0 +1,42 @@
+package controller
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/roll"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/routing"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/state"
+)
+
+func TestNextLook(t *testing.T) {
+	r := &FleetReconciler{Config: Config{StateInterval: 30 * time.Second}}
+	f := &v1alpha1.CelldFleet{Spec: v1alpha1.CelldFleetSpec{Replicas: ptr.To[int32](1)}}
+	readyPod := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "f-0"}, Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
+	healthy := map[string]state.Result{"f-0": {Report: &state.Report{Healthy: true}}}
+	steady := func() *observed { return &observed{pods: []corev1.Pod{readyPod}, reports: healthy} }
+
+	assert.Equal(t, 30*time.Second, r.nextLook(f, steady()), "steady: the /state interval")
+
+	rolling := steady()
+	rolling.decision = roll.Decision{Outdated: 1}
+	assert.Equal(t, rollPoll, r.nextLook(f, rolling), "members move without events")
+
+	notReady := steady()
+	notReady.reports = map[string]state.Result{}
+	assert.Equal(t, notReadyPoll, r.nextLook(f, notReady))
+
+	blocked := steady()
+	blocked.blocked = &blockage{reason: "IstioAPIUnavailable"}
+	assert.Equal(t, 30*time.Second, r.nextLook(f, blocked), "a blocked fleet still looks again: a CRD install sends no event")
+
+	awaiting := steady()
+	awaiting.routing = routingOutcome{readiness: &routing.Readiness{Status: metav1.ConditionUnknown}}
+	assert.Equal(t, routingPoll, r.nextLook(f, awaiting))
+}
