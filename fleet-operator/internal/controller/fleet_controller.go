@@ -162,6 +162,7 @@ func (r *FleetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if err := r.Client.Get(ctx, req.NamespacedName, fleet); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.forget(req.NamespacedName)
+			forgetMetrics(req.Namespace, req.Name)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -474,6 +475,7 @@ func (r *FleetReconciler) rollStep(ctx context.Context, fleet *v1alpha1.CelldFle
 	if err != nil {
 		return fmt.Errorf("replacing member %s: %w", pod.Name, err)
 	}
+	replacementsMetric.WithLabelValues(fleet.Namespace, fleet.Name).Inc()
 	r.mu.Lock()
 	if r.deleted == nil {
 		r.deleted = map[types.NamespacedName]types.UID{}
@@ -501,6 +503,7 @@ func (r *FleetReconciler) forget(key types.NamespacedName) {
 // updateStatus writes status only when it differs from what is stored.
 func (r *FleetReconciler) updateStatus(ctx context.Context, fleet *v1alpha1.CelldFleet, obs *observed) error {
 	next := computeStatus(fleet, obs, r.Now())
+	recordMetrics(fleet, next)
 	if equality.Semantic.DeepEqual(fleet.Status, next) {
 		return nil
 	}

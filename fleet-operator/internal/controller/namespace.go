@@ -139,7 +139,7 @@ func labelsOwnedBy(obj client.Object, manager string) []string {
 			continue
 		}
 		var fields map[string]map[string]map[string]any
-		if err := json.Unmarshal(mf.FieldsV1.Raw, &fields); err != nil {
+		if err := json.Unmarshal(mf.FieldsV1.GetRawBytes(), &fields); err != nil {
 			continue
 		}
 		for k := range fields["f:metadata"]["f:labels"] {

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,4 +40,16 @@ func TestNextLook(t *testing.T) {
 	awaiting := steady()
 	awaiting.routing = routingOutcome{readiness: &routing.Readiness{Status: metav1.ConditionUnknown}}
 	assert.Equal(t, routingPoll, r.nextLook(f, awaiting))
+}
+
+func TestMetricsFollowStatus(t *testing.T) {
+	f := &v1alpha1.CelldFleet{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "m"}, Spec: v1alpha1.CelldFleetSpec{Replicas: ptr.To[int32](3)}}
+	recordMetrics(f, v1alpha1.CelldFleetStatus{Replicas: 3, ReadyReplicas: 2, UpdatedReplicas: 1,
+		Conditions: []metav1.Condition{{Type: ConditionReady, Status: metav1.ConditionFalse}}})
+	assert.Equal(t, 2.0, testutil.ToFloat64(membersMetric.WithLabelValues("ns", "m", "ready")))
+	assert.Equal(t, 1.0, testutil.ToFloat64(membersMetric.WithLabelValues("ns", "m", "updated")))
+	assert.Equal(t, 1.0, testutil.ToFloat64(conditionMetric.WithLabelValues("ns", "m", ConditionReady, "False")))
+	assert.Equal(t, 0.0, testutil.ToFloat64(conditionMetric.WithLabelValues("ns", "m", ConditionReady, "True")))
+	forgetMetrics("ns", "m")
+	assert.Equal(t, 0, testutil.CollectAndCount(membersMetric, "celld_fleet_members"), "a deleted fleet leaves no series")
 }

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -43,7 +44,7 @@ func ModeOf(f *v1alpha1.CelldFleet) Mode {
 }
 
 // HTTPRouteGVK is the Gateway API kind the fleet operator writes.
-var HTTPRouteGVK = gatewayv1.SchemeGroupVersion.WithKind("HTTPRoute")
+var HTTPRouteGVK = schema.GroupVersionKind{Group: gatewayv1.GroupVersion.Group, Version: gatewayv1.GroupVersion.Version, Kind: "HTTPRoute"}
 
 // ParentNamespace is the Gateway's namespace (the fleet's when unset).
 func ParentNamespace(f *v1alpha1.CelldFleet) string {
@@ -72,7 +73,7 @@ func HTTPRoute(f *v1alpha1.CelldFleet) *gatewayv1.HTTPRoute {
 		hostnames = append(hostnames, gatewayv1.Hostname(h))
 	}
 	return &gatewayv1.HTTPRoute{
-		TypeMeta:   metav1.TypeMeta{APIVersion: gatewayv1.SchemeGroupVersion.String(), Kind: "HTTPRoute"},
+		TypeMeta:   metav1.TypeMeta{APIVersion: gatewayv1.GroupVersion.String(), Kind: "HTTPRoute"},
 		ObjectMeta: objectMeta(f, nil),
 		Spec: gatewayv1.HTTPRouteSpec{
 			CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{parent}},
