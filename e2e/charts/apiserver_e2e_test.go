@@ -122,7 +122,15 @@ func TestRenderedChartsApply(t *testing.T) {
 			{"create", "events.k8s.io", "events", "a", ""},
 			{"update", "coordination.k8s.io", "leases", "ops", "fleet-operator.celld.eric.dev"},
 			{"create", "", "events", "ops", ""},
+			// The mesh-contract labels: watch every Namespace, patch only a and b.
+			{"watch", "", "namespaces", "", ""},
+			{"patch", "", "namespaces", "a", "a"},
+			{"patch", "", "namespaces", "b", "b"},
 		}, []access{
+			{"patch", "", "namespaces", "c", "c"},
+			{"patch", "", "namespaces", "ops", "ops"},
+			{"delete", "", "namespaces", "a", "a"},
+			{"create", "", "namespaces", "", ""},
 			{"list", "celld.eric.dev", "celldfleets", "", ""},
 			{"list", "celld.eric.dev", "celldfleets", "c", ""},
 			{"list", "celld.eric.dev", "celldfleets", "ops", ""},

@@ -134,8 +134,22 @@ func TestFleetNamespaces(t *testing.T) {
 		assert.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: ns}}, rb.Subjects,
 			"bound to the operator's ServiceAccount in the release namespace")
 	}
-	assert.Empty(t, m.all("ClusterRole"), "no cluster-wide rights on fleet resources")
-	assert.Empty(t, m.all("ClusterRoleBinding"))
+	// No cluster-wide rights on fleet resources. The operator watches its
+	// fleets' Namespace labels, which needs list and watch on Namespaces
+	// cluster-wide: a ClusterRole grants that read and nothing else, and only
+	// while the generated rules use Namespaces at all.
+	if allowsResource(want, "", "namespaces") {
+		require.Len(t, m.all("ClusterRole"), 1, "objects:\n%s", m)
+		cr := typed[rbacv1.ClusterRole](t, m, "ClusterRole", "", name+"-namespaces")
+		assert.Equal(t, []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"},
+			Verbs: []string{"get", "list", "watch"}}}, cr.Rules)
+		crb := typed[rbacv1.ClusterRoleBinding](t, m, "ClusterRoleBinding", "", name+"-namespaces")
+		assert.Equal(t, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name + "-namespaces"}, crb.RoleRef)
+		assert.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: ns}}, crb.Subjects)
+	} else {
+		assert.Empty(t, m.all("ClusterRole"), "no cluster-wide rights")
+	}
+	assert.Len(t, m.all("ClusterRoleBinding"), len(m.all("ClusterRole")))
 	assert.Len(t, m.all("Role"), 3, "a, b and the leader-election Role; objects:\n%s", m)
 	assert.Len(t, m.all("RoleBinding"), 3)
 	assertLeaderElectionRole(t, m, ns, name+"-leader-election", name)
@@ -343,8 +357,12 @@ func TestRBACNeverBroad(t *testing.T) {
 					for _, g := range []string{rbacv1.GroupName, "apiextensions.k8s.io", "admissionregistration.k8s.io"} {
 						assert.NotContains(t, r.APIGroups, g, where)
 					}
-					for _, res := range []string{"configmaps", "namespaces", "nodes", "pods/exec", "pods/log", "pods/attach", "pods/portforward"} {
+					for _, res := range []string{"configmaps", "secrets", "nodes", "pods/exec", "pods/log", "pods/attach", "pods/portforward"} {
 						assert.NotContains(t, r.Resources, res, where)
+					}
+					if len(vs.values) > 0 && vs.values["fleetNamespaces"] != nil && strings.HasPrefix(role, "ClusterRole ") {
+						assert.Equal(t, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces"},
+							Verbs: []string{"get", "list", "watch"}}, r, "%s: per-namespace mode reads Namespaces cluster-wide, nothing more", where)
 					}
 					assert.False(t, containsAny(r.APIGroups, "") && containsAny(r.Resources, "pods") && containsAny(r.Verbs, "create"),
 						"%s: member Pods are the StatefulSet controller's", where)
