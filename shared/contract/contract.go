@@ -186,3 +186,51 @@ func FieldManager(operator, writer string) string {
 	}
 	return m
 }
+
+// Values of the mTLS and isolation state labels.
+const (
+	MTLSStrict         = "strict"
+	MTLSPermissive     = "permissive"
+	IsolationOff       = "off"
+	IsolationNamespace = "namespace"
+	IsolationStrict    = "strict"
+)
+
+// Enrollment is what the mesh operator has applied to a namespace; its
+// StateLabels are what the operator writes once that is in place.
+type Enrollment struct {
+	DataPlane    DataPlane
+	MTLS         string
+	Isolation    string
+	ControlPlane string
+}
+
+// StateLabels are the mesh-state labels describing e. A value outside the
+// contract is an error: the mesh operator must never write a state that a
+// reader would have to guess at.
+func (e Enrollment) StateLabels() (map[string]string, error) {
+	if e.DataPlane != Ambient && e.DataPlane != Sidecar {
+		return nil, fmt.Errorf("data plane %q is not part of the mesh contract", e.DataPlane)
+	}
+	if e.MTLS != MTLSStrict && e.MTLS != MTLSPermissive {
+		return nil, fmt.Errorf("mTLS mode %q is not part of the mesh contract", e.MTLS)
+	}
+	if e.Isolation != IsolationOff && e.Isolation != IsolationNamespace && e.Isolation != IsolationStrict {
+		return nil, fmt.Errorf("isolation %q is not part of the mesh contract", e.Isolation)
+	}
+	if errs := validation.IsDNS1123Label(e.ControlPlane); len(errs) > 0 {
+		return nil, fmt.Errorf("control-plane namespace %q: %s", e.ControlPlane, strings.Join(errs, "; "))
+	}
+	return map[string]string{
+		labels.MeshState:        labels.MeshStateEnrolled,
+		labels.MeshDataPlane:    string(e.DataPlane),
+		labels.MeshMTLS:         e.MTLS,
+		labels.MeshIsolation:    e.Isolation,
+		labels.MeshControlPlane: e.ControlPlane,
+	}, nil
+}
+
+// StateKeys are the label keys StateLabels writes.
+func StateKeys() []string {
+	return []string{labels.MeshState, labels.MeshDataPlane, labels.MeshMTLS, labels.MeshIsolation, labels.MeshControlPlane}
+}

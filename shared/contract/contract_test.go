@@ -116,3 +116,33 @@ func FuzzEdgeKey(f *testing.F) {
 		}
 	})
 }
+
+func TestStateLabelsRoundTrip(t *testing.T) {
+	for _, e := range []Enrollment{
+		{Ambient, MTLSStrict, IsolationNamespace, "istio-system"},
+		{Sidecar, MTLSPermissive, IsolationOff, "istio-user"},
+		{Ambient, MTLSPermissive, IsolationStrict, "istio-system"},
+	} {
+		l, err := e.StateLabels()
+		if err != nil {
+			t.Fatalf("%+v: %v", e, err)
+		}
+		if len(l) != len(StateKeys()) {
+			t.Fatalf("%+v: %d labels, want %d", e, len(l), len(StateKeys()))
+		}
+		s, problems := Parse(l)
+		if len(problems) > 0 || !s.Enrolled || s.DataPlane != e.DataPlane || s.MTLS != e.MTLS || s.Isolation != e.Isolation || s.ControlPlane != e.ControlPlane {
+			t.Errorf("%+v: parsed back as %+v (%v)", e, s, problems)
+		}
+	}
+	for _, bad := range []Enrollment{
+		{"none", MTLSStrict, IsolationOff, "istio-system"},
+		{Ambient, "STRICT", IsolationOff, "istio-system"},
+		{Ambient, MTLSStrict, "total", "istio-system"},
+		{Ambient, MTLSStrict, IsolationOff, ""},
+	} {
+		if _, err := bad.StateLabels(); err == nil {
+			t.Errorf("%+v: no error", bad)
+		}
+	}
+}

@@ -39,6 +39,11 @@ const (
 	Mesh = MeshGroup + "/mesh"
 	// ReconcilePaused on a managed object pauses the operator's reverts of it.
 	ReconcilePaused = MeshGroup + "/reconcile-paused"
+	// MeshStrictReady on the namespace-wide PeerAuthentication records when
+	// the namespace's workloads first showed they could take STRICT mTLS
+	// (the permissive-to-strict cutover); from then on STRICT is the
+	// namespace's resting mode.
+	MeshStrictReady = MeshGroup + "/strict-ready"
 )
 
 // Values of the Mesh label.
@@ -71,6 +76,10 @@ const MeshStateEnrolled = "enrolled"
 
 // IstioDataPlaneMode is Istio's ambient label; "none" opts a Pod out.
 const IstioDataPlaneMode = "istio.io/dataplane-mode"
+
+// IstioAmbientRedirection is the Pod annotation istio-cni sets to "enabled"
+// once ztunnel captures the Pod's traffic (ambient data plane).
+const IstioAmbientRedirection = "ambient.istio.io/redirection"
 
 // Well-known keys that Kubernetes itself or standard cluster add-ons set.
 // The operators never write them; NetworkPolicy builders select on them, and

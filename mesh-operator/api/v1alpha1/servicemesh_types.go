@@ -114,7 +114,7 @@ type ServiceMeshStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// Conditions: Ready, ControlPlaneReady, PreconditionNotMet, PreviewLocked,
-	// Refused, Reconciling, Stalled. See docs/servicemesh.md.
+	// Refused, Reconciling, Stalled, MaintenanceWindow. See docs/servicemesh.md.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -127,10 +127,28 @@ type ServiceMeshStatus struct {
 	// Service Mesh 2.x, deferred).
 	// +optional
 	Provider string `json:"provider,omitempty"`
-	// EnrolledNamespaces the operator has configured.
+	// EnrolledNamespaces the operator has configured (data-plane label,
+	// PeerAuthentication, isolation policy and state labels in place).
 	// +listType=set
 	// +optional
 	EnrolledNamespaces []string `json:"enrolledNamespaces,omitempty"`
+	// PermissiveNamespaces are the enrolled namespaces currently at
+	// PERMISSIVE mTLS: waiting for the STRICT cutover (their workloads do not
+	// all run a proxy yet), held by a maintenance window, or by mtls.mode.
+	// +listType=set
+	// +optional
+	PermissiveNamespaces []string `json:"permissiveNamespaces,omitempty"`
+	// MaintenanceUntil is the end of the maintenance window in force
+	// (spec.mtls.maintenanceUntil while it lies in the future); STRICT is
+	// restored at that time without any other event.
+	// +optional
+	MaintenanceUntil *metav1.Time `json:"maintenanceUntil,omitempty"`
+	// PausedObjects are managed objects carrying the
+	// core.navique.com/reconcile-paused annotation, as Kind/namespace/name;
+	// the operator does not revert them.
+	// +listType=set
+	// +optional
+	PausedObjects []string `json:"pausedObjects,omitempty"`
 	// Detected is what the last detection observed in the cluster.
 	// +optional
 	Detected *DetectedEnvironment `json:"detected,omitempty"`

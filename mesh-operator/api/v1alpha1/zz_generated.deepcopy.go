@@ -183,6 +183,20 @@ func (in *ServiceMeshStatus) DeepCopyInto(out *ServiceMeshStatus) {
 		*out = make([]string, len(*in))
 		copy(*out, *in)
 	}
+	if in.PermissiveNamespaces != nil {
+		in, out := &in.PermissiveNamespaces, &out.PermissiveNamespaces
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
+	if in.MaintenanceUntil != nil {
+		in, out := &in.MaintenanceUntil, &out.MaintenanceUntil
+		*out = (*in).DeepCopy()
+	}
+	if in.PausedObjects != nil {
+		in, out := &in.PausedObjects, &out.PausedObjects
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.Detected != nil {
 		in, out := &in.Detected, &out.Detected
 		*out = new(DetectedEnvironment)

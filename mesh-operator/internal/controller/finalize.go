@@ -39,6 +39,13 @@ import (
 // last holder. An adopted or external control plane has nothing of ours and
 // is left intact.
 func (r *ServiceMeshReconciler) finalize(ctx context.Context, mesh *v1alpha1.ServiceMesh) (ctrl.Result, error) {
+	// Namespaces first: their labels and policies go before the control
+	// plane, so workloads fall back to plaintext while istiod still runs.
+	if controllerutil.ContainsFinalizer(mesh, EnrollFinalizer) {
+		if err := r.teardownEnrollment(ctx, mesh, newStatus(mesh, r.Now())); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	if !controllerutil.ContainsFinalizer(mesh, Finalizer) {
 		return ctrl.Result{}, nil
 	}

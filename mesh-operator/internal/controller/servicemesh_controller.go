@@ -16,8 +16,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
@@ -139,7 +143,14 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 	if cfg.KeyWarning != nil {
 		ctrl.Log.WithName("license").Error(cfg.KeyWarning, "ignoring the configured test key")
 	}
-	return ctrl.NewControllerManagedBy(mgr).For(&v1alpha1.ServiceMesh{}).Complete(r)
+	// Namespace changes (enrollment requests, opt-outs, declared edges)
+	// concern the singleton.
+	toMesh := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: v1alpha1.SingletonName}}}
+	})
+	return ctrl.NewControllerManagedBy(mgr).For(&v1alpha1.ServiceMesh{}).
+		Watches(&corev1.Namespace{}, toMesh, builder.WithPredicates(predicate.Or(predicate.LabelChangedPredicate{}, predicate.GenerationChangedPredicate{}))).
+		Complete(r)
 }
 
 // +kubebuilder:rbac:groups=core.navique.com,resources=servicemeshes,verbs=get;list;watch;patch
@@ -180,13 +191,28 @@ func (r *ServiceMeshReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		st.forgetControlPlane()
 		st.next.Phase = PhasePreviewLocked
 		wait := min(license.NextCheck(license.SignedLicense(nil, err), now), lockedRecheck)
-		return ctrl.Result{RequeueAfter: wait}, r.writeStatus(ctx, mesh, st.next, "LicenseRefused", err.Error())
+		// Without a license the mesh is a no-op: enrolled namespaces are released.
+		terr := r.teardownEnrollment(ctx, mesh, st)
+		if werr := r.writeStatus(ctx, mesh, st.next, "LicenseRefused", err.Error()); werr != nil && terr == nil {
+			terr = werr
+		}
+		return ctrl.Result{RequeueAfter: wait}, terr
 	}
 	st.set(ConditionPreviewLocked, metav1.ConditionFalse, string(license.ReasonValid),
 		fmt.Sprintf("Licensed to %s until %s.", lic.Licensee, lic.NotAfter.UTC().Format(time.RFC3339)))
 	licenseWait := license.NextCheck(lic, now)
 
 	res, err := r.reconcileControlPlane(ctx, mesh, st)
+	// Namespaces are enrolled only while the mesh is Ready at this
+	// generation; otherwise enrollment is held as it is (never loosened or
+	// tightened on a control plane that cannot be relied on).
+	if err == nil && meshReady(mesh, st) {
+		var wait time.Duration
+		wait, err = r.reconcileEnrollment(ctx, mesh, st)
+		if wait > 0 {
+			res.RequeueAfter = min(res.RequeueAfter, wait)
+		}
+	}
 	if werr := r.writeStatus(ctx, mesh, st.next, st.warnReason, st.warnMessage); werr != nil && err == nil {
 		err = werr
 	}

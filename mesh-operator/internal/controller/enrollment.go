@@ -1,0 +1,380 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/mesh-operator/internal/enroll"
+	"github.com/ericdev/fleetmesh/mesh-operator/internal/sail"
+	"github.com/ericdev/fleetmesh/shared/contract"
+	"github.com/ericdev/fleetmesh/shared/labels"
+)
+
+// EnrollFinalizer holds a ServiceMesh that has enrolled namespaces until it
+// has stripped its labels from them and deleted its policies.
+const EnrollFinalizer = labels.MeshGroup + "/enrollment"
+
+// ConditionMaintenanceWindow is True while spec.mtls.maintenanceUntil holds
+// enrolled namespaces at PERMISSIVE.
+const ConditionMaintenanceWindow = "MaintenanceWindow"
+
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list
+// +kubebuilder:rbac:groups=security.istio.io,resources=peerauthentications;authorizationpolicies,verbs=get;list;create;patch;delete
+
+// meshReady: the ServiceMesh is Ready for its current generation, the only
+// state in which namespaces are enrolled or STRICT applied.
+func meshReady(mesh *v1alpha1.ServiceMesh, st *status) bool {
+	c := meta.FindStatusCondition(st.next.Conditions, ConditionReady)
+	return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == mesh.Generation &&
+		st.next.Phase == PhaseReady && st.next.ControlPlane != nil && st.next.ControlPlane.Namespace != ""
+}
+
+// protectedNamespaces are never enrolled: the system namespaces, the
+// control plane's, the Sail Operator's and the operator's own.
+func (r *ServiceMeshReconciler) protectedNamespaces(cp *v1alpha1.ControlPlaneStatus) []string {
+	extra := []string{r.Config.OperatorNamespace, r.Config.SailNamespace, DefaultSailNamespace,
+		sail.IstioNamespace, sail.ZTunnelNamespace, sail.CNINamespace}
+	if cp != nil {
+		extra = append(extra, cp.Namespace)
+	}
+	return enroll.Protected(extra...)
+}
+
+// ownedLabels are the namespace label keys the operator's field manager
+// holds through server-side apply.
+func ownedLabels(ns metav1.Object) map[string]bool {
+	out := map[string]bool{}
+	for _, mf := range ns.GetManagedFields() {
+		if mf.Manager != FieldManager || mf.Operation != metav1.ManagedFieldsOperationApply || mf.FieldsV1 == nil {
+			continue
+		}
+		var f struct {
+			Metadata struct {
+				Labels map[string]any `json:"f:labels"`
+			} `json:"f:metadata"`
+		}
+		if json.Unmarshal(mf.FieldsV1.GetRawBytes(), &f) != nil {
+			continue
+		}
+		for k := range f.Metadata.Labels {
+			if key, ok := strings.CutPrefix(k, "f:"); ok {
+				out[key] = true
+			}
+		}
+	}
+	return out
+}
+
+// applyNamespaceLabels makes want exactly the set of labels the operator
+// applies on ns (server-side apply: keys it stops applying are removed
+// unless someone else also holds them). It writes nothing when that is
+// already so.
+func (r *ServiceMeshReconciler) applyNamespaceLabels(ctx context.Context, ns *corev1.Namespace, want map[string]string) error {
+	owned := ownedLabels(ns)
+	same := len(owned) == len(want)
+	for k, v := range want {
+		same = same && owned[k] && ns.Labels[k] == v
+	}
+	if same {
+		return nil
+	}
+	ac := corev1ac.Namespace(ns.Name)
+	if len(want) > 0 {
+		ac.WithLabels(want)
+	}
+	if err := r.Client.Apply(ctx, ac, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+		return fmt.Errorf("applying labels on namespace %s: %w", ns.Name, err)
+	}
+	// Read back what the API server made of it (labels and managedFields)
+	// for the next apply of this reconcile.
+	if err := r.Reader.Get(ctx, client.ObjectKeyFromObject(ns), ns); err != nil {
+		return fmt.Errorf("reading namespace %s: %w", ns.Name, err)
+	}
+	return nil
+}
+
+// managedPolicies lists the policies the operator owns, by namespace and
+// kind. A cluster without the Istio security API has none.
+func (r *ServiceMeshReconciler) managedPolicies(ctx context.Context, mesh *v1alpha1.ServiceMesh) (map[string]map[string]*unstructured.Unstructured, error) {
+	out := map[string]map[string]*unstructured.Unstructured{}
+	for _, kind := range []string{enroll.KindPeerAuthentication, enroll.KindAuthorizationPolicy} {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(enroll.SecurityGroupVersion.WithKind(kind + "List"))
+		err := r.Reader.List(ctx, list, client.MatchingLabels{labels.ManagedBy: enroll.ManagedBy})
+		if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("listing %ss: %w", kind, err)
+		}
+		for i := range list.Items {
+			u := &list.Items[i]
+			if !controlledBy(u, mesh) {
+				continue
+			}
+			if out[u.GetNamespace()] == nil {
+				out[u.GetNamespace()] = map[string]*unstructured.Unstructured{}
+			}
+			out[u.GetNamespace()][kind] = u
+		}
+	}
+	return out, nil
+}
+
+// nsResult is what enrolling one namespace came to.
+type nsResult struct {
+	mode    enroll.MTLSDecision
+	pending bool // still waiting for the STRICT cutover signal
+	paused  []string
+}
+
+// reconcileEnrollment enrolls the namespaces asked for and releases the
+// others. It runs only while meshReady. It returns how soon to look again:
+// at the end of a maintenance window, or soon while a cutover is pending.
+func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v1alpha1.ServiceMesh, st *status) (time.Duration, error) {
+	now := st.now
+	cp := st.next.ControlPlane
+	nsList := &corev1.NamespaceList{}
+	if err := r.Client.List(ctx, nsList); err != nil {
+		return 0, fmt.Errorf("listing namespaces: %w", err)
+	}
+	policies, err := r.managedPolicies(ctx, mesh)
+	if err != nil {
+		return 0, err
+	}
+	protected := r.protectedNamespaces(cp)
+	var enrolled, permissive, paused []string
+	var errs []error
+	pending := false
+	for i := range nsList.Items {
+		ns := &nsList.Items[i]
+		if ns.DeletionTimestamp != nil {
+			continue
+		}
+		d := enroll.Decide(ns.Name, ns.Labels, slices.Contains(mesh.Spec.EnrollNamespaces, ns.Name), protected)
+		if !d.Enroll {
+			if len(ownedLabels(ns)) > 0 || len(policies[ns.Name]) > 0 {
+				if err := r.leaveNamespace(ctx, mesh, ns, policies[ns.Name]); err != nil {
+					errs = append(errs, err)
+				}
+			}
+			continue
+		}
+		if err := r.ensureNamedFinalizer(ctx, mesh, EnrollFinalizer); err != nil {
+			return 0, err
+		}
+		res, err := r.enrollNamespace(ctx, mesh, cp, ns, d, policies[ns.Name], now)
+		paused = append(paused, res.paused...)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		enrolled = append(enrolled, ns.Name)
+		if res.mode.Mode == contract.MTLSPermissive {
+			permissive = append(permissive, ns.Name)
+		}
+		pending = pending || res.pending
+	}
+	sort.Strings(enrolled)
+	sort.Strings(permissive)
+	sort.Strings(paused)
+	st.next.EnrolledNamespaces, st.next.PermissiveNamespaces, st.next.PausedObjects = enrolled, permissive, paused
+
+	var wait time.Duration
+	st.next.MaintenanceUntil = nil
+	switch open, left := enroll.Window(mesh.Spec.MTLS, now); {
+	case open:
+		st.next.MaintenanceUntil = mesh.Spec.MTLS.MaintenanceUntil.DeepCopy()
+		st.set(ConditionMaintenanceWindow, metav1.ConditionTrue, "Open", fmt.Sprintf(
+			"spec.mtls.maintenanceUntil holds enrolled namespaces at PERMISSIVE until %s; STRICT is restored then without further action.",
+			mesh.Spec.MTLS.MaintenanceUntil.UTC().Format(time.RFC3339)))
+		wait = left
+	case mesh.Spec.MTLS.MaintenanceUntil != nil:
+		st.set(ConditionMaintenanceWindow, metav1.ConditionFalse, "Ended", fmt.Sprintf(
+			"The maintenance window ended at %s; STRICT is restored where the workloads are ready for it.",
+			mesh.Spec.MTLS.MaintenanceUntil.UTC().Format(time.RFC3339)))
+	default:
+		st.set(ConditionMaintenanceWindow, metav1.ConditionFalse, "NoWindow", "No maintenance window is set.")
+	}
+	if pending && (wait == 0 || wait > convergingRecheck) {
+		wait = convergingRecheck
+	}
+	if len(errs) > 0 {
+		err := errors.Join(errs...)
+		st.warn("EnrollmentFailed", err.Error())
+		return wait, err
+	}
+	return wait, nil
+}
+
+// enrollNamespace applies, in order: the data-plane label (with the
+// enrollment request when spec.enrollNamespaces asks for it), the
+// PeerAuthentication, the isolation policy, and only then the state labels
+// that describe them.
+func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alpha1.ServiceMesh, cp *v1alpha1.ControlPlaneStatus,
+	ns *corev1.Namespace, d enroll.Decision, live map[string]*unstructured.Unstructured, now time.Time) (nsResult, error) {
+	var res nsResult
+	dp := mesh.Spec.DataPlane
+	base := enroll.DataPlaneLabels(dp, cp.Revision)
+	if d.WriteRequest {
+		base[labels.Mesh] = labels.MeshEnabled
+	}
+	// Step 1: the data plane. State labels we already wrote stay as they
+	// are until what they will claim is in place.
+	owned := ownedLabels(ns)
+	step1 := maps.Clone(base)
+	for _, k := range contract.StateKeys() {
+		if v, ok := ns.Labels[k]; ok && owned[k] {
+			step1[k] = v
+		}
+	}
+	if err := r.applyNamespaceLabels(ctx, ns, step1); err != nil {
+		return res, err
+	}
+
+	// Step 2: mTLS, PERMISSIVE until the workloads show they can take STRICT.
+	owner := enroll.Owner(mesh)
+	pa := live[enroll.KindPeerAuthentication]
+	strictReady := ""
+	if pa != nil {
+		strictReady = pa.GetAnnotations()[labels.MeshStrictReady]
+	}
+	if strictReady == "" {
+		pods := &corev1.PodList{}
+		if err := r.Reader.List(ctx, pods, client.InNamespace(ns.Name)); err != nil {
+			return res, fmt.Errorf("listing Pods in %s: %w", ns.Name, err)
+		}
+		if ok, _ := enroll.WorkloadsReady(dp, pods.Items); ok {
+			strictReady = now.UTC().Format(time.RFC3339)
+		}
+	}
+	res.mode = enroll.MTLSMode(mesh.Spec.MTLS, now, strictReady != "")
+	res.pending = strictReady == "" && mesh.Spec.MTLS.Mode != v1alpha1.MTLSPermissive
+	mtlsInForce := res.mode.Mode
+	if pa != nil && enroll.Paused(pa) {
+		res.paused = append(res.paused, fmt.Sprintf("%s/%s/%s", enroll.KindPeerAuthentication, ns.Name, pa.GetName()))
+		mtlsInForce = enroll.ModeOf(pa)
+		res.mode.Mode = mtlsInForce
+	} else if _, err := r.applier().Apply(ctx, enroll.PeerAuthentication(ns.Name, res.mode.Mode, strictReady, owner), mesh); err != nil {
+		return res, err
+	}
+
+	// Step 3: isolation, admitting the edges workload operators declared.
+	state, _ := contract.Parse(ns.Labels)
+	allowed := enroll.AllowedSources(ns.Name, []string{cp.Namespace}, state.Edges)
+	ap := live[enroll.KindAuthorizationPolicy]
+	desired := enroll.IsolationPolicy(ns.Name, mesh.Spec.Isolation, allowed, owner)
+	switch {
+	case ap != nil && enroll.Paused(ap):
+		res.paused = append(res.paused, fmt.Sprintf("%s/%s/%s", enroll.KindAuthorizationPolicy, ns.Name, ap.GetName()))
+	case desired == nil && ap != nil:
+		if _, err := r.applier().Delete(ctx, ap, mesh); err != nil {
+			return res, err
+		}
+	case desired != nil:
+		if _, err := r.applier().Apply(ctx, desired, mesh); err != nil {
+			return res, err
+		}
+	}
+
+	// Step 4: the state labels, now that what they claim is applied.
+	sl, err := contract.Enrollment{DataPlane: contract.DataPlane(dp), MTLS: mtlsInForce, Isolation: string(mesh.Spec.Isolation),
+		ControlPlane: cp.Namespace}.StateLabels()
+	if err != nil {
+		return res, err
+	}
+	step2 := maps.Clone(base)
+	maps.Copy(step2, sl)
+	return res, r.applyNamespaceLabels(ctx, ns, step2)
+}
+
+// leaveNamespace undoes an enrollment in the reverse order: the state
+// labels go first (workload operators stop relying on the mesh), then the
+// policies (workloads fall back to plaintext), then the data-plane label
+// and any request the operator wrote. Labels someone else also holds stay.
+func (r *ServiceMeshReconciler) leaveNamespace(ctx context.Context, mesh *v1alpha1.ServiceMesh, ns *corev1.Namespace, live map[string]*unstructured.Unstructured) error {
+	owned := ownedLabels(ns)
+	keep := map[string]string{}
+	for k := range owned {
+		if v, ok := ns.Labels[k]; ok && !slices.Contains(contract.StateKeys(), k) && k != labels.Mesh {
+			keep[k] = v
+		}
+	}
+	if len(keep) != len(owned) {
+		if err := r.applyNamespaceLabels(ctx, ns, keep); err != nil {
+			return err
+		}
+	}
+	for _, kind := range []string{enroll.KindAuthorizationPolicy, enroll.KindPeerAuthentication} {
+		if u := live[kind]; u != nil {
+			if _, err := r.applier().Delete(ctx, u, mesh); err != nil {
+				return err
+			}
+		}
+	}
+	return r.applyNamespaceLabels(ctx, ns, map[string]string{})
+}
+
+// teardownEnrollment releases every namespace: on deletion of the
+// ServiceMesh and when its license is lost. Only what the operator applied
+// goes; user labels, and labels others hold too, stay.
+func (r *ServiceMeshReconciler) teardownEnrollment(ctx context.Context, mesh *v1alpha1.ServiceMesh, st *status) error {
+	if !controllerutil.ContainsFinalizer(mesh, EnrollFinalizer) {
+		return nil
+	}
+	nsList := &corev1.NamespaceList{}
+	if err := r.Client.List(ctx, nsList); err != nil {
+		return fmt.Errorf("listing namespaces: %w", err)
+	}
+	policies, err := r.managedPolicies(ctx, mesh)
+	if err != nil {
+		return err
+	}
+	for i := range nsList.Items {
+		ns := &nsList.Items[i]
+		if len(ownedLabels(ns)) == 0 && len(policies[ns.Name]) == 0 {
+			continue
+		}
+		if err := r.leaveNamespace(ctx, mesh, ns, policies[ns.Name]); err != nil {
+			return err
+		}
+	}
+	st.next.EnrolledNamespaces, st.next.PermissiveNamespaces, st.next.PausedObjects, st.next.MaintenanceUntil = nil, nil, nil, nil
+	meta.RemoveStatusCondition(&st.next.Conditions, ConditionMaintenanceWindow)
+	orig := mesh.DeepCopy()
+	controllerutil.RemoveFinalizer(mesh, EnrollFinalizer)
+	if err := r.Client.Patch(ctx, mesh, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	return nil
+}
+
+func (r *ServiceMeshReconciler) ensureNamedFinalizer(ctx context.Context, mesh *v1alpha1.ServiceMesh, name string) error {
+	if controllerutil.ContainsFinalizer(mesh, name) {
+		return nil
+	}
+	orig := mesh.DeepCopy()
+	controllerutil.AddFinalizer(mesh, name)
+	if err := r.Client.Patch(ctx, mesh, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("adding finalizer %s: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,268 @@
+// Package enroll holds the pure builders of namespace enrollment: which
+// namespaces are enrolled, the data-plane labels, the namespace-wide
+// PeerAuthentication, the isolation AuthorizationPolicy, the STRICT cutover
+// signal and the mTLS mode in force. The ServiceMesh reconciler applies what
+// they build; nothing here talks to the API server.
+package enroll
+
+import (
+	"slices"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/shared/contract"
+	"github.com/ericdev/fleetmesh/shared/labels"
+)
+
+// Names and kinds of the per-namespace policies.
+const (
+	PeerAuthenticationName  = "mesh-mtls"
+	IsolationPolicyName     = "mesh-isolation"
+	KindPeerAuthentication  = "PeerAuthentication"
+	KindAuthorizationPolicy = "AuthorizationPolicy"
+	// ManagedBy is the app.kubernetes.io/managed-by value on the policies.
+	ManagedBy = "mesh-operator"
+	// ProxyContainer is the name of Istio's sidecar container.
+	ProxyContainer = "istio-proxy"
+)
+
+// SecurityGroupVersion is the Istio security API the policies use.
+var SecurityGroupVersion = schema.GroupVersion{Group: "security.istio.io", Version: "v1"}
+
+// SystemNamespaces are never enrolled.
+var SystemNamespaces = []string{"kube-system", "kube-public", "kube-node-lease"}
+
+// Decision says whether a namespace is enrolled and why.
+type Decision struct {
+	Enroll bool
+	// WriteRequest: the operator itself writes core.navique.com/mesh=enabled
+	// (the namespace is in spec.enrollNamespaces and nothing forbids it).
+	WriteRequest bool
+	Reason       string
+}
+
+// Decide enrolls a namespace that asks for it by label or is listed in
+// spec.enrollNamespaces. core.navique.com/mesh=disabled wins over both, and
+// protected namespaces (system, control plane, the operators') are never
+// enrolled.
+func Decide(name string, nsLabels map[string]string, listed bool, protected []string) Decision {
+	if slices.Contains(protected, name) {
+		return Decision{Reason: "protected"}
+	}
+	switch nsLabels[labels.Mesh] {
+	case labels.MeshDisabled:
+		return Decision{Reason: "disabled"}
+	case labels.MeshEnabled:
+		return Decision{Enroll: true, WriteRequest: listed, Reason: "label"}
+	}
+	if listed {
+		return Decision{Enroll: true, WriteRequest: true, Reason: "enrollNamespaces"}
+	}
+	return Decision{Reason: "not requested"}
+}
+
+// Protected lists the namespaces that are never enrolled: the system ones,
+// the control plane's, and the operators' own. Empty names are dropped.
+func Protected(extra ...string) []string {
+	out := slices.Clone(SystemNamespaces)
+	for _, n := range extra {
+		if n != "" && !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// DataPlaneLabels are the Istio labels that put a namespace's workloads in
+// the mesh: ambient capture by ztunnel, or sidecar injection by the default
+// revision (istio-injection) or a named one (istio.io/rev).
+func DataPlaneLabels(dp v1alpha1.DataPlane, revision string) map[string]string {
+	if dp == v1alpha1.DataPlaneAmbient {
+		return map[string]string{labels.IstioDataPlaneMode: "ambient"}
+	}
+	if revision == "" || revision == "default" {
+		return map[string]string{labels.IstioInjection: "enabled"}
+	}
+	return map[string]string{labels.IstioRevision: revision}
+}
+
+// WorkloadsReady is the STRICT cutover signal: every Pod of the namespace
+// that has not finished can already speak mTLS. With sidecars each such Pod
+// runs an istio-proxy container (a native sidecar init container with
+// restartPolicy Always, or a regular container); in ambient istio-cni has
+// annotated each one ambient.istio.io/redirection=enabled (ztunnel captures
+// it). A namespace without Pods is ready. The second result names the first
+// Pod that is not, for status and events.
+func WorkloadsReady(dp v1alpha1.DataPlane, pods []corev1.Pod) (bool, string) {
+	names := make([]string, 0, len(pods))
+	byName := map[string]*corev1.Pod{}
+	for i := range pods {
+		p := &pods[i]
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || p.DeletionTimestamp != nil {
+			continue
+		}
+		names = append(names, p.Name)
+		byName[p.Name] = p
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		p := byName[n]
+		if dp == v1alpha1.DataPlaneAmbient {
+			if p.Annotations[labels.IstioAmbientRedirection] != "enabled" {
+				return false, n
+			}
+			continue
+		}
+		if !hasProxy(p) {
+			return false, n
+		}
+	}
+	return true, ""
+}
+
+func hasProxy(p *corev1.Pod) bool {
+	for _, c := range p.Spec.InitContainers {
+		if c.Name == ProxyContainer && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			return true
+		}
+	}
+	for _, c := range p.Spec.Containers {
+		if c.Name == ProxyContainer {
+			return true
+		}
+	}
+	return false
+}
+
+// MTLSDecision is the namespace-wide mode in force and why.
+type MTLSDecision struct {
+	// Mode is contract.MTLSStrict or contract.MTLSPermissive.
+	Mode string
+	// Reason: Strict, Configured (mtls.mode permissive), Maintenance, or
+	// AwaitingCutover.
+	Reason string
+}
+
+// Window reports whether the maintenance window holds PERMISSIVE at now,
+// and for how long still.
+func Window(m v1alpha1.MTLS, now time.Time) (bool, time.Duration) {
+	if m.MaintenanceUntil == nil || !now.Before(m.MaintenanceUntil.Time) {
+		return false, 0
+	}
+	return true, m.MaintenanceUntil.Sub(now)
+}
+
+// MTLSMode decides the mode: STRICT is the resting state of a namespace once
+// its workloads have cut over (cutOver), unless spec.mtls.mode is
+// permissive or a maintenance window is open.
+func MTLSMode(m v1alpha1.MTLS, now time.Time, cutOver bool) MTLSDecision {
+	switch open, _ := Window(m, now); {
+	case m.Mode == v1alpha1.MTLSPermissive:
+		return MTLSDecision{contract.MTLSPermissive, "Configured"}
+	case open:
+		return MTLSDecision{contract.MTLSPermissive, "Maintenance"}
+	case !cutOver:
+		return MTLSDecision{contract.MTLSPermissive, "AwaitingCutover"}
+	}
+	return MTLSDecision{contract.MTLSStrict, "Strict"}
+}
+
+// Owner is the controller reference every policy carries: the
+// cluster-scoped ServiceMesh (a namespaced object may have a cluster-scoped
+// owner), so deleting the ServiceMesh garbage-collects them.
+func Owner(mesh *v1alpha1.ServiceMesh) metav1.OwnerReference {
+	return *metav1.NewControllerRef(mesh, v1alpha1.GroupVersion.WithKind("ServiceMesh"))
+}
+
+func policy(kind, namespace, name string, owner metav1.OwnerReference, spec map[string]any) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+	u.SetGroupVersionKind(SecurityGroupVersion.WithKind(kind))
+	u.SetNamespace(namespace)
+	u.SetName(name)
+	u.SetLabels(map[string]string{labels.ManagedBy: ManagedBy, labels.PartOf: "servicemesh"})
+	u.SetOwnerReferences([]metav1.OwnerReference{owner})
+	return u
+}
+
+// PeerAuthentication is the namespace-wide mTLS policy (no selector).
+// strictReady, when set, is recorded in the labels.MeshStrictReady
+// annotation: the time the namespace first met the cutover signal.
+func PeerAuthentication(namespace, mode, strictReady string, owner metav1.OwnerReference) *unstructured.Unstructured {
+	istioMode := "PERMISSIVE"
+	if mode == contract.MTLSStrict {
+		istioMode = "STRICT"
+	}
+	u := policy(KindPeerAuthentication, namespace, PeerAuthenticationName, owner, map[string]any{"mtls": map[string]any{"mode": istioMode}})
+	if strictReady != "" {
+		u.SetAnnotations(map[string]string{labels.MeshStrictReady: strictReady})
+	}
+	return u
+}
+
+// ModeOf reads the mode of a live PeerAuthentication as a contract value.
+func ModeOf(pa *unstructured.Unstructured) string {
+	m, _, _ := unstructured.NestedString(pa.Object, "spec", "mtls", "mode")
+	if m == "STRICT" {
+		return contract.MTLSStrict
+	}
+	return contract.MTLSPermissive
+}
+
+// AllowedSources are the namespaces namespace isolation admits
+// authenticated traffic from: the namespace itself, the control plane's,
+// and the declared edges. Sorted and without duplicates.
+func AllowedSources(namespace string, controlPlane []string, edges []string) []string {
+	set := map[string]bool{namespace: true}
+	for _, n := range append(slices.Clone(controlPlane), edges...) {
+		if n != "" {
+			set[n] = true
+		}
+	}
+	out := make([]string, 0, len(set))
+	for n := range set {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// IsolationPolicy is the namespace isolation AuthorizationPolicy, or nil for
+// isolation off. It is a DENY for authenticated sources (principals ["*"]
+// matches only mTLS peers) outside the allowed namespaces: plaintext is
+// never matched (that is the PeerAuthentication's business), and no ALLOW is
+// added, so a workload's own ALLOW policies stay exactly as narrow as they
+// are. Only L4 attributes are used, which ztunnel enforces without
+// waypoints. Isolation strict uses the same L4 baseline: per-service L7
+// rules need waypoints and are not implemented.
+func IsolationPolicy(namespace string, isolation v1alpha1.Isolation, allowed []string, owner metav1.OwnerReference) *unstructured.Unstructured {
+	if isolation == v1alpha1.IsolationOff {
+		return nil
+	}
+	notNS := make([]any, 0, len(allowed))
+	for _, n := range allowed {
+		notNS = append(notNS, n)
+	}
+	return policy(KindAuthorizationPolicy, namespace, IsolationPolicyName, owner, map[string]any{
+		"action": "DENY",
+		"rules": []any{map[string]any{
+			"from": []any{map[string]any{"source": map[string]any{
+				"principals":    []any{"*"},
+				"notNamespaces": notNS,
+			}}},
+		}},
+	})
+}
+
+// Paused reports whether a managed object carries the reconcile-paused
+// annotation (any value but "false").
+func Paused(obj metav1.Object) bool {
+	v, ok := obj.GetAnnotations()[labels.ReconcilePaused]
+	return ok && v != "false"
+}

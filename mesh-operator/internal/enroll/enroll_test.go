@@ -1,0 +1,142 @@
+package enroll
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/shared/contract"
+	"github.com/ericdev/fleetmesh/shared/golden"
+	"github.com/ericdev/fleetmesh/shared/labels"
+)
+
+var testMesh = &v1alpha1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: "cluster", UID: types.UID("0000-mesh")}}
+
+// TestPolicySetGolden pins the whole per-namespace set for each data plane
+// and isolation level: the namespace's labels, the PeerAuthentication at
+// each mode and the isolation policy.
+func TestPolicySetGolden(t *testing.T) {
+	owner := Owner(testMesh)
+	for _, dp := range []v1alpha1.DataPlane{v1alpha1.DataPlaneAmbient, v1alpha1.DataPlaneSidecar} {
+		for _, iso := range []v1alpha1.Isolation{v1alpha1.IsolationOff, v1alpha1.IsolationNamespace, v1alpha1.IsolationStrict} {
+			t.Run(fmt.Sprintf("%s-%s", dp, iso), func(t *testing.T) {
+				nsLabels := DataPlaneLabels(dp, "default")
+				state, err := contract.Enrollment{DataPlane: contract.DataPlane(dp), MTLS: contract.MTLSStrict, Isolation: string(iso), ControlPlane: "istio-system"}.StateLabels()
+				assert.NoError(t, err)
+				for k, v := range state {
+					nsLabels[k] = v
+				}
+				objs := []any{
+					map[string]any{"namespaceLabels": nsLabels},
+					PeerAuthentication("team-a", contract.MTLSPermissive, "", owner),
+					PeerAuthentication("team-a", contract.MTLSStrict, "2026-01-02T03:04:05Z", owner),
+				}
+				if ap := IsolationPolicy("team-a", iso, AllowedSources("team-a", []string{"istio-system"}, []string{"fleet-system", "ingress"}), owner); ap != nil {
+					objs = append(objs, ap)
+				}
+				golden.AssertYAML(t, fmt.Sprintf("policies-%s-%s", dp, iso), objs...)
+			})
+		}
+	}
+}
+
+func TestDecide(t *testing.T) {
+	protected := Protected("istio-system", "mesh-system", "")
+	assert.Equal(t, []string{"istio-system", "kube-node-lease", "kube-public", "kube-system", "mesh-system"}, protected)
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+		listed bool
+		want   Decision
+	}{
+		{"a", map[string]string{labels.Mesh: labels.MeshEnabled}, false, Decision{Enroll: true, Reason: "label"}},
+		{"a", map[string]string{labels.Mesh: labels.MeshEnabled}, true, Decision{Enroll: true, WriteRequest: true, Reason: "label"}},
+		{"a", nil, true, Decision{Enroll: true, WriteRequest: true, Reason: "enrollNamespaces"}},
+		{"a", map[string]string{labels.Mesh: labels.MeshDisabled}, true, Decision{Reason: "disabled"}},
+		{"a", map[string]string{labels.Mesh: "yes"}, false, Decision{Reason: "not requested"}},
+		{"a", nil, false, Decision{Reason: "not requested"}},
+		{"kube-system", map[string]string{labels.Mesh: labels.MeshEnabled}, true, Decision{Reason: "protected"}},
+		{"istio-system", nil, true, Decision{Reason: "protected"}},
+		{"mesh-system", map[string]string{labels.Mesh: labels.MeshEnabled}, false, Decision{Reason: "protected"}},
+	} {
+		assert.Equal(t, tc.want, Decide(tc.name, tc.labels, tc.listed, protected), "%s %v listed=%v", tc.name, tc.labels, tc.listed)
+	}
+}
+
+func TestDataPlaneLabels(t *testing.T) {
+	assert.Equal(t, map[string]string{"istio.io/dataplane-mode": "ambient"}, DataPlaneLabels(v1alpha1.DataPlaneAmbient, "canary"))
+	assert.Equal(t, map[string]string{"istio-injection": "enabled"}, DataPlaneLabels(v1alpha1.DataPlaneSidecar, "default"))
+	assert.Equal(t, map[string]string{"istio-injection": "enabled"}, DataPlaneLabels(v1alpha1.DataPlaneSidecar, ""))
+	assert.Equal(t, map[string]string{"istio.io/rev": "canary"}, DataPlaneLabels(v1alpha1.DataPlaneSidecar, "canary"))
+}
+
+func pod(name string, phase corev1.PodPhase, mutate func(*corev1.Pod)) corev1.Pod {
+	p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.PodStatus{Phase: phase},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}}}
+	if mutate != nil {
+		mutate(&p)
+	}
+	return p
+}
+
+func TestWorkloadsReady(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	native := func(p *corev1.Pod) {
+		p.Spec.InitContainers = []corev1.Container{{Name: ProxyContainer, RestartPolicy: &always}}
+	}
+	classic := func(p *corev1.Pod) {
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: ProxyContainer})
+	}
+	plainInit := func(p *corev1.Pod) { p.Spec.InitContainers = []corev1.Container{{Name: ProxyContainer}} }
+	captured := func(p *corev1.Pod) { p.Annotations = map[string]string{labels.IstioAmbientRedirection: "enabled"} }
+
+	ok, _ := WorkloadsReady(v1alpha1.DataPlaneSidecar, nil)
+	assert.True(t, ok, "no Pods: ready")
+	ok, _ = WorkloadsReady(v1alpha1.DataPlaneSidecar, []corev1.Pod{pod("a", corev1.PodRunning, native), pod("b", corev1.PodRunning, classic),
+		pod("done", corev1.PodSucceeded, nil), pod("crashed", corev1.PodFailed, nil)})
+	assert.True(t, ok, "finished Pods do not count")
+	ok, who := WorkloadsReady(v1alpha1.DataPlaneSidecar, []corev1.Pod{pod("a", corev1.PodRunning, native), pod("z", corev1.PodPending, nil)})
+	assert.False(t, ok)
+	assert.Equal(t, "z", who)
+	ok, _ = WorkloadsReady(v1alpha1.DataPlaneSidecar, []corev1.Pod{pod("a", corev1.PodRunning, plainInit)})
+	assert.False(t, ok, "an istio-proxy init container that is not a native sidecar is not a proxy")
+	ok, _ = WorkloadsReady(v1alpha1.DataPlaneAmbient, []corev1.Pod{pod("a", corev1.PodRunning, classic)})
+	assert.False(t, ok, "ambient needs ztunnel capture")
+	ok, _ = WorkloadsReady(v1alpha1.DataPlaneAmbient, []corev1.Pod{pod("a", corev1.PodRunning, captured)})
+	assert.True(t, ok)
+}
+
+func TestMTLSMode(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	until := metav1.NewTime(now.Add(time.Minute))
+	past := metav1.NewTime(now.Add(-time.Minute))
+	strict := v1alpha1.MTLS{Mode: v1alpha1.MTLSStrict}
+	assert.Equal(t, MTLSDecision{contract.MTLSStrict, "Strict"}, MTLSMode(strict, now, true))
+	assert.Equal(t, MTLSDecision{contract.MTLSPermissive, "AwaitingCutover"}, MTLSMode(strict, now, false))
+	assert.Equal(t, MTLSDecision{contract.MTLSPermissive, "Configured"}, MTLSMode(v1alpha1.MTLS{Mode: v1alpha1.MTLSPermissive}, now, true))
+	assert.Equal(t, MTLSDecision{contract.MTLSPermissive, "Maintenance"}, MTLSMode(v1alpha1.MTLS{Mode: v1alpha1.MTLSStrict, MaintenanceUntil: &until}, now, true))
+	assert.Equal(t, MTLSDecision{contract.MTLSStrict, "Strict"}, MTLSMode(v1alpha1.MTLS{Mode: v1alpha1.MTLSStrict, MaintenanceUntil: &past}, now, true))
+	open, left := Window(v1alpha1.MTLS{MaintenanceUntil: &until}, now)
+	assert.True(t, open)
+	assert.Equal(t, time.Minute, left)
+	open, _ = Window(v1alpha1.MTLS{MaintenanceUntil: &until}, until.Time)
+	assert.False(t, open, "the window closes at the deadline")
+}
+
+func TestIsolationPolicyShape(t *testing.T) {
+	assert.Nil(t, IsolationPolicy("a", v1alpha1.IsolationOff, nil, Owner(testMesh)))
+	assert.Equal(t, []string{"a", "edge", "istio-system"}, AllowedSources("a", []string{"istio-system", ""}, []string{"edge", "a"}))
+	ap := IsolationPolicy("a", v1alpha1.IsolationNamespace, []string{"a"}, Owner(testMesh))
+	assert.Equal(t, "DENY", ap.Object["spec"].(map[string]any)["action"], "never a namespace-wide ALLOW")
+	ref := ap.GetOwnerReferences()[0]
+	assert.Equal(t, "ServiceMesh", ref.Kind)
+	assert.True(t, *ref.Controller)
+	assert.True(t, Paused(&metav1.ObjectMeta{Annotations: map[string]string{labels.ReconcilePaused: "true"}}))
+	assert.False(t, Paused(&metav1.ObjectMeta{Annotations: map[string]string{labels.ReconcilePaused: "false"}}))
+}
