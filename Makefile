@@ -13,7 +13,8 @@ GO_MODULES := shared fleet-operator mesh-operator e2e
 OPERATORS := fleet-operator mesh-operator
 CONTROLLER_GEN := $(BIN)/controller-gen
 TESTBED_DIR ?= $(ROOT)/.testbed
-GO_TEST_FLAGS ?=
+# -count=1: some tests read files (charts) that Go's test cache does not track.
+GO_TEST_FLAGS ?= -count=1
 
 .PHONY: all tools generate manifests charts verify lint test test-unit test-integration test-e2e e2e-kind \
         demo demo-down images build fmt help

@@ -22,6 +22,14 @@ declare -A packages=(
   [lint]="honnef.co/go/tools/cmd/staticcheck"
 )
 order=(etcd kube kwok controller-gen helm lint)
+
+# The Kubernetes binaries report their release (kubectl version, helm's
+# kubeVersion checks) only when it is stamped in at link time.
+kube_version=$(awk '{for (i = 1; i < NF; i++) if ($i == "k8s.io/kubernetes") print $(i+1)}' "$root/tools/kube/go.mod" | head -1)
+kube_minor=$(echo "$kube_version" | cut -d. -f2)
+declare -A ldflags=(
+  [kube]="-X k8s.io/component-base/version.gitVersion=$kube_version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$kube_minor -X k8s.io/client-go/pkg/version.gitVersion=$kube_version -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$kube_minor"
+)
 [ $# -gt 0 ] && order=("$@")
 
 binary_name() {
@@ -33,7 +41,7 @@ binary_name() {
 
 for group in "${order[@]}"; do
   pkgs=${packages[$group]:?unknown tools group $group}
-  want=$(cat "$root/tools/$group/go.mod" "$root/tools/$group/go.sum" | sha256sum | cut -c1-16)
+  want=$( (cat "$root/tools/$group/go.mod" "$root/tools/$group/go.sum"; echo "${ldflags[$group]:-}") | sha256sum | cut -c1-16)
   fresh=yes
   for p in $pkgs; do [ -x "$bin/$(binary_name "$p")" ] || fresh=no; done
   if [ "$fresh" = yes ] && [ "$(cat "$stamps/$group" 2>/dev/null)" = "$want" ]; then
@@ -43,7 +51,7 @@ for group in "${order[@]}"; do
   echo "tools: building $group ..."
   start=$SECONDS
   for p in $pkgs; do
-    (cd "$root/tools/$group" && go build -trimpath -o "$bin/$(binary_name "$p")" "$p")
+    (cd "$root/tools/$group" && go build -trimpath -ldflags "${ldflags[$group]:-}" -o "$bin/$(binary_name "$p")" "$p")
   done
   echo "$want" > "$stamps/$group"
   echo "tools: built $group in $((SECONDS - start))s"
