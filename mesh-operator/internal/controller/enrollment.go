@@ -61,9 +61,35 @@ func (r *ServiceMeshReconciler) protectedNamespaces(cp *v1alpha1.ControlPlaneSta
 // ownedLabels are the namespace label keys the operator's field manager
 // holds through server-side apply.
 func ownedLabels(ns metav1.Object) map[string]bool {
+	return labelsHeld(ns, func(mf metav1.ManagedFieldsEntry) bool {
+		return mf.Manager == FieldManager && mf.Operation == metav1.ManagedFieldsOperationApply
+	})
+}
+
+// requestLabels are the namespace's labels as enrollment reads them: an
+// enrollment request that only the operator itself holds (it wrote it for
+// spec.enrollNamespaces) is not a request of anyone else, so it does not
+// keep the namespace enrolled once the name leaves the list.
+func requestLabels(ns *corev1.Namespace) map[string]string {
+	if ns.Labels[labels.Mesh] != labels.MeshEnabled || !ownedLabels(ns)[labels.Mesh] {
+		return ns.Labels
+	}
+	others := labelsHeld(ns, func(mf metav1.ManagedFieldsEntry) bool {
+		return mf.Manager != FieldManager || mf.Operation != metav1.ManagedFieldsOperationApply
+	})
+	if others[labels.Mesh] {
+		return ns.Labels
+	}
+	out := maps.Clone(ns.Labels)
+	delete(out, labels.Mesh)
+	return out
+}
+
+// labelsHeld are the label keys held by the managedFields entries that match.
+func labelsHeld(ns metav1.Object, match func(metav1.ManagedFieldsEntry) bool) map[string]bool {
 	out := map[string]bool{}
 	for _, mf := range ns.GetManagedFields() {
-		if mf.Manager != FieldManager || mf.Operation != metav1.ManagedFieldsOperationApply || mf.FieldsV1 == nil {
+		if !match(mf) || mf.FieldsV1 == nil {
 			continue
 		}
 		var f struct {
@@ -169,7 +195,7 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 		if ns.DeletionTimestamp != nil {
 			continue
 		}
-		d := enroll.Decide(ns.Name, ns.Labels, slices.Contains(mesh.Spec.EnrollNamespaces, ns.Name), protected)
+		d := enroll.Decide(ns.Name, requestLabels(ns), slices.Contains(mesh.Spec.EnrollNamespaces, ns.Name), protected)
 		if !d.Enroll {
 			if len(ownedLabels(ns)) > 0 || len(policies[ns.Name]) > 0 {
 				if err := r.leaveNamespace(ctx, mesh, ns, policies[ns.Name]); err != nil {

@@ -1,0 +1,423 @@
+//go:build integration
+
+package controller
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/mesh-operator/internal/enroll"
+	"github.com/ericdev/fleetmesh/mesh-operator/internal/license"
+	"github.com/ericdev/fleetmesh/mesh-operator/internal/metrics"
+	"github.com/ericdev/fleetmesh/shared/contract"
+	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/testenv"
+)
+
+// fakeClock is the reconciler's controllable clock.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// TestEnrollmentIntegration runs the enrollment against a real API server
+// with Istio's own CRDs, the operator acting under its generated RBAC, and
+// an adopted plain istiod as the control plane.
+func TestEnrollmentIntegration(t *testing.T) {
+	s := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(s))
+	require.NoError(t, v1alpha1.AddToScheme(s))
+	require.NoError(t, apiextensionsv1.AddToScheme(s))
+	env := testenv.Start(t, s, "mesh-operator/config/crd/bases")
+	env.InstallCRDs(t, testenv.ModuleFile(t, "istio.io/api", "v1.32.0", "kubernetes/customresourcedefinitions.gen.yaml"))
+	root := testenv.RepoRoot(t)
+	ctx := context.Background()
+	admin := env.Client
+
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
+	require.NoError(t, admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "mesh-system"}}))
+	grantOperatorRBAC(t, admin, root)
+	asOperator := rest.CopyConfig(env.Config)
+	asOperator.Impersonate = rest.ImpersonationConfig{UserName: operatorUser}
+	opClient, err := client.New(asOperator, client.Options{Scheme: s})
+	require.NoError(t, err)
+	dc, err := discovery.NewDiscoveryClientForConfig(asOperator)
+	require.NoError(t, err)
+
+	clock := &fakeClock{t: time.Now()}
+	lic, err := license.Sign(license.License{Version: license.FormatVersion, ID: "lic-enroll", Licensee: "integration", Features: []string{"service-mesh"},
+		IssuedAt: clock.Now().Add(-2 * time.Hour), NotBefore: clock.Now().Add(-time.Hour), NotAfter: clock.Now().Add(24 * time.Hour)}, priv)
+	require.NoError(t, err)
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "mesh-system", Name: "license"}, Data: map[string][]byte{"license": lic}}
+	require.NoError(t, admin.Create(ctx, secret))
+
+	r := &ServiceMeshReconciler{
+		Client: opClient, Reader: opClient, Discovery: dc,
+		Config:   Config{OperatorNamespace: "mesh-system", LicenseSecret: "license", Keys: []ed25519.PublicKey{pub}, SailNamespace: "sail-operator"},
+		Recorder: events.NewFakeRecorder(100), Now: clock.Now, Metrics: metrics.NewLicense(clock.Now),
+	}
+	reconcile := func() (ctrl.Result, *v1alpha1.ServiceMesh) {
+		t.Helper()
+		res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "cluster"}})
+		require.NoError(t, err)
+		m := &v1alpha1.ServiceMesh{}
+		err = admin.Get(ctx, client.ObjectKey{Name: "cluster"}, m)
+		if apierrors.IsNotFound(err) {
+			return res, nil
+		}
+		require.NoError(t, err)
+		return res, m
+	}
+	ns := func(name string) *corev1.Namespace {
+		t.Helper()
+		n := &corev1.Namespace{}
+		require.NoError(t, admin.Get(ctx, client.ObjectKey{Name: name}, n))
+		return n
+	}
+	createNS := func(name string, l map[string]string) {
+		t.Helper()
+		require.NoError(t, admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}}))
+	}
+	labelNS := func(name, key string, value *string) {
+		t.Helper()
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{key: value}}})
+		require.NoError(t, admin.Patch(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, client.RawPatch(types.MergePatchType, patch)))
+	}
+	policy := func(kind, namespace string) *unstructured.Unstructured {
+		t.Helper()
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(enroll.SecurityGroupVersion.WithKind(kind))
+		name := enroll.PeerAuthenticationName
+		if kind == enroll.KindAuthorizationPolicy {
+			name = enroll.IsolationPolicyName
+		}
+		err := admin.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, u)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		require.NoError(t, err)
+		return u
+	}
+	paMode := func(namespace string) string {
+		t.Helper()
+		u := policy(enroll.KindPeerAuthentication, namespace)
+		if u == nil {
+			return ""
+		}
+		m, _, _ := unstructured.NestedString(u.Object, "spec", "mtls", "mode")
+		return m
+	}
+	notNamespaces := func(namespace string) []any {
+		t.Helper()
+		u := policy(enroll.KindAuthorizationPolicy, namespace)
+		require.NotNil(t, u)
+		rules, _, _ := unstructured.NestedSlice(u.Object, "spec", "rules")
+		src := rules[0].(map[string]any)["from"].([]any)[0].(map[string]any)["source"].(map[string]any)
+		assert.Equal(t, []any{"*"}, src["principals"], "only authenticated sources are matched")
+		assert.Equal(t, "DENY", u.Object["spec"].(map[string]any)["action"])
+		return src["notNamespaces"].([]any)
+	}
+	meshLabels := func(name string) map[string]string {
+		out := map[string]string{}
+		for k, v := range ns(name).Labels {
+			if k != labels.NamespaceName {
+				out[k] = v
+			}
+		}
+		return out
+	}
+	createPod := func(namespace, name string, proxy bool) {
+		t.Helper()
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example.invalid/app"}}}}
+		if proxy {
+			always := corev1.ContainerRestartPolicyAlways
+			p.Spec.InitContainers = []corev1.Container{{Name: enroll.ProxyContainer, Image: "example.invalid/proxyv2", RestartPolicy: &always}}
+		}
+		require.NoError(t, admin.Create(ctx, p))
+	}
+	deletePod := func(namespace, name string) {
+		t.Helper()
+		zero := int64(0)
+		require.NoError(t, admin.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}, &client.DeleteOptions{GracePeriodSeconds: &zero}))
+		eventually(t, 10*time.Second, "pod gone", func() bool {
+			return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &corev1.Pod{}))
+		})
+	}
+	setSpec := func(mutate func(*v1alpha1.ServiceMeshSpec)) {
+		t.Helper()
+		m := &v1alpha1.ServiceMesh{}
+		require.NoError(t, admin.Get(ctx, client.ObjectKey{Name: "cluster"}, m))
+		mutate(&m.Spec)
+		require.NoError(t, admin.Update(ctx, m))
+	}
+	str := func(s string) *string { return &s }
+
+	// The namespaces, before any ServiceMesh: every enrollment source, an
+	// opt-out, protected namespaces, and a user's own labels.
+	createNS("by-label", map[string]string{labels.Mesh: labels.MeshEnabled})
+	createNS("by-spec", map[string]string{"team": "payments"})
+	createNS("opted-out", map[string]string{labels.Mesh: labels.MeshDisabled})
+	createNS("plain", nil)
+	createNS("user-injected", map[string]string{labels.Mesh: labels.MeshEnabled, labels.IstioInjection: "enabled"})
+	createNS("istio-system", nil)
+	createPod("by-spec", "legacy", false)
+
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "istio-system", Name: "istiod", Labels: map[string]string{"app": "istiod"}},
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "istiod"}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "istiod"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "discovery", Image: "docker.io/istio/pilot:1.30.1"}}}}}}
+	require.NoError(t, admin.Create(ctx, dep))
+	require.NoError(t, admin.Create(ctx, &v1alpha1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: "cluster"},
+		Spec: v1alpha1.ServiceMeshSpec{Mode: v1alpha1.ModeAdopt, Provider: v1alpha1.ProviderIstio, DataPlane: v1alpha1.DataPlaneSidecar,
+			EnrollNamespaces: []string{"by-spec", "opted-out", "kube-system", "istio-system", "mesh-system"}}}))
+
+	t.Run("nothing is enrolled and nothing is STRICT before the control plane is Ready", func(t *testing.T) {
+		_, m := reconcile()
+		assert.NotEqual(t, PhaseReady, m.Status.Phase)
+		for _, n := range []string{"by-label", "by-spec", "user-injected"} {
+			assert.Nil(t, policy(enroll.KindPeerAuthentication, n), n)
+			assert.Empty(t, ns(n).Labels[labels.MeshState], n)
+		}
+		assert.Empty(t, ns("by-spec").Labels[labels.Mesh], "not even the request is written yet")
+		assert.Empty(t, m.Status.EnrolledNamespaces)
+		assert.Empty(t, m.Finalizers)
+	})
+
+	dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: 1, AvailableReplicas: 1, ReadyReplicas: 1,
+		Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, Reason: "MinimumReplicasAvailable"}}}
+	require.NoError(t, admin.Status().Update(ctx, dep))
+
+	t.Run("enrollment from each source; opt-out and protected namespaces are left alone; cutover withheld", func(t *testing.T) {
+		res, m := reconcile()
+		require.Equal(t, PhaseReady, m.Status.Phase)
+		assert.Equal(t, []string{"by-label", "by-spec", "user-injected"}, m.Status.EnrolledNamespaces)
+		assert.Contains(t, m.Finalizers, EnrollFinalizer)
+
+		assert.Equal(t, map[string]string{labels.Mesh: labels.MeshEnabled, labels.IstioInjection: "enabled",
+			labels.MeshState: "enrolled", labels.MeshDataPlane: "sidecar", labels.MeshMTLS: "strict",
+			labels.MeshIsolation: "namespace", labels.MeshControlPlane: "istio-system"}, meshLabels("by-label"), "no Pods: STRICT at once")
+		assert.Equal(t, "STRICT", paMode("by-label"))
+		assert.Equal(t, []any{"by-label", "istio-system"}, notNamespaces("by-label"))
+
+		// by-spec: the operator writes the request itself; a Pod without a proxy holds PERMISSIVE.
+		l := meshLabels("by-spec")
+		assert.Equal(t, labels.MeshEnabled, l[labels.Mesh])
+		assert.Equal(t, "payments", l["team"])
+		assert.Equal(t, "permissive", l[labels.MeshMTLS])
+		assert.Equal(t, "PERMISSIVE", paMode("by-spec"))
+		assert.Empty(t, policy(enroll.KindPeerAuthentication, "by-spec").GetAnnotations()[labels.MeshStrictReady])
+		assert.Equal(t, []string{"by-spec"}, m.Status.PermissiveNamespaces)
+		assert.LessOrEqual(t, res.RequeueAfter, convergingRecheck, "the cutover is polled")
+		st, problems := contract.Parse(ns("by-spec").Labels)
+		assert.Empty(t, problems)
+		assert.True(t, st.Enrolled)
+
+		for _, n := range []string{"opted-out", "plain", "kube-system", "istio-system", "mesh-system"} {
+			l := ns(n).Labels
+			assert.Empty(t, l[labels.MeshState], n)
+			assert.Empty(t, l[labels.IstioInjection], n)
+			assert.Nil(t, policy(enroll.KindPeerAuthentication, n), n)
+			assert.Nil(t, policy(enroll.KindAuthorizationPolicy, n), n)
+		}
+		assert.Equal(t, labels.MeshDisabled, ns("opted-out").Labels[labels.Mesh], "disabled wins over enrollNamespaces")
+		assert.Empty(t, ns("kube-system").Labels[labels.Mesh])
+
+		ref := metav1.GetControllerOf(policy(enroll.KindAuthorizationPolicy, "by-spec"))
+		require.NotNil(t, ref)
+		assert.Equal(t, m.UID, ref.UID)
+
+		// A settled reconcile writes nothing.
+		rv := ns("by-label").ResourceVersion
+		parv := policy(enroll.KindPeerAuthentication, "by-label").GetResourceVersion()
+		reconcile()
+		assert.Equal(t, rv, ns("by-label").ResourceVersion)
+		assert.Equal(t, parv, policy(enroll.KindPeerAuthentication, "by-label").GetResourceVersion())
+	})
+
+	t.Run("cutover: PERMISSIVE until every Pod runs a proxy, then STRICT, and STRICT stays", func(t *testing.T) {
+		createPod("by-spec", "meshed", true)
+		reconcile()
+		assert.Equal(t, "PERMISSIVE", paMode("by-spec"), "one Pod still has no proxy")
+		deletePod("by-spec", "legacy")
+		res, m := reconcile()
+		assert.Equal(t, "STRICT", paMode("by-spec"))
+		assert.Equal(t, "strict", ns("by-spec").Labels[labels.MeshMTLS], "the label follows the policy")
+		assert.NotEmpty(t, policy(enroll.KindPeerAuthentication, "by-spec").GetAnnotations()[labels.MeshStrictReady])
+		assert.Empty(t, m.Status.PermissiveNamespaces)
+		assert.Equal(t, settledRecheck, res.RequeueAfter)
+
+		createPod("by-spec", "late", false)
+		reconcile()
+		assert.Equal(t, "STRICT", paMode("by-spec"), "a new plaintext Pod cannot downgrade a namespace that cut over")
+	})
+
+	t.Run("declared edges are admitted by the isolation policy", func(t *testing.T) {
+		labelNS("by-label", labels.AllowFromPrefix+"fleet-system", str("true"))
+		reconcile()
+		assert.Equal(t, []any{"by-label", "fleet-system", "istio-system"}, notNamespaces("by-label"))
+		labelNS("by-label", labels.AllowFromPrefix+"fleet-system", nil)
+		reconcile()
+		assert.Equal(t, []any{"by-label", "istio-system"}, notNamespaces("by-label"))
+	})
+
+	t.Run("hand edits are reverted; a paused object is left alone and listed", func(t *testing.T) {
+		require.NoError(t, admin.Patch(ctx, policy(enroll.KindPeerAuthentication, "by-label"),
+			client.RawPatch(types.MergePatchType, []byte(`{"spec":{"mtls":{"mode":"DISABLE"}}}`))))
+		reconcile()
+		assert.Equal(t, "STRICT", paMode("by-label"))
+
+		require.NoError(t, admin.Patch(ctx, policy(enroll.KindAuthorizationPolicy, "by-label"), client.RawPatch(types.MergePatchType,
+			[]byte(`{"metadata":{"annotations":{"core.navique.com/reconcile-paused":"true"}},"spec":{"action":"AUDIT"}}`))))
+		require.NoError(t, admin.Patch(ctx, policy(enroll.KindPeerAuthentication, "by-label"),
+			client.RawPatch(types.MergePatchType, []byte(`{"spec":{"mtls":{"mode":"PERMISSIVE"}}}`))))
+		_, m := reconcile()
+		assert.Equal(t, "AUDIT", policy(enroll.KindAuthorizationPolicy, "by-label").Object["spec"].(map[string]any)["action"], "paused: kept")
+		assert.Equal(t, "STRICT", paMode("by-label"), "only the paused object is paused")
+		assert.Equal(t, []string{"AuthorizationPolicy/by-label/mesh-isolation"}, m.Status.PausedObjects)
+
+		require.NoError(t, admin.Patch(ctx, policy(enroll.KindAuthorizationPolicy, "by-label"), client.RawPatch(types.MergePatchType,
+			[]byte(`{"metadata":{"annotations":{"core.navique.com/reconcile-paused":null}}}`))))
+		_, m = reconcile()
+		assert.Equal(t, "DENY", policy(enroll.KindAuthorizationPolicy, "by-label").Object["spec"].(map[string]any)["action"])
+		assert.Empty(t, m.Status.PausedObjects)
+	})
+
+	t.Run("maintenance window: PERMISSIVE until the deadline, STRICT again on the requeue alone", func(t *testing.T) {
+		until := metav1.NewTime(clock.Now().Add(3 * time.Second).Truncate(time.Second).Add(time.Second))
+		setSpec(func(s *v1alpha1.ServiceMeshSpec) { s.MTLS.MaintenanceUntil = &until })
+		res, m := reconcile()
+		for _, n := range []string{"by-label", "by-spec", "user-injected"} {
+			assert.Equal(t, "PERMISSIVE", paMode(n), n)
+			assert.Equal(t, "permissive", ns(n).Labels[labels.MeshMTLS], n)
+		}
+		c := meta.FindStatusCondition(m.Status.Conditions, ConditionMaintenanceWindow)
+		require.NotNil(t, c)
+		assert.Equal(t, metav1.ConditionTrue, c.Status)
+		require.NotNil(t, m.Status.MaintenanceUntil)
+		assert.True(t, until.Equal(m.Status.MaintenanceUntil))
+		assert.Equal(t, []string{"by-label", "by-spec", "user-injected"}, m.Status.PermissiveNamespaces)
+		assert.Positive(t, res.RequeueAfter)
+		assert.LessOrEqual(t, res.RequeueAfter, until.Sub(clock.Now()), "woken at the deadline, not later")
+		assert.Equal(t, []any{"*"}, policy(enroll.KindAuthorizationPolicy, "by-label").Object["spec"].(map[string]any)["rules"].([]any)[0].(map[string]any)["from"].([]any)[0].(map[string]any)["source"].(map[string]any)["principals"],
+			"the DENY still matches only authenticated sources: plaintext is not dropped while PERMISSIVE")
+
+		// Nothing changes in the cluster; the requeue comes at the deadline.
+		clock.Advance(res.RequeueAfter)
+		_, m = reconcile()
+		for _, n := range []string{"by-label", "by-spec", "user-injected"} {
+			assert.Equal(t, "STRICT", paMode(n), n)
+			assert.Equal(t, "strict", ns(n).Labels[labels.MeshMTLS], n)
+		}
+		c = meta.FindStatusCondition(m.Status.Conditions, ConditionMaintenanceWindow)
+		assert.Equal(t, metav1.ConditionFalse, c.Status)
+		assert.Equal(t, "Ended", c.Reason)
+		assert.Nil(t, m.Status.MaintenanceUntil)
+		assert.Empty(t, m.Status.PermissiveNamespaces)
+	})
+
+	t.Run("mtls.mode permissive keeps PERMISSIVE; isolation off removes the policy", func(t *testing.T) {
+		setSpec(func(s *v1alpha1.ServiceMeshSpec) {
+			s.MTLS.Mode, s.Isolation = v1alpha1.MTLSPermissive, v1alpha1.IsolationOff
+		})
+		reconcile()
+		assert.Equal(t, "PERMISSIVE", paMode("by-label"))
+		assert.Nil(t, policy(enroll.KindAuthorizationPolicy, "by-label"))
+		assert.Equal(t, "off", ns("by-label").Labels[labels.MeshIsolation])
+		setSpec(func(s *v1alpha1.ServiceMeshSpec) {
+			s.MTLS.Mode, s.Isolation = v1alpha1.MTLSStrict, v1alpha1.IsolationNamespace
+		})
+		reconcile()
+		assert.Equal(t, "STRICT", paMode("by-label"))
+		assert.NotNil(t, policy(enroll.KindAuthorizationPolicy, "by-label"))
+	})
+
+	t.Run("opting out wins over an enrolled namespace; leaving the list removes only the operator's labels", func(t *testing.T) {
+		labelNS("by-label", labels.Mesh, str(labels.MeshDisabled))
+		_, m := reconcile()
+		assert.Equal(t, map[string]string{labels.Mesh: labels.MeshDisabled}, meshLabels("by-label"))
+		assert.Nil(t, policy(enroll.KindPeerAuthentication, "by-label"))
+		assert.Nil(t, policy(enroll.KindAuthorizationPolicy, "by-label"))
+		assert.NotContains(t, m.Status.EnrolledNamespaces, "by-label")
+
+		setSpec(func(s *v1alpha1.ServiceMeshSpec) { s.EnrollNamespaces = []string{"opted-out"} })
+		_, m = reconcile()
+		assert.Equal(t, map[string]string{"team": "payments"}, meshLabels("by-spec"), "the request the operator wrote goes too")
+		assert.Nil(t, policy(enroll.KindPeerAuthentication, "by-spec"))
+		assert.Equal(t, []string{"user-injected"}, m.Status.EnrolledNamespaces)
+	})
+
+	t.Run("a lost license releases every namespace; a new one enrolls again", func(t *testing.T) {
+		secret.Data["license"] = []byte("garbage")
+		require.NoError(t, admin.Update(ctx, secret))
+		_, m := reconcile()
+		assert.Equal(t, PhasePreviewLocked, m.Status.Phase)
+		assert.Equal(t, map[string]string{labels.Mesh: labels.MeshEnabled, labels.IstioInjection: "enabled"}, meshLabels("user-injected"),
+			"the user's labels stay")
+		assert.Nil(t, policy(enroll.KindPeerAuthentication, "user-injected"))
+		assert.NotContains(t, m.Finalizers, EnrollFinalizer)
+		assert.Empty(t, m.Status.EnrolledNamespaces)
+
+		secret.Data["license"] = lic
+		require.NoError(t, admin.Update(ctx, secret))
+		_, m = reconcile()
+		assert.Equal(t, []string{"user-injected"}, m.Status.EnrolledNamespaces)
+		assert.Equal(t, "STRICT", paMode("user-injected"))
+	})
+
+	t.Run("teardown leaves only user state and the adopted control plane", func(t *testing.T) {
+		setSpec(func(s *v1alpha1.ServiceMeshSpec) { s.EnrollNamespaces = []string{"by-spec"} })
+		reconcile()
+		require.Equal(t, labels.MeshEnabled, ns("by-spec").Labels[labels.Mesh])
+		require.NoError(t, admin.Delete(ctx, &v1alpha1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: "cluster"}}))
+		_, m := reconcile()
+		assert.Nil(t, m, "the ServiceMesh is gone")
+		assert.Equal(t, map[string]string{labels.Mesh: labels.MeshEnabled, labels.IstioInjection: "enabled"}, meshLabels("user-injected"))
+		assert.Equal(t, map[string]string{"team": "payments"}, meshLabels("by-spec"))
+		assert.Equal(t, map[string]string{labels.Mesh: labels.MeshDisabled}, meshLabels("by-label"))
+		for _, kind := range []string{enroll.KindPeerAuthentication, enroll.KindAuthorizationPolicy} {
+			list := &unstructured.UnstructuredList{}
+			list.SetGroupVersionKind(enroll.SecurityGroupVersion.WithKind(kind + "List"))
+			require.NoError(t, admin.List(ctx, list))
+			assert.Empty(t, list.Items, kind)
+		}
+		assert.NoError(t, admin.Get(ctx, client.ObjectKeyFromObject(dep), &appsv1.Deployment{}), "the adopted istiod is left intact")
+	})
+}
