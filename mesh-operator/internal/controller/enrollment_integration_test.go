@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/enroll"
@@ -419,5 +420,70 @@ func TestEnrollmentIntegration(t *testing.T) {
 			assert.Empty(t, list.Items, kind)
 		}
 		assert.NoError(t, admin.Get(ctx, client.ObjectKeyFromObject(dep), &appsv1.Deployment{}), "the adopted istiod is left intact")
+	})
+
+	t.Run("under a manager: the Namespace watch enrolls, the cutover is polled, the window ends with no event (ambient)", func(t *testing.T) {
+		mgr, err := ctrl.NewManager(asOperator, ctrl.Options{Scheme: s, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+		require.NoError(t, err)
+		live := &ServiceMeshReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Discovery: dc, Config: r.Config,
+			Recorder: events.NewFakeRecorder(100), Now: time.Now, Metrics: metrics.NewLicense(time.Now)}
+		require.NoError(t, live.setup(mgr, "servicemesh-enrollment"))
+		mctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- mgr.Start(mctx) }()
+		defer func() {
+			cancel()
+			require.NoError(t, <-done)
+		}()
+		require.NoError(t, admin.Create(ctx, &v1alpha1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: "cluster"},
+			Spec: v1alpha1.ServiceMeshSpec{Mode: v1alpha1.ModeAdopt, Provider: v1alpha1.ProviderIstio, DataPlane: v1alpha1.DataPlaneAmbient}}))
+		get := func() *v1alpha1.ServiceMesh {
+			m := &v1alpha1.ServiceMesh{}
+			if admin.Get(ctx, client.ObjectKey{Name: "cluster"}, m) != nil {
+				return nil
+			}
+			return m
+		}
+		eventually(t, 20*time.Second, "Ready", func() bool { m := get(); return m != nil && m.Status.Phase == PhaseReady })
+
+		// A namespace labelled later is enrolled through the watch alone.
+		createNS("ambient-app", nil)
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ambient-app", Name: "app"},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example.invalid/app"}}}}
+		require.NoError(t, admin.Create(ctx, p))
+		labelNS("ambient-app", labels.Mesh, str(labels.MeshEnabled))
+		eventually(t, 20*time.Second, "ambient-app enrolled, PERMISSIVE", func() bool {
+			return ns("ambient-app").Labels[labels.MeshState] == "enrolled" && paMode("ambient-app") == "PERMISSIVE"
+		})
+		assert.Equal(t, "ambient", ns("ambient-app").Labels[labels.IstioDataPlaneMode])
+		assert.Equal(t, "ambient", ns("ambient-app").Labels[labels.MeshDataPlane])
+
+		// istio-cni captures the Pod: the cutover follows by polling, with no event on the ServiceMesh or Namespace.
+		require.NoError(t, admin.Patch(ctx, p, client.RawPatch(types.MergePatchType,
+			[]byte(`{"metadata":{"annotations":{"ambient.istio.io/redirection":"enabled"}}}`))))
+		eventually(t, 20*time.Second, "ambient-app STRICT", func() bool {
+			return paMode("ambient-app") == "STRICT" && ns("ambient-app").Labels[labels.MeshMTLS] == "strict"
+		})
+
+		// A short maintenance window: entered on the spec change, left at the deadline by the requeue alone.
+		until := metav1.NewTime(time.Now().Add(4 * time.Second).Truncate(time.Second))
+		setSpec(func(s *v1alpha1.ServiceMeshSpec) { s.MTLS.MaintenanceUntil = &until })
+		eventually(t, 10*time.Second, "PERMISSIVE during the window", func() bool {
+			return paMode("ambient-app") == "PERMISSIVE" && ns("ambient-app").Labels[labels.MeshMTLS] == "permissive"
+		})
+		require.True(t, time.Now().Before(until.Time), "the window was entered before its end")
+		eventually(t, 15*time.Second, "STRICT after the window", func() bool {
+			return paMode("ambient-app") == "STRICT" && ns("ambient-app").Labels[labels.MeshMTLS] == "strict"
+		})
+		assert.False(t, time.Now().Before(until.Time), "not before the deadline")
+		eventually(t, 10*time.Second, "MaintenanceWindow Ended", func() bool {
+			c := meta.FindStatusCondition(get().Status.Conditions, ConditionMaintenanceWindow)
+			return c != nil && c.Reason == "Ended" && get().Status.MaintenanceUntil == nil
+		})
+
+		require.NoError(t, admin.Delete(ctx, get()))
+		eventually(t, 20*time.Second, "the ServiceMesh gone", func() bool { return get() == nil })
+		assert.Equal(t, map[string]string{labels.Mesh: labels.MeshEnabled}, meshLabels("ambient-app"))
+		assert.Nil(t, policy(enroll.KindPeerAuthentication, "ambient-app"))
 	})
 }

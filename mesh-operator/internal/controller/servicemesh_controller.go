@@ -143,13 +143,22 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 	if cfg.KeyWarning != nil {
 		ctrl.Log.WithName("license").Error(cfg.KeyWarning, "ignoring the configured test key")
 	}
+	return r.setup(mgr, "")
+}
+
+// setup registers the reconciler with its watches; name overrides the
+// controller's name (tests run several managers in one process).
+func (r *ServiceMeshReconciler) setup(mgr ctrl.Manager, name string) error {
 	// Namespace changes (enrollment requests, opt-outs, declared edges)
 	// concern the singleton.
 	toMesh := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: v1alpha1.SingletonName}}}
 	})
-	return ctrl.NewControllerManagedBy(mgr).For(&v1alpha1.ServiceMesh{}).
-		Watches(&corev1.Namespace{}, toMesh, builder.WithPredicates(predicate.Or(predicate.LabelChangedPredicate{}, predicate.GenerationChangedPredicate{}))).
+	b := ctrl.NewControllerManagedBy(mgr).For(&v1alpha1.ServiceMesh{})
+	if name != "" {
+		b = b.Named(name)
+	}
+	return b.Watches(&corev1.Namespace{}, toMesh, builder.WithPredicates(predicate.Or(predicate.LabelChangedPredicate{}, predicate.GenerationChangedPredicate{}))).
 		Complete(r)
 }
 
