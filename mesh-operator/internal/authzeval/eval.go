@@ -1,0 +1,185 @@
+// Package authzeval is a small evaluator of Istio's inbound decision for one
+// workload: the namespace's PeerAuthentication mode, then its
+// AuthorizationPolicies in Istio's order (any matching DENY denies; with no
+// ALLOW policy the request is allowed; otherwise an ALLOW must match). It
+// understands the L4 subset the operators write: principals, namespaces
+// (and their not- forms) and destination ports, with Istio's prefix/suffix
+// "*" wildcards. Tests use it to show what a policy set admits.
+package authzeval
+
+import (
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// Request is one inbound connection to the workload.
+type Request struct {
+	// MTLS: the client presented a mesh identity. Plaintext requests have
+	// no principal and no namespace as far as authorization is concerned.
+	MTLS bool
+	// Principal is the peer's identity, cluster.local/ns/<ns>/sa/<sa>.
+	Principal string
+	// Namespace is the peer's namespace (from its identity).
+	Namespace string
+	Port      int
+}
+
+// Policy is an AuthorizationPolicy as the evaluator reads it.
+type Policy struct {
+	Action string // ALLOW (default) or DENY
+	Rules  []Rule
+	// Selects says whether the policy applies to the workload evaluated
+	// (a namespace-wide policy always does).
+	Selects bool
+}
+
+// Rule: any From and any To must match (an empty list matches anything).
+type Rule struct {
+	From []Source
+	To   []int // ports; empty: any
+}
+
+// Source: every field that is set must match.
+type Source struct {
+	Principals, NotPrincipals, Namespaces, NotNamespaces []string
+}
+
+// Decision is the outcome and the step that made it.
+type Decision struct {
+	Allowed bool
+	Why     string
+}
+
+// Evaluate decides a request under the namespace's mTLS mode ("STRICT" or
+// "PERMISSIVE") and the policies that apply to the workload.
+func Evaluate(mtlsMode string, policies []Policy, req Request) Decision {
+	if !req.MTLS {
+		if mtlsMode == "STRICT" {
+			return Decision{false, "plaintext rejected by STRICT mTLS"}
+		}
+		req.Principal, req.Namespace = "", ""
+	}
+	for _, p := range policies {
+		if p.Selects && p.Action == "DENY" && p.matches(req) {
+			return Decision{false, "matched a DENY policy"}
+		}
+	}
+	anyAllow := false
+	for _, p := range policies {
+		if !p.Selects || p.Action == "DENY" {
+			continue
+		}
+		anyAllow = true
+		if p.matches(req) {
+			return Decision{true, "matched an ALLOW policy"}
+		}
+	}
+	if !anyAllow {
+		return Decision{true, "no ALLOW policy applies"}
+	}
+	return Decision{false, "no ALLOW policy matched"}
+}
+
+func (p Policy) matches(req Request) bool {
+	for _, r := range p.Rules {
+		if r.matches(req) {
+			return true
+		}
+	}
+	return false
+}
+
+func (r Rule) matches(req Request) bool {
+	if len(r.To) > 0 && !slices.Contains(r.To, req.Port) {
+		return false
+	}
+	if len(r.From) == 0 {
+		return true
+	}
+	for _, s := range r.From {
+		if s.matches(req) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s Source) matches(req Request) bool {
+	return in(s.Principals, req.Principal, true) && !in(s.NotPrincipals, req.Principal, false) &&
+		in(s.Namespaces, req.Namespace, true) && !in(s.NotNamespaces, req.Namespace, false)
+}
+
+// in reports whether v matches one of the patterns; an unset field gives
+// ifEmpty. An empty value (plaintext) matches no pattern, not even "*":
+// Istio's "*" means "any authenticated identity".
+func in(patterns []string, v string, ifEmpty bool) bool {
+	if len(patterns) == 0 {
+		return ifEmpty
+	}
+	if v == "" {
+		return false
+	}
+	for _, p := range patterns {
+		switch {
+		case p == "*":
+			return true
+		case strings.HasPrefix(p, "*") && strings.HasSuffix(v, p[1:]):
+			return true
+		case strings.HasSuffix(p, "*") && strings.HasPrefix(v, p[:len(p)-1]):
+			return true
+		case p == v:
+			return true
+		}
+	}
+	return false
+}
+
+// FromUnstructured reads an AuthorizationPolicy object (only the L4 fields
+// above; a rule using anything else is kept but, being L7, is not
+// modelled). Selects is true when the policy has no selector.
+func FromUnstructured(u *unstructured.Unstructured) Policy {
+	spec, _ := u.Object["spec"].(map[string]any)
+	p := Policy{Action: "ALLOW"}
+	if a, ok := spec["action"].(string); ok && a != "" {
+		p.Action = a
+	}
+	_, hasSelector := spec["selector"]
+	p.Selects = !hasSelector
+	rules, _ := spec["rules"].([]any)
+	for _, r := range rules {
+		rm, _ := r.(map[string]any)
+		var rule Rule
+		froms, _ := rm["from"].([]any)
+		for _, f := range froms {
+			src, _ := f.(map[string]any)["source"].(map[string]any)
+			rule.From = append(rule.From, Source{Principals: strs(src["principals"]), NotPrincipals: strs(src["notPrincipals"]),
+				Namespaces: strs(src["namespaces"]), NotNamespaces: strs(src["notNamespaces"])})
+		}
+		tos, _ := rm["to"].([]any)
+		for _, t := range tos {
+			op, _ := t.(map[string]any)["operation"].(map[string]any)
+			for _, port := range strs(op["ports"]) {
+				n := 0
+				for _, c := range port {
+					n = n*10 + int(c-'0')
+				}
+				rule.To = append(rule.To, n)
+			}
+		}
+		p.Rules = append(p.Rules, rule)
+	}
+	return p
+}
+
+func strs(v any) []string {
+	l, _ := v.([]any)
+	out := make([]string, 0, len(l))
+	for _, e := range l {
+		if s, ok := e.(string); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
