@@ -46,17 +46,21 @@ func declarationManager(fleet *v1alpha1.CelldFleet) string {
 }
 
 // declaration is what the fleet needs from its namespace: enrollment when it
-// asks for the mesh, and, while the namespace is (or is to be) enrolled, the
+// asks for the mesh, and, while the namespace is enrolled, the
 // cross-namespace edges namespace isolation must admit: the operator's
 // namespace for /state reads and the routing source.
 func declaration(fleet *v1alpha1.CelldFleet, view namespaceView, in mesh.Intent, operatorNS string) contract.Declaration {
-	enabled := fleet.Spec.Mesh != nil && fleet.Spec.Mesh.Mode == v1alpha1.MeshEnabled
-	if in.Disabled || !(view.state.Enrolled || enabled) {
+	if in.Disabled {
 		return contract.Declaration{}
 	}
-	d := contract.Declaration{Enroll: enabled, Edges: []string{operatorNS}}
-	if fleet.Spec.Routing != nil {
-		d.Edges = append(d.Edges, fleet.Spec.Routing.Source.Namespace)
+	d := contract.Declaration{Enroll: fleet.Spec.Mesh != nil && fleet.Spec.Mesh.Mode == v1alpha1.MeshEnabled}
+	// Edges matter only to an enrolled namespace's isolation; elsewhere they
+	// would be labels nobody reads.
+	if view.state.Enrolled {
+		d.Edges = []string{operatorNS}
+		if fleet.Spec.Routing != nil {
+			d.Edges = append(d.Edges, fleet.Spec.Routing.Source.Namespace)
+		}
 	}
 	return d
 }

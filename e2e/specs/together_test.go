@@ -1,0 +1,215 @@
+//go:build e2e
+
+package specs
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ericdev/fleetmesh/e2e/cluster"
+	"github.com/ericdev/fleetmesh/e2e/sailfake"
+	fleetv1 "github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	meshv1 "github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
+)
+
+const (
+	togetherNS = "e2e-together"
+	edgeNS     = "e2e-edge"
+)
+
+// TestOperatorsTogether runs both operators on one cluster, meeting only on
+// namespace labels: a licensed ServiceMesh (ambient, namespace isolation)
+// enrolls a namespace whose fleet asks for the mesh; the fleet adapts
+// (HBONE, its own L4 AuthorizationPolicy) and declares the edges it needs
+// (the fleet operator's namespace for /state, the routing source); the mesh
+// operator's isolation admits exactly those. Deleting the ServiceMesh returns
+// the fleet to its no-mesh form and leaves no label of either operator.
+func TestOperatorsTogether(t *testing.T) {
+	ctx := context.Background()
+	root, err := cluster.RepoRoot()
+	require.NoError(t, err)
+	// The Sail API, played by the test bed (no container runtime here).
+	require.NoError(t, cluster.InstallManifests(ctx, bed.Cluster.REST,
+		filepath.Join(root, "mesh-operator/config/sail-test-crds/sailoperator.io_istios.yaml"),
+		filepath.Join(root, "mesh-operator/config/sail-test-crds/sailoperator.io_istiocnis.yaml"),
+		filepath.Join(root, "mesh-operator/config/sail-test-crds/sailoperator.io_ztunnels.yaml")))
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go sailfake.Run(sctx, k8s, 500*time.Millisecond)
+
+	for _, ns := range []string{togetherNS, edgeNS} {
+		require.NoError(t, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"team": "payments"}}}))
+	}
+	f := &fleetv1.CelldFleet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: togetherNS, Name: "vault"},
+		Spec: fleetv1.CelldFleetSpec{
+			Replicas: ptr.To[int32](3),
+			Image:    "registry.example/celld:1.0.0",
+			Storage:  &fleetv1.Storage{Size: resource.MustParse("1Gi")},
+			Mesh:     &fleetv1.Mesh{Mode: fleetv1.MeshEnabled},
+			Routing: &fleetv1.Routing{
+				Hostnames: []string{"vault.example.com"},
+				Ingress:   &fleetv1.IngressRouting{ClassName: "nginx"},
+				Source:    fleetv1.RoutingSource{Namespace: edgeNS, PodLabels: map[string]string{"app": "edge-proxy"}},
+			},
+		},
+	}
+	require.NoError(t, k8s.Create(ctx, f))
+	waitFleet(t, f, 2*time.Minute, func(f *fleetv1.CelldFleet) (bool, string) {
+		c := meta.FindStatusCondition(f.Status.Conditions, "MeshReady")
+		return c != nil && c.Reason == "AwaitingEnrollment", fmt.Sprintf("%+v", c)
+	})
+	assert.Equal(t, "enabled", nsLabels(t, togetherNS)["core.navique.com/mesh"], "the fleet asks for enrollment")
+
+	sm := &meshv1.ServiceMesh{
+		ObjectMeta: metav1.ObjectMeta{Name: "cluster"},
+		Spec: meshv1.ServiceMeshSpec{Mode: meshv1.ModeManaged, Provider: meshv1.ProviderAuto, DataPlane: meshv1.DataPlaneAmbient,
+			Isolation: meshv1.IsolationNamespace, MTLS: meshv1.MTLS{Mode: meshv1.MTLSStrict}},
+	}
+	require.NoError(t, k8s.Create(ctx, sm))
+
+	t.Run("the mesh enrolls the namespace and the fleet adapts", func(t *testing.T) {
+		waitTrue(t, 3*time.Minute, func() (bool, string) {
+			l := nsLabels(t, togetherNS)
+			return l["core.navique.com/mesh-state"] == "enrolled", fmt.Sprintf("labels %v; mesh %s", l, meshSummary(t))
+		})
+		waitFleet(t, f, 2*time.Minute, func(f *fleetv1.CelldFleet) (bool, string) {
+			return f.Status.Mesh == "Ambient", fmt.Sprintf("mesh=%q", f.Status.Mesh)
+		})
+		l := nsLabels(t, togetherNS)
+		assert.Equal(t, "ambient", l["istio.io/dataplane-mode"])
+		assert.Equal(t, "true", l["allow-from.core.navique.com/fleet-system"], "edge for the operator's /state reads")
+		assert.Equal(t, "true", l["allow-from.core.navique.com/"+edgeNS], "edge for the routing source")
+
+		np := &networkingv1.NetworkPolicy{}
+		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: togetherNS, Name: "vault"}, np))
+		assert.ElementsMatch(t, []int{8080, 15008, 8081, 15008}, policyPorts(np), "HBONE from exactly the sources already admitted")
+		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: togetherNS, Name: "vault-routing"}, np))
+		assert.ElementsMatch(t, []int{8080, 15008}, policyPorts(np))
+		ap := meshObject(f, "AuthorizationPolicy")
+		require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(ap), ap))
+		assert.False(t, peerRuleRelaxed(ap), "8081 only from the fleet's and the operator's identities")
+
+		// The mesh operator's isolation admits the declared edges and nothing wider.
+		waitTrue(t, time.Minute, func() (bool, string) {
+			not, err := denyNotNamespaces(t, togetherNS)
+			if err != nil {
+				return false, err.Error()
+			}
+			return contains(not, togetherNS) && contains(not, "fleet-system") && contains(not, edgeNS), fmt.Sprintf("notNamespaces %v", not)
+		})
+		not, _ := denyNotNamespaces(t, togetherNS)
+		assert.NotContains(t, not, "e2e-fleet", "an undeclared namespace stays denied")
+	})
+
+	t.Run("deleting the ServiceMesh: fleet keeps running in its no-mesh form, no label left behind", func(t *testing.T) {
+		before := podUIDs(t, f)
+		require.NoError(t, k8s.Delete(ctx, sm))
+		waitTrue(t, 3*time.Minute, func() (bool, string) {
+			err := k8s.Get(ctx, client.ObjectKey{Name: "cluster"}, &meshv1.ServiceMesh{})
+			return client.IgnoreNotFound(err) == nil && err != nil, "ServiceMesh still there: " + meshSummary(t)
+		})
+		waitFleet(t, f, 2*time.Minute, func(f *fleetv1.CelldFleet) (bool, string) {
+			c := meta.FindStatusCondition(f.Status.Conditions, "MeshReady")
+			return f.Status.Mesh == "" && c != nil && c.Reason == "AwaitingEnrollment", fmt.Sprintf("mesh=%q %+v", f.Status.Mesh, c)
+		})
+		np := &networkingv1.NetworkPolicy{}
+		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: togetherNS, Name: "vault"}, np))
+		assert.ElementsMatch(t, []int{8080, 8081}, policyPorts(np), "HBONE closed")
+		assert.False(t, exists(t, meshObject(f, "AuthorizationPolicy")), "the fleet's mesh policy is gone")
+		for k := range nsLabels(t, togetherNS) {
+			if k == "core.navique.com/mesh" {
+				continue // the fleet's own request: mode enabled still asks
+			}
+			assert.False(t, strings.Contains(k, "core.navique.com") || strings.HasPrefix(k, "istio.io/"), "label %s left behind", k)
+		}
+		assert.Equal(t, "payments", nsLabels(t, togetherNS)["team"], "user labels untouched")
+		assert.Equal(t, before, podUIDs(t, f), "members kept running")
+		assert.True(t, meta.IsStatusConditionTrue(getFleet(t, f).Status.Conditions, "Ready"))
+
+		require.NoError(t, k8s.Delete(ctx, f))
+		waitTrue(t, time.Minute, func() (bool, string) {
+			_, has := nsLabels(t, togetherNS)["core.navique.com/mesh"]
+			return !has, "the enrollment request outlives its fleet"
+		})
+	})
+}
+
+func nsLabels(t *testing.T, name string) map[string]string {
+	ns := &corev1.Namespace{}
+	require.NoError(t, k8s.Get(context.Background(), client.ObjectKey{Name: name}, ns))
+	return ns.Labels
+}
+
+func meshSummary(t *testing.T) string {
+	sm := &meshv1.ServiceMesh{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Name: "cluster"}, sm); err != nil {
+		return err.Error()
+	}
+	var parts []string
+	for _, c := range sm.Status.Conditions {
+		parts = append(parts, fmt.Sprintf("%s=%s(%s)", c.Type, c.Status, c.Reason))
+	}
+	return sm.Status.Phase + " " + strings.Join(parts, " ")
+}
+
+func policyPorts(np *networkingv1.NetworkPolicy) []int {
+	var out []int
+	for _, r := range np.Spec.Ingress {
+		for _, p := range r.Ports {
+			out = append(out, p.Port.IntValue())
+		}
+	}
+	return out
+}
+
+// denyNotNamespaces returns the notNamespaces of the namespace's DENY
+// AuthorizationPolicy (the mesh operator's isolation).
+func denyNotNamespaces(t *testing.T, ns string) ([]string, error) {
+	list := &unstructured.UnstructuredList{}
+	list.SetAPIVersion("security.istio.io/v1")
+	list.SetKind("AuthorizationPolicyList")
+	if err := k8s.List(context.Background(), list, client.InNamespace(ns)); err != nil {
+		return nil, err
+	}
+	for _, ap := range list.Items {
+		if action, _, _ := unstructured.NestedString(ap.Object, "spec", "action"); action != "DENY" {
+			continue
+		}
+		rules, _, _ := unstructured.NestedSlice(ap.Object, "spec", "rules")
+		var out []string
+		for _, r := range rules {
+			from, _, _ := unstructured.NestedSlice(r.(map[string]any), "from")
+			for _, f := range from {
+				not, _, _ := unstructured.NestedStringSlice(f.(map[string]any), "source", "notNamespaces")
+				out = append(out, not...)
+			}
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("no DENY AuthorizationPolicy in %s yet", ns)
+}
+
+func contains(s []string, v string) bool {
+	for _, e := range s {
+		if e == v {
+			return true
+		}
+	}
+	return false
+}
