@@ -173,11 +173,21 @@ type nsResult struct {
 }
 
 // reconcileEnrollment enrolls the namespaces asked for and releases the
-// others. It runs only while meshReady. It returns how soon to look again:
-// at the end of a maintenance window, or soon while a cutover is pending.
-func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v1alpha1.ServiceMesh, st *status) (time.Duration, error) {
+// others. It enrolls only while meshReady; with holdOnly (the mesh is not
+// Ready) it only releases namespaces that are no longer wanted (an opt-out
+// wins at any time; releasing moves towards plaintext, which is always
+// safe) and leaves the enrolled ones as they are. It returns how soon to
+// look again: at the end of a maintenance window, or soon while a cutover
+// is pending.
+func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v1alpha1.ServiceMesh, st *status, holdOnly bool) (time.Duration, error) {
+	if holdOnly && !controllerutil.ContainsFinalizer(mesh, EnrollFinalizer) {
+		return 0, nil // nothing was ever enrolled
+	}
 	now := st.now
 	cp := st.next.ControlPlane
+	if cp == nil {
+		cp = mesh.Status.ControlPlane
+	}
 	nsList := &corev1.NamespaceList{}
 	if err := r.Client.List(ctx, nsList); err != nil {
 		return 0, fmt.Errorf("listing namespaces: %w", err)
@@ -204,6 +214,13 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 			}
 			continue
 		}
+		if holdOnly {
+			// Not Ready: an enrolled namespace stays as it is.
+			if slices.Contains(mesh.Status.EnrolledNamespaces, ns.Name) {
+				enrolled = append(enrolled, ns.Name)
+			}
+			continue
+		}
 		if err := r.ensureNamedFinalizer(ctx, mesh, EnrollFinalizer); err != nil {
 			return 0, err
 		}
@@ -222,6 +239,13 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 	sort.Strings(enrolled)
 	sort.Strings(permissive)
 	sort.Strings(paused)
+	if holdOnly {
+		st.next.EnrolledNamespaces = enrolled
+		if len(errs) > 0 {
+			return 0, errors.Join(errs...)
+		}
+		return 0, nil
+	}
 	st.next.EnrolledNamespaces, st.next.PermissiveNamespaces, st.next.PausedObjects = enrolled, permissive, paused
 
 	var wait time.Duration

@@ -370,6 +370,39 @@ func TestEnrollmentIntegration(t *testing.T) {
 		assert.NotNil(t, policy(enroll.KindAuthorizationPolicy, "by-label"))
 	})
 
+	t.Run("while the control plane is not Ready nothing is enrolled or tightened, but an opt-out is still honoured", func(t *testing.T) {
+		setAvailable := func(ok bool) {
+			t.Helper()
+			require.NoError(t, admin.Get(ctx, client.ObjectKeyFromObject(dep), dep))
+			st := corev1.ConditionFalse
+			if ok {
+				st = corev1.ConditionTrue
+			}
+			dep.Status.Conditions = []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: st, Reason: "Test"}}
+			dep.Status.AvailableReplicas = map[bool]int32{true: 1, false: 0}[ok]
+			require.NoError(t, admin.Status().Update(ctx, dep))
+		}
+		setAvailable(false)
+		createNS("late", map[string]string{labels.Mesh: labels.MeshEnabled})
+		labelNS("user-injected", labels.Mesh, str(labels.MeshDisabled))
+		_, m := reconcile()
+		require.NotEqual(t, PhaseReady, m.Status.Phase)
+		assert.Nil(t, policy(enroll.KindPeerAuthentication, "late"), "not Ready: nothing new is enrolled")
+		assert.Nil(t, policy(enroll.KindPeerAuthentication, "user-injected"), "an opt-out is released even while not Ready")
+		assert.Equal(t, map[string]string{labels.Mesh: labels.MeshDisabled, labels.IstioInjection: "enabled"}, meshLabels("user-injected"))
+		assert.Equal(t, "STRICT", paMode("by-label"), "enrolled namespaces are held as they are")
+		assert.Equal(t, []string{"by-label", "by-spec"}, m.Status.EnrolledNamespaces)
+
+		setAvailable(true)
+		labelNS("user-injected", labels.Mesh, str(labels.MeshEnabled))
+		_, m = reconcile()
+		assert.Equal(t, []string{"by-label", "by-spec", "late", "user-injected"}, m.Status.EnrolledNamespaces)
+		labelNS("late", labels.Mesh, str(labels.MeshDisabled))
+		_, m = reconcile()
+		assert.Equal(t, map[string]string{labels.Mesh: labels.MeshDisabled}, meshLabels("late"))
+		assert.Equal(t, []string{"by-label", "by-spec", "user-injected"}, m.Status.EnrolledNamespaces)
+	})
+
 	t.Run("opting out wins over an enrolled namespace; leaving the list removes only the operator's labels", func(t *testing.T) {
 		labelNS("by-label", labels.Mesh, str(labels.MeshDisabled))
 		_, m := reconcile()

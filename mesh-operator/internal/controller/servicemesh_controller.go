@@ -213,11 +213,12 @@ func (r *ServiceMeshReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 
 	res, err := r.reconcileControlPlane(ctx, mesh, st)
 	// Namespaces are enrolled only while the mesh is Ready at this
-	// generation; otherwise enrollment is held as it is (never loosened or
-	// tightened on a control plane that cannot be relied on).
-	if err == nil && meshReady(mesh, st) {
+	// generation; otherwise enrollment is held as it is (never tightened on
+	// a control plane that cannot be relied on), except that namespaces no
+	// longer wanted (opted out) are released.
+	if err == nil {
 		var wait time.Duration
-		wait, err = r.reconcileEnrollment(ctx, mesh, st)
+		wait, err = r.reconcileEnrollment(ctx, mesh, st, !meshReady(mesh, st))
 		if wait > 0 {
 			res.RequeueAfter = min(res.RequeueAfter, wait)
 		}
