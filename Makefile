@@ -17,7 +17,7 @@ TESTBED_DIR ?= $(ROOT)/.testbed
 GO_TEST_FLAGS ?= -count=1
 
 .PHONY: all tools generate manifests charts verify lint test test-unit test-integration test-e2e e2e-kind \
-        demo demo-down images build fmt help
+        demo demo-down images build fmt help bench
 
 all: build
 
@@ -84,3 +84,8 @@ demo: tools ## start the local control plane, run both operators under their cha
 
 demo-down: ## stop everything `make demo` started
 	hack/demo.sh down
+
+# Not part of `make test`: it takes minutes. BENCH_N=30,100,300 adds the long N=300 run.
+BENCH_N ?= 30,100
+bench: tools ## fleet operator benchmark on the local control plane; results in bench/results/<UTC time>.{json,md}
+	cd e2e && BENCH_N=$(BENCH_N) go run ./bench -out $(ROOT)/bench/results

@@ -34,6 +34,10 @@ type BedOptions struct {
 	Operators bool
 	// NetworkPolicyEnforced is the fleet operator's gate (the chart value).
 	NetworkPolicyEnforced bool
+	// FleetExtraArgs are appended to the fleet operator's arguments; a later
+	// flag wins, so they override the bed's defaults (the benchmark sets a
+	// fixed --metrics-bind-address this way).
+	FleetExtraArgs []string
 	// StandinStartupDelay is how long a fresh member reports Starting.
 	StandinStartupDelay time.Duration
 	Log                 io.Writer
@@ -154,6 +158,7 @@ func (b *Bed) startOperators(ctx context.Context) error {
 			"--state-interval", "10s",
 		},
 	}
+	b.Fleet.Args = append(b.Fleet.Args, b.Opts.FleetExtraArgs...)
 	b.Mesh = &Process{
 		Name: "mesh-operator", Binary: filepath.Join(bin, "mesh-operator"),
 		Kubeconfig: filepath.Join(b.Opts.WorkDir, "mesh-operator.kubeconfig"),
