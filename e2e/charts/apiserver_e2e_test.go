@@ -150,6 +150,9 @@ func TestRenderedChartsApply(t *testing.T) {
 			{"create", "events.k8s.io", "events", "default", ""},
 			{"update", "coordination.k8s.io", "leases", "mesh-system", "mesh-operator.core.navique.com"},
 			{"create", "", "events", "mesh-system", ""},
+			// Enrollment watches namespace labels and applies its own.
+			{"list", "", "namespaces", "", ""},
+			{"patch", "", "namespaces", "", "team-a"},
 		}, []access{
 			{"get", "", "secrets", "mesh-system", "other"},
 			{"list", "", "secrets", "mesh-system", ""},
@@ -160,7 +163,8 @@ func TestRenderedChartsApply(t *testing.T) {
 			{"create", "core.navique.com", "servicemeshes", "", ""},
 			{"delete", "core.navique.com", "servicemeshes", "", "cluster"},
 			{"update", "core.navique.com", "servicemeshes", "", "cluster"},
-			{"list", "", "namespaces", "", ""},
+			{"update", "", "namespaces", "", "team-a"},
+			{"list", "", "secrets", "", ""},
 		})
 	})
 	t.Run("mesh-operator, license Secret from value", func(t *testing.T) {
