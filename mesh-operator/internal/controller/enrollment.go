@@ -31,6 +31,18 @@ import (
 // has stripped its labels from them and deleted its policies.
 const EnrollFinalizer = labels.MeshGroup + "/enrollment"
 
+// ConditionMTLSCutover is True once every enrolled namespace has passed
+// the PERMISSIVE→STRICT cutover; False lists those still waiting and the
+// Pod holding each back.
+const ConditionMTLSCutover = "MTLSCutover"
+
+func cutoverSignal(dp v1alpha1.DataPlane) string {
+	if dp == v1alpha1.DataPlaneAmbient {
+		return "captured by ztunnel: annotation " + labels.IstioAmbientRedirection + "=enabled"
+	}
+	return "an " + enroll.ProxyContainer + " sidecar"
+}
+
 // ConditionMaintenanceWindow is True while spec.mtls.maintenanceUntil holds
 // enrolled namespaces at PERMISSIVE.
 const ConditionMaintenanceWindow = "MaintenanceWindow"
@@ -168,7 +180,8 @@ func (r *ServiceMeshReconciler) managedPolicies(ctx context.Context, mesh *v1alp
 // nsResult is what enrolling one namespace came to.
 type nsResult struct {
 	mode    enroll.MTLSDecision
-	pending bool // still waiting for the STRICT cutover signal
+	pending bool   // still waiting for the STRICT cutover signal
+	blocker string // the first Pod that holds the cutover back
 	paused  []string
 }
 
@@ -200,6 +213,7 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 	var enrolled, permissive, paused []string
 	var errs []error
 	pending := false
+	var waiting []string
 	for i := range nsList.Items {
 		ns := &nsList.Items[i]
 		if ns.DeletionTimestamp != nil {
@@ -235,6 +249,9 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 			permissive = append(permissive, ns.Name)
 		}
 		pending = pending || res.pending
+		if res.pending {
+			waiting = append(waiting, fmt.Sprintf("%s (Pod %s)", ns.Name, res.blocker))
+		}
 	}
 	sort.Strings(enrolled)
 	sort.Strings(permissive)
@@ -247,6 +264,19 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 		return 0, nil
 	}
 	st.next.EnrolledNamespaces, st.next.PermissiveNamespaces, st.next.PausedObjects = enrolled, permissive, paused
+
+	sort.Strings(waiting)
+	switch {
+	case len(waiting) > 0:
+		if len(waiting) > 5 {
+			waiting = append(waiting[:5], fmt.Sprintf("and %d more", len(waiting)-5))
+		}
+		st.set(ConditionMTLSCutover, metav1.ConditionFalse, "AwaitingCutover", fmt.Sprintf(
+			"Held at PERMISSIVE until every running Pod can take STRICT mTLS (%s); roll these workloads into the mesh: %s.",
+			cutoverSignal(mesh.Spec.DataPlane), strings.Join(waiting, ", ")))
+	default:
+		st.set(ConditionMTLSCutover, metav1.ConditionTrue, "CutOver", "Every enrolled namespace has passed the PERMISSIVE→STRICT cutover.")
+	}
 
 	var wait time.Duration
 	st.next.MaintenanceUntil = nil
@@ -312,9 +342,11 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 		if err := r.Reader.List(ctx, pods, client.InNamespace(ns.Name)); err != nil {
 			return res, fmt.Errorf("listing Pods in %s: %w", ns.Name, err)
 		}
-		if ok, _ := enroll.WorkloadsReady(dp, pods.Items); ok {
+		ok, blocker := enroll.WorkloadsReady(dp, pods.Items)
+		if ok {
 			strictReady = now.UTC().Format(time.RFC3339)
 		}
+		res.blocker = blocker
 	}
 	res.mode = enroll.MTLSMode(mesh.Spec.MTLS, now, strictReady != "")
 	res.pending = strictReady == "" && mesh.Spec.MTLS.Mode != v1alpha1.MTLSPermissive
@@ -409,6 +441,7 @@ func (r *ServiceMeshReconciler) teardownEnrollment(ctx context.Context, mesh *v1
 	}
 	st.next.EnrolledNamespaces, st.next.PermissiveNamespaces, st.next.PausedObjects, st.next.MaintenanceUntil = nil, nil, nil, nil
 	meta.RemoveStatusCondition(&st.next.Conditions, ConditionMaintenanceWindow)
+	meta.RemoveStatusCondition(&st.next.Conditions, ConditionMTLSCutover)
 	orig := mesh.DeepCopy()
 	controllerutil.RemoveFinalizer(mesh, EnrollFinalizer)
 	if err := r.Client.Patch(ctx, mesh, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {

@@ -275,11 +275,16 @@ func TestEnrollmentIntegration(t *testing.T) {
 
 	t.Run("cutover: PERMISSIVE until every Pod runs a proxy, then STRICT, and STRICT stays", func(t *testing.T) {
 		createPod("by-spec", "meshed", true)
-		reconcile()
+		_, m := reconcile()
 		assert.Equal(t, "PERMISSIVE", paMode("by-spec"), "one Pod still has no proxy")
+		c := meta.FindStatusCondition(m.Status.Conditions, ConditionMTLSCutover)
+		require.NotNil(t, c)
+		assert.Equal(t, "AwaitingCutover", c.Reason)
+		assert.Contains(t, c.Message, "by-spec (Pod legacy)")
 		deletePod("by-spec", "legacy")
 		res, m := reconcile()
 		assert.Equal(t, "STRICT", paMode("by-spec"))
+		assert.True(t, meta.IsStatusConditionTrue(m.Status.Conditions, ConditionMTLSCutover))
 		assert.Equal(t, "strict", ns("by-spec").Labels[labels.MeshMTLS], "the label follows the policy")
 		assert.NotEmpty(t, policy(enroll.KindPeerAuthentication, "by-spec").GetAnnotations()[labels.MeshStrictReady])
 		assert.Empty(t, m.Status.PermissiveNamespaces)
