@@ -16,12 +16,14 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -56,6 +58,7 @@ var (
 	flagN       = flag.String("n", envOr("BENCH_N", "30,100"), "comma-separated fleet counts (N=300 takes long on 2 cores)")
 	flagOut     = flag.String("out", "", "results directory (default <repo>/bench/results)")
 	flagMetrics = flag.String("metrics-addr", envOr("BENCH_METRICS_ADDR", "127.0.0.1:18480"), "fixed loopback address for the fleet operator's metrics")
+	flagSkip    = flag.Int("skip-nodes", 10, "cordon the first kwok nodes (Pod ranges 127.1–127.<n>) so Pod IPs stay clear of other test beds on this machine")
 	flagTimeout = flag.Duration("timeout", 15*time.Minute, "per-phase wait limit")
 )
 
@@ -92,6 +95,10 @@ type Result struct {
 	Namespaces         int     `json:"namespaces"`
 	Pods               int     `json:"pods"`
 	Nodes              int     `json:"nodes"`
+	CordonedNodes      int     `json:"cordonedNodes"`
+	OtherAPIServers    int     `json:"otherKubeAPIServersOnHost"`
+	LoadAvgStart       string  `json:"loadAvgStart"`
+	LoadAvgEnd         string  `json:"loadAvgEnd"`
 	ConvergenceSeconds float64 `json:"convergenceSeconds"`
 	FloorSeconds       float64 `json:"floorSeconds"`
 	FloorObjects       int     `json:"floorObjects"`
@@ -124,6 +131,7 @@ type Host struct {
 
 func main() {
 	flag.Parse()
+	stopOnSignal()
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -212,14 +220,16 @@ func benchN(root string, n int) (res Result, anomalies []string, err error) {
 	res = Result{N: n, Namespaces: n / 10, Pods: n * membersPerFleet}
 	// Room for the fleets, the floor copies and the roll fleet.
 	res.Nodes = (2*n*membersPerFleet+rollMembers)/200 + 2
+	res.CordonedNodes = *flagSkip
 	work, err := os.MkdirTemp("", "bench-bed-")
 	if err != nil {
 		return res, nil, err
 	}
 	ctx := context.Background()
 	logf("N=%d: starting the bed (%d kwok nodes)", n, res.Nodes)
+	res.LoadAvgStart = loadAvg()
 	bed, err := harness.StartBed(ctx, harness.BedOptions{
-		Root: root, WorkDir: work, Nodes: res.Nodes, Operators: true, NetworkPolicyEnforced: true,
+		Root: root, WorkDir: work, Nodes: res.Nodes + res.CordonedNodes, Operators: true, NetworkPolicyEnforced: true,
 		Cluster: local.Options{MaxPodsPerNode: 200},
 		// Leader election off: its lease renewals (a PUT every few seconds)
 		// would hide the reconcilers' own writes in rest_client_requests_total.
@@ -228,7 +238,10 @@ func benchN(root string, n int) (res Result, anomalies []string, err error) {
 	if err != nil {
 		return res, nil, err
 	}
+	setActive(bed)
 	defer func() {
+		res.LoadAvgEnd = loadAvg()
+		setActive(nil)
 		bed.Stop()
 		if err == nil {
 			_ = os.RemoveAll(work)
@@ -251,8 +264,84 @@ func benchN(root string, n int) (res Result, anomalies []string, err error) {
 	}
 	b := &bench{bed: bed, k8s: k8s, dyn: dyn, n: n, res: &res,
 		http: &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 2}}}
+	if err = b.cordon(ctx); err != nil {
+		return res, nil, err
+	}
+	res.OtherAPIServers = otherAPIServers(bed)
+	if res.OtherAPIServers > 0 {
+		b.anom = append(b.anom, fmt.Sprintf("N=%d: %d other kube-apiserver process(es) on this host during the run: CPU shared, times inflated", n, res.OtherAPIServers))
+	}
 	err = b.all(ctx)
 	return res, b.anom, err
+}
+
+var (
+	activeMu sync.Mutex
+	active   *harness.Bed
+)
+
+func setActive(b *harness.Bed) {
+	activeMu.Lock()
+	active = b
+	activeMu.Unlock()
+}
+
+// stopOnSignal tears the running bed down on SIGINT/SIGTERM.
+func stopOnSignal() {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ch
+		activeMu.Lock()
+		if active != nil {
+			active.Stop()
+		}
+		os.Exit(130)
+	}()
+}
+
+// cordon marks the first -skip-nodes nodes unschedulable. Every local bed
+// gives node i the Pod range 127.<i+1>.0.0/16, so two beds on one machine
+// (a CI run next to the benchmark) hand out the same Pod IPs and one bed's
+// stand-in answers the other's operator. Using only higher nodes avoids it.
+func (b *bench) cordon(ctx context.Context) error {
+	for i := 0; i < b.res.CordonedNodes; i++ {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: local.NodeName(i)}}
+		if err := b.k8s.Patch(ctx, node, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`))); err != nil {
+			return fmt.Errorf("cordon %s: %w", node.Name, err)
+		}
+	}
+	return nil
+}
+
+func loadAvg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// otherAPIServers counts kube-apiserver processes on the host not started by this bed.
+func otherAPIServers(bed *harness.Bed) int {
+	mine := bed.Opts.WorkDir
+	n := 0
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		if _, err := strconv.Atoi(d.Name()); err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		c := string(cmd)
+		if strings.Contains(c, "kube-apiserver") && strings.Contains(c, "--etcd-servers") && (mine == "" || !strings.Contains(c, mine)) {
+			n++
+		}
+	}
+	return n
 }
 
 func (b *bench) all(ctx context.Context) error {
@@ -792,7 +881,14 @@ func (b *bench) rollOverhead(ctx context.Context) error {
 			}
 			m := members[p.UID]
 			if m == nil {
-				m = &member{created: p.CreationTimestamp.Time}
+				// creationTimestamp has one-second resolution and the Pod
+				// was created before this poll saw it: the earlier of the
+				// two upper bounds is within one poll of the truth.
+				created := p.CreationTimestamp.Add(time.Second)
+				if now.Before(created) {
+					created = now
+				}
+				m = &member{created: created}
 				members[p.UID], names[p.UID] = m, p.Name
 			}
 			if m.ready.IsZero() && podReady(p) && b.serving(p.Status.PodIP, "1.1.0") {
@@ -816,8 +912,8 @@ func (b *bench) rollOverhead(ctx context.Context) error {
 		if m.ready.IsZero() {
 			return fmt.Errorf("member %s never seen serving", names[uid])
 		}
-		// creationTimestamp has one-second resolution: a member's time is
-		// rounded up by up to a second (the overhead down by as much).
+		// Both ends are seen by the same 100 ms poll, so their errors
+		// roughly cancel.
 		d := m.ready.Sub(m.created).Seconds()
 		r.MemberSeconds[names[uid]] = round(d, 2)
 		r.SumMemberSeconds += d
