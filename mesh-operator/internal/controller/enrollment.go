@@ -56,7 +56,7 @@ const ConditionMaintenanceWindow = "MaintenanceWindow"
 func meshReady(mesh *v1alpha1.ServiceMesh, st *status) bool {
 	c := meta.FindStatusCondition(st.next.Conditions, ConditionReady)
 	return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == mesh.Generation &&
-		st.next.Phase == PhaseReady && st.next.ControlPlane != nil && st.next.ControlPlane.Namespace != ""
+		st.next.Phase == PhaseReady && st.next.ControlPlane != nil
 }
 
 // protectedNamespaces are never enrolled: the system namespaces, the
@@ -200,6 +200,16 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 	cp := st.next.ControlPlane
 	if cp == nil {
 		cp = mesh.Status.ControlPlane
+	}
+	if cp == nil || cp.Namespace == "" {
+		// mode external: the control plane is not visible; Istio's
+		// conventional namespace stands for it.
+		c := v1alpha1.ControlPlaneStatus{}
+		if cp != nil {
+			c = *cp
+		}
+		c.Namespace = sail.IstioNamespace
+		cp = &c
 	}
 	nsList := &corev1.NamespaceList{}
 	if err := r.Client.List(ctx, nsList); err != nil {

@@ -524,4 +524,21 @@ func TestEnrollmentIntegration(t *testing.T) {
 		assert.Equal(t, map[string]string{labels.Mesh: labels.MeshEnabled}, meshLabels("ambient-app"))
 		assert.Nil(t, policy(enroll.KindPeerAuthentication, "ambient-app"))
 	})
+
+	t.Run("mode external enrolls too, with Istio's conventional control-plane namespace", func(t *testing.T) {
+		require.NoError(t, admin.Create(ctx, &v1alpha1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: "cluster"},
+			Spec: v1alpha1.ServiceMeshSpec{Mode: v1alpha1.ModeExternal, DataPlane: v1alpha1.DataPlaneSidecar, EnrollNamespaces: []string{"external-app"}}}))
+		createNS("external-app", nil)
+		_, m := reconcile()
+		require.Equal(t, PhaseReady, m.Status.Phase)
+		assert.Contains(t, m.Status.EnrolledNamespaces, "external-app")
+		l := meshLabels("external-app")
+		assert.Equal(t, "istio-system", l[labels.MeshControlPlane])
+		assert.Equal(t, "enabled", l[labels.IstioInjection])
+		assert.Equal(t, "STRICT", paMode("external-app"))
+		require.NoError(t, admin.Delete(ctx, m))
+		_, m = reconcile()
+		assert.Nil(t, m)
+		assert.Empty(t, meshLabels("external-app"))
+	})
 }
