@@ -73,8 +73,11 @@ test-e2e: tools ## local end-to-end: control plane + kwok nodes + operators as p
 
 test: tools lint verify test-unit test-integration test-e2e ## everything CI runs
 
-e2e-kind: ## kind end-to-end (needs Docker; runs in GitHub Actions)
-	cd e2e && E2E_PROVIDER=kind go test -tags e2e,kind -timeout 60m ./...
+e2e-kind: ## kind end-to-end: real cluster, images loaded, both charts installed (needs Docker; runs in GitHub Actions)
+	@test -x $(BIN)/helm || hack/build-tools.sh helm
+	for op in $(OPERATORS); do docker build -f $$op/Dockerfile -t $$op:e2e .; done
+	docker build -f e2e/cmd/celld-standin/Dockerfile -t celld-standin:e2e .
+	cd e2e && FLEETMESH_E2E_KIND=1 go test -tags e2e,kind -count=1 -timeout 60m ./cluster/kind/ ./kindspec/
 
 images: build ## build both operator images with docker (not available on the dev sandbox)
 	for op in $(OPERATORS); do docker build -f $$op/Dockerfile -t $$op:dev .; done

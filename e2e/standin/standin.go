@@ -55,6 +55,22 @@ func (m *Member) Start() error {
 	return nil
 }
 
+// Serve runs the member on addresses of the caller's choosing, for the
+// container image of the stand-in (cmd/celld-standin), where the Pod's own
+// network namespace makes any local address the member's. It blocks until
+// one listener fails.
+func (m *Member) Serve(appAddr, peerAddr string) error {
+	m.mu.Lock()
+	m.started = time.Now()
+	m.mu.Unlock()
+	errs := make(chan error, 2)
+	for addr, h := range map[string]http.Handler{appAddr: http.HandlerFunc(m.app), peerAddr: m.peerMux()} {
+		srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 5 * time.Second}
+		go func() { errs <- srv.ListenAndServe() }()
+	}
+	return <-errs
+}
+
 // Stop closes both listeners.
 func (m *Member) Stop() {
 	for _, s := range m.servers {
