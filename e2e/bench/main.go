@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -39,6 +40,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/ericdev/fleetmesh/e2e/cluster"
 	"github.com/ericdev/fleetmesh/e2e/cluster/local"
@@ -131,6 +133,7 @@ type Host struct {
 
 func main() {
 	flag.Parse()
+	ctrllog.SetLogger(logr.Discard())
 	stopOnSignal()
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -366,7 +369,7 @@ func (b *bench) all(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	b.res.ConvergenceSeconds = time.Since(start).Seconds()
+	b.res.ConvergenceSeconds = round(time.Since(start).Seconds(), 2)
 	b.res.Create = created
 	logf("N=%d: %d fleets Ready in %.1fs; %v", b.n, len(fleets), b.res.ConvergenceSeconds, created.Requests)
 
@@ -405,7 +408,7 @@ func (b *bench) all(ctx context.Context) error {
 	if err := b.floor(ctx, fleets); err != nil {
 		return fmt.Errorf("floor: %w", err)
 	}
-	b.res.Ratio = b.res.ConvergenceSeconds / b.res.FloorSeconds
+	b.res.Ratio = round(b.res.ConvergenceSeconds/b.res.FloorSeconds, 2)
 	logf("N=%d: floor %.1fs (%d objects), ratio %.2f", b.n, b.res.FloorSeconds, b.res.FloorObjects, b.res.Ratio)
 
 	// 4: roll overhead of a 5-member fleet.
