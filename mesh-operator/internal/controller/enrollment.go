@@ -234,6 +234,9 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 			if len(ownedLabels(ns)) > 0 || len(policies[ns.Name]) > 0 {
 				if err := r.leaveNamespace(ctx, mesh, ns, policies[ns.Name]); err != nil {
 					errs = append(errs, err)
+				} else if slices.Contains(mesh.Status.EnrolledNamespaces, ns.Name) {
+					r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "NamespaceReleased", "Reconcile",
+						"Released namespace %s (%s): state labels, policies and data-plane label removed.", ns.Name, d.Reason)
 				}
 			}
 			continue
@@ -255,6 +258,10 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 			continue
 		}
 		enrolled = append(enrolled, ns.Name)
+		if !slices.Contains(mesh.Status.EnrolledNamespaces, ns.Name) {
+			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "NamespaceEnrolled", "Reconcile",
+				"Enrolled namespace %s (requested by %s) at %s mTLS.", ns.Name, d.Reason, strings.ToUpper(res.mode.Mode))
+		}
 		if res.mode.Mode == contract.MTLSPermissive {
 			permissive = append(permissive, ns.Name)
 		}

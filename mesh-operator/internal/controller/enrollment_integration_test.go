@@ -26,6 +26,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -184,10 +185,15 @@ func TestEnrollmentIntegration(t *testing.T) {
 	}
 	setSpec := func(mutate func(*v1alpha1.ServiceMeshSpec)) {
 		t.Helper()
-		m := &v1alpha1.ServiceMesh{}
-		require.NoError(t, admin.Get(ctx, client.ObjectKey{Name: "cluster"}, m))
-		mutate(&m.Spec)
-		require.NoError(t, admin.Update(ctx, m))
+		// The manager subtest writes the ServiceMesh concurrently.
+		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			m := &v1alpha1.ServiceMesh{}
+			if err := admin.Get(ctx, client.ObjectKey{Name: "cluster"}, m); err != nil {
+				return err
+			}
+			mutate(&m.Spec)
+			return admin.Update(ctx, m)
+		}))
 	}
 	str := func(s string) *string { return &s }
 
@@ -231,6 +237,7 @@ func TestEnrollmentIntegration(t *testing.T) {
 		require.Equal(t, PhaseReady, m.Status.Phase)
 		assert.Equal(t, []string{"by-label", "by-spec", "user-injected"}, m.Status.EnrolledNamespaces)
 		assert.Contains(t, m.Finalizers, EnrollFinalizer)
+		assert.True(t, sawEvent(r.Recorder.(*events.FakeRecorder), "NamespaceEnrolled"))
 
 		assert.Equal(t, map[string]string{labels.Mesh: labels.MeshEnabled, labels.IstioInjection: "enabled",
 			labels.MeshState: "enrolled", labels.MeshDataPlane: "sidecar", labels.MeshMTLS: "strict",
@@ -415,6 +422,7 @@ func TestEnrollmentIntegration(t *testing.T) {
 		assert.Nil(t, policy(enroll.KindPeerAuthentication, "by-label"))
 		assert.Nil(t, policy(enroll.KindAuthorizationPolicy, "by-label"))
 		assert.NotContains(t, m.Status.EnrolledNamespaces, "by-label")
+		assert.True(t, sawEvent(r.Recorder.(*events.FakeRecorder), "NamespaceReleased"))
 
 		setSpec(func(s *v1alpha1.ServiceMeshSpec) { s.EnrollNamespaces = []string{"opted-out"} })
 		_, m = reconcile()
