@@ -3,14 +3,9 @@
 package main
 
 import (
-	"flag"
-	"fmt"
-	"os"
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,51 +18,31 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "fleet-operator:", err)
-		os.Exit(1)
-	}
-}
-
-func run() error {
-	var common manager.Options
 	var cfg controller.Config
-	common.Bind(flag.CommandLine, "fleet-operator.celld.eric.dev")
-	cfg.BindFlags(flag.CommandLine)
-	flag.Parse()
-	if err := common.Validate(); err != nil {
-		return err
-	}
-	cfg.OperatorNamespace = common.Namespace
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return err
-	}
-	mgr, err := common.NewManager(scheme, func(o *ctrl.Options) {
-		// Cache only member Pods, not every Pod of the cluster.
-		if len(cfg.WatchNamespaces) > 0 {
-			o.Cache.DefaultNamespaces = map[string]cache.Config{}
-			for _, ns := range cfg.WatchNamespaces {
-				o.Cache.DefaultNamespaces[ns] = cache.Config{}
+	manager.Main(manager.Operator{
+		Name:             "fleet-operator",
+		LeaderElectionID: "fleet-operator.celld.eric.dev",
+		BindFlags:        cfg.BindFlags,
+		Configure: func(common *manager.Options) error {
+			cfg.OperatorNamespace = common.Namespace
+			return cfg.Validate()
+		},
+		AddToScheme: []func(*runtime.Scheme) error{v1alpha1.AddToScheme},
+		Cache: func(o *cache.Options) {
+			if len(cfg.WatchNamespaces) > 0 {
+				o.DefaultNamespaces = map[string]cache.Config{}
+				for _, ns := range cfg.WatchNamespaces {
+					o.DefaultNamespaces[ns] = cache.Config{}
+				}
 			}
-		}
-		o.Cache.ByObject = map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{sharedlabels.Name: names.Runtime})},
-		}
+			// Cache only member Pods and claims, not every Pod and claim of the cluster.
+			members := labels.SelectorFromSet(labels.Set{sharedlabels.Name: names.Runtime})
+			o.ByObject = map[client.Object]cache.ByObject{
+				&corev1.Pod{}:                   {Label: members},
+				&corev1.PersistentVolumeClaim{}: {Label: members},
+			}
+		},
+		Setup:         func(mgr ctrl.Manager) error { return controller.SetupWithManager(mgr, cfg) },
+		StartupValues: func() []any { return []any{"networkPolicyEnforced", cfg.NetworkPolicyEnforced} },
 	})
-	if err != nil {
-		return err
-	}
-	if err := controller.SetupWithManager(mgr, cfg); err != nil {
-		return fmt.Errorf("setting up controllers: %w", err)
-	}
-	ctrl.Log.WithName("setup").Info("starting fleet-operator", "namespace", cfg.OperatorNamespace, "networkPolicyEnforced", cfg.NetworkPolicyEnforced)
-	return mgr.Start(ctrl.SetupSignalHandler())
 }

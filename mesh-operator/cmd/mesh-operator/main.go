@@ -3,12 +3,7 @@
 package main
 
 import (
-	"flag"
-	"fmt"
-	"os"
-
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
@@ -17,40 +12,16 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "mesh-operator:", err)
-		os.Exit(1)
-	}
-}
-
-func run() error {
-	var common manager.Options
 	var cfg controller.Config
-	common.Bind(flag.CommandLine, "mesh-operator.core.navique.com")
-	cfg.BindFlags(flag.CommandLine)
-	flag.Parse()
-	if err := common.Validate(); err != nil {
-		return err
-	}
-	cfg.OperatorNamespace = common.Namespace
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return err
-	}
-	mgr, err := common.NewManager(scheme, nil)
-	if err != nil {
-		return err
-	}
-	if err := controller.SetupWithManager(mgr, cfg); err != nil {
-		return fmt.Errorf("setting up controllers: %w", err)
-	}
-	ctrl.Log.WithName("setup").Info("starting mesh-operator", "namespace", cfg.OperatorNamespace)
-	return mgr.Start(ctrl.SetupSignalHandler())
+	manager.Main(manager.Operator{
+		Name:             "mesh-operator",
+		LeaderElectionID: "mesh-operator.core.navique.com",
+		BindFlags:        cfg.BindFlags,
+		Configure: func(common *manager.Options) error {
+			cfg.OperatorNamespace = common.Namespace
+			return cfg.Validate()
+		},
+		AddToScheme: []func(*runtime.Scheme) error{v1alpha1.AddToScheme},
+		Setup:       func(mgr ctrl.Manager) error { return controller.SetupWithManager(mgr, cfg) },
+	})
 }
