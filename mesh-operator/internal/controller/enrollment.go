@@ -316,7 +316,7 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 	}
 	if len(errs) > 0 {
 		err := errors.Join(errs...)
-		st.warn("EnrollmentFailed", err.Error())
+		r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, "EnrollmentFailed", "Reconcile", "%s", err.Error())
 		return wait, err
 	}
 	return wait, nil

@@ -431,6 +431,31 @@ func TestEnrollmentIntegration(t *testing.T) {
 		assert.Equal(t, []string{"user-injected"}, m.Status.EnrolledNamespaces)
 	})
 
+	t.Run("a policy of the same name that is not ours is never overwritten; the namespace is not enrolled", func(t *testing.T) {
+		createNS("foreign-policy", map[string]string{labels.Mesh: labels.MeshEnabled})
+		pa := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"mtls": map[string]any{"mode": "DISABLE"}}}}
+		pa.SetGroupVersionKind(enroll.SecurityGroupVersion.WithKind(enroll.KindPeerAuthentication))
+		pa.SetNamespace("foreign-policy")
+		pa.SetName(enroll.PeerAuthenticationName)
+		require.NoError(t, admin.Create(ctx, pa))
+		_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "cluster"}})
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "not owned by")
+		assert.Equal(t, "DISABLE", paMode("foreign-policy"))
+		assert.Empty(t, ns("foreign-policy").Labels[labels.MeshState], "no state labels for what is not in place")
+		m := &v1alpha1.ServiceMesh{}
+		require.NoError(t, admin.Get(ctx, client.ObjectKey{Name: "cluster"}, m))
+		assert.NotContains(t, m.Status.EnrolledNamespaces, "foreign-policy")
+		assert.Contains(t, m.Status.EnrolledNamespaces, "user-injected", "other namespaces are still reconciled")
+		assert.True(t, sawEvent(r.Recorder.(*events.FakeRecorder), "EnrollmentFailed"))
+
+		labelNS("foreign-policy", labels.Mesh, str(labels.MeshDisabled))
+		reconcile()
+		assert.Equal(t, map[string]string{labels.Mesh: labels.MeshDisabled}, meshLabels("foreign-policy"))
+		assert.Equal(t, "DISABLE", paMode("foreign-policy"), "the user's policy stays")
+		require.NoError(t, admin.Delete(ctx, pa))
+	})
+
 	t.Run("a lost license releases every namespace; a new one enrolls again", func(t *testing.T) {
 		secret.Data["license"] = []byte("garbage")
 		require.NoError(t, admin.Update(ctx, secret))
