@@ -188,7 +188,7 @@ func run() error {
 	fmt.Print(markdown(&r))
 	for _, res := range r.Results {
 		if res.Error != "" {
-			return fmt.Errorf("N=%d: %s", res.N, res.Error)
+			return fmt.Errorf("run with N=%d failed: %s", res.N, res.Error)
 		}
 	}
 	return nil
