@@ -61,6 +61,7 @@ var (
 	flagOut     = flag.String("out", "", "results directory (default <repo>/bench/results)")
 	flagMetrics = flag.String("metrics-addr", envOr("BENCH_METRICS_ADDR", "127.0.0.1:18480"), "fixed loopback address for the fleet operator's metrics")
 	flagSkip    = flag.Int("skip-nodes", 10, "cordon the first kwok nodes (Pod ranges 127.1–127.<n>) so Pod IPs stay clear of other test beds on this machine")
+	flagKeep    = flag.Bool("keep", os.Getenv("BENCH_KEEP") != "", "keep each bed's files (operator logs) after a successful N")
 	flagTimeout = flag.Duration("timeout", 15*time.Minute, "per-phase wait limit")
 )
 
@@ -246,7 +247,7 @@ func benchN(root string, n int) (res Result, anomalies []string, err error) {
 		res.LoadAvgEnd = loadAvg()
 		setActive(nil)
 		bed.Stop()
-		if err == nil {
+		if err == nil && !*flagKeep {
 			_ = os.RemoveAll(work)
 		} else {
 			logf("bed files kept in %s", work)
