@@ -81,6 +81,9 @@ type Phase struct {
 	CPUSeconds float64  `json:"cpuSeconds"`
 	Requests   Requests `json:"requests"`
 	Writes     float64  `json:"writes"`
+	// ReconcileErrors counts "Reconciler error" lines in the operator's log
+	// (each one means a rate-limited requeue).
+	ReconcileErrors int `json:"reconcileErrors"`
 }
 
 // Roll is the roll-overhead measurement of one 5-member fleet.
@@ -440,6 +443,7 @@ func (b *bench) phase(p *Phase, fn func() error) error {
 		return err
 	}
 	cpu0, _ := cpuSeconds(pid)
+	errs0 := reconcileErrors(b.bed.Fleet.LogPath)
 	start := time.Now()
 	if err := fn(); err != nil {
 		return err
@@ -453,6 +457,7 @@ func (b *bench) phase(p *Phase, fn func() error) error {
 	}
 	cpu1, _ := cpuSeconds(pid)
 	p.CPUSeconds = round(cpu1-cpu0, 2)
+	p.ReconcileErrors = reconcileErrors(b.bed.Fleet.LogPath) - errs0
 	p.Requests = Requests{}
 	for m, v := range after {
 		if d := v - before[m]; d != 0 {
@@ -464,6 +469,15 @@ func (b *bench) phase(p *Phase, fn func() error) error {
 		}
 	}
 	return nil
+}
+
+// reconcileErrors counts controller-runtime's "Reconciler error" log lines.
+func reconcileErrors(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	return strings.Count(string(b), `"Reconciler error"`)
 }
 
 func round(v float64, places int) float64 {
@@ -965,17 +979,18 @@ func fmtReq(r Requests) string {
 func markdown(r *Run) string {
 	var s strings.Builder
 	fmt.Fprintf(&s, "# Benchmark %s\n\ncommit `%s`, %d CPUs, %s; method: docs/benchmark.md\n\n", r.Started, r.Commit, r.Host.CPUs, r.Host.GoVersion)
-	s.WriteString("| N | pods | converge s | floor s | ratio | create: requests (writes) | steady: requests (writes) | roll 1 fleet: requests (writes) | peak RSS MiB | CPU s | 5-member roll s | members s | overhead s |\n")
-	s.WriteString("| ---: | ---: | ---: | ---: | ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |\n")
+	s.WriteString("| N | pods | converge s | floor s | ratio | create: requests (writes) | steady: requests (writes) | roll 1 fleet: requests (writes) | reconcile errors (create/steady/roll) | peak RSS MiB | CPU s | 5-member roll s | members s | overhead s |\n")
+	s.WriteString("| ---: | ---: | ---: | ---: | ---: | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, x := range r.Results {
 		if x.Error != "" {
 			fmt.Fprintf(&s, "| %d | %d | failed: %s |\n", x.N, x.Pods, x.Error)
 			continue
 		}
-		fmt.Fprintf(&s, "| %d | %d | %.1f | %.1f | %.2f | %s (%g) | %s (%g) | %s (%g) | %.1f | %.1f | %.1f | %.1f | %.1f |\n",
+		fmt.Fprintf(&s, "| %d | %d | %.1f | %.1f | %.2f | %s (%g) | %s (%g) | %s (%g) | %d/%d/%d | %.1f | %.1f | %.1f | %.1f | %.1f |\n",
 			x.N, x.Pods, x.ConvergenceSeconds, x.FloorSeconds, x.Ratio,
 			fmtReq(x.Create.Requests), x.Create.Writes, fmtReq(x.Steady.Requests), x.Steady.Writes,
 			fmtReq(x.TemplateRoll.Requests), x.TemplateRoll.Writes,
+			x.Create.ReconcileErrors, x.Steady.ReconcileErrors, x.TemplateRoll.ReconcileErrors,
 			x.PeakRSSMiB, x.CPUSecondsTotal, x.Roll.RollSeconds, x.Roll.SumMemberSeconds, x.Roll.OverheadSeconds)
 	}
 	if len(r.Anomalies) > 0 {
