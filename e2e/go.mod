@@ -6,6 +6,7 @@ require (
 	github.com/ericdev/fleetmesh/fleet-operator v0.0.0
 	github.com/ericdev/fleetmesh/mesh-operator v0.0.0
 	github.com/ericdev/fleetmesh/shared v0.0.0
+	github.com/go-logr/logr v1.4.4
 	github.com/stretchr/testify v1.12.1
 	golang.org/x/sync v0.24.0
 	istio.io/api v1.32.0
@@ -29,7 +30,6 @@ require (
 	github.com/emicklei/go-restful/v3 v3.13.0 // indirect
 	github.com/evanphx/json-patch/v5 v5.9.11 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
-	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-openapi/jsonpointer v1.0.0 // indirect
 	github.com/go-openapi/jsonreference v1.0.0 // indirect
 	github.com/go-openapi/swag v0.27.1 // indirect
