@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -51,7 +52,7 @@ const revisionLabel = appsv1.ControllerRevisionHashLabelKey
 
 // How soon a fleet is looked at again without an event (see nextLook).
 const (
-	rollPoll     = 2 * time.Second
+	rollPoll     = time.Second
 	notReadyPoll = 5 * time.Second
 	routingPoll  = 10 * time.Second
 )
@@ -378,7 +379,18 @@ func (r *FleetReconciler) reconcileStatefulSet(ctx context.Context, fleet *v1alp
 			"%s the members' StatefulSet: %d replica(s) of %s", res, *desired.Spec.Replicas, fleet.Spec.Image)
 	}
 	sts = &appsv1.StatefulSet{}
-	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(desired), sts); err != nil {
+	err = r.Client.Get(ctx, client.ObjectKeyFromObject(desired), sts)
+	if apierrors.IsNotFound(err) {
+		// Just created: the cache has not seen it yet. Read it from the API
+		// server (unstructured reads are not cached) instead of failing the
+		// reconcile into a backoff.
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("StatefulSet"))
+		if err = r.Client.Get(ctx, client.ObjectKeyFromObject(desired), u); err == nil {
+			err = runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, sts)
+		}
+	}
+	if err != nil {
 		return nil, false, err
 	}
 	return sts, false, nil
