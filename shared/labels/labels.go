@@ -116,3 +116,12 @@ const (
 	// IstiodApp is the key of the label that marks istiod Pods (value "istiod").
 	IstiodApp = "app"
 )
+
+// Annotations the mesh operator keeps on its Sail Operator installation
+// record (a ConfigMap), so a later run knows what it installed.
+const (
+	// SailRelease names the Helm release of the Sail Operator it installed.
+	SailRelease = MeshGroup + "/sail-release"
+	// SailCRDs lists the CRDs that install created (and so may remove).
+	SailCRDs = MeshGroup + "/sail-crds"
+)

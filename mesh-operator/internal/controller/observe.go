@@ -18,6 +18,7 @@ import (
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/detect"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/sail"
+	"github.com/ericdev/fleetmesh/shared/labels"
 )
 
 // Where detection looks: fixed locations, read one by one, so the operator
@@ -26,9 +27,7 @@ const (
 	ciliumNamespace  = "kube-system"
 	ciliumDaemonSet  = "cilium"
 	ciliumConfigMap  = "cilium-config"
-	istiodAppLabel   = "app"
 	istiodAppValue   = "istiod"
-	istioRevLabel    = "istio.io/rev"
 	istiodContainer  = "discovery"
 	defaultIstioNSes = sail.IstioNamespace
 )
@@ -54,7 +53,7 @@ func (r *ServiceMeshReconciler) observe(ctx context.Context, mesh *v1alpha1.Serv
 	o.facts.Resources = res
 
 	deps := &appsv1.DeploymentList{}
-	if err := r.Reader.List(ctx, deps, client.MatchingLabels{istiodAppLabel: istiodAppValue}); err != nil {
+	if err := r.Reader.List(ctx, deps, client.MatchingLabels{labels.IstiodApp: istiodAppValue}); err != nil {
 		return nil, fmt.Errorf("listing istiod Deployments: %w", err)
 	}
 	for i := range deps.Items {
@@ -136,7 +135,7 @@ func parseGroup(groupVersion string) (string, error) {
 }
 
 func istiodOf(d *appsv1.Deployment) detect.Istiod {
-	out := detect.Istiod{Namespace: d.Namespace, Name: d.Name, Revision: d.Labels[istioRevLabel]}
+	out := detect.Istiod{Namespace: d.Namespace, Name: d.Name, Revision: d.Labels[labels.IstioRevision]}
 	for _, c := range d.Spec.Template.Spec.Containers {
 		if c.Name == istiodContainer {
 			out.Version = imageTag(c.Image)

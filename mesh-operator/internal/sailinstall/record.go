@@ -36,8 +36,8 @@ import (
 // holder joining at the same moment makes the deletion fail instead of being lost.
 const (
 	RecordName        = "sail-operator-holders"
-	AnnotationRelease = labels.MeshGroup + "/sail-release"
-	AnnotationCRDs    = labels.MeshGroup + "/sail-crds"
+	AnnotationRelease = labels.SailRelease
+	AnnotationCRDs    = labels.SailCRDs
 	// HolderKey is the mesh operator's key in the record.
 	HolderKey = "servicemesh.core.navique.com"
 )
