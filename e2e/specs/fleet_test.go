@@ -37,14 +37,7 @@ const fleetNS = "e2e-fleet"
 func TestPersistentFleetLifecycle(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fleetNS}}))
-	f := &fleetv1.CelldFleet{
-		ObjectMeta: metav1.ObjectMeta{Namespace: fleetNS, Name: "orders"},
-		Spec: fleetv1.CelldFleetSpec{
-			Replicas: ptr.To[int32](3),
-			Image:    "registry.example/celld:1.0.0",
-			Storage:  &fleetv1.Storage{Size: resource.MustParse("1Gi")},
-		},
-	}
+	f := persistentFleet(fleetNS, "orders")
 	require.NoError(t, k8s.Create(ctx, f))
 
 	t.Run("becomes Ready with /state data in status", func(t *testing.T) {
@@ -86,11 +79,11 @@ func TestPersistentFleetLifecycle(t *testing.T) {
 
 	t.Run("an operator killed mid-roll finishes the roll without replacing a member twice", func(t *testing.T) {
 		obs := watchMembers(t, f)
+		prev := getFleet(t, f).Status.TargetRevision
 		patchFleet(t, f, `{"spec":{"image":"registry.example/celld:1.2.0"}}`)
-		waitFleet(t, f, 2*time.Minute, func(f *fleetv1.CelldFleet) (bool, string) {
-			return f.Status.UpdatedReplicas >= 1 && f.Status.TargetRevision != "", fmt.Sprintf("updated=%d", f.Status.UpdatedReplicas)
-		})
+		waitFleet(t, f, 2*time.Minute, midRoll(prev))
 		require.NoError(t, bed.Fleet.Kill())
+		require.Less(t, getFleet(t, f).Status.UpdatedReplicas, int32(3), "the operator must die while the roll is under way")
 		time.Sleep(2 * time.Second)
 		require.NoError(t, bed.Fleet.Start())
 		waitFleet(t, f, 3*time.Minute, readyOn("1.2.0"))
@@ -128,6 +121,16 @@ func TestPersistentFleetLifecycle(t *testing.T) {
 	})
 }
 
+// midRoll is true once a roll away from revision prev has replaced at least
+// one member and not yet all of them.
+func midRoll(prev string) func(*fleetv1.CelldFleet) (bool, string) {
+	return func(f *fleetv1.CelldFleet) (bool, string) {
+		s := f.Status
+		return s.TargetRevision != prev && s.UpdatedReplicas >= 1 && s.UpdatedReplicas < *f.Spec.Replicas,
+			fmt.Sprintf("target=%s (was %s) updated=%d", s.TargetRevision, prev, s.UpdatedReplicas)
+	}
+}
+
 // readyOn waits for Ready with every member reporting version on /state.
 func readyOn(version string) func(*fleetv1.CelldFleet) (bool, string) {
 	return func(f *fleetv1.CelldFleet) (bool, string) {
@@ -141,6 +144,18 @@ func readyOn(version string) func(*fleetv1.CelldFleet) (bool, string) {
 			}
 		}
 		return len(f.Status.Members) == int(*f.Spec.Replicas), "members"
+	}
+}
+
+// persistentFleet is the specs' usual fleet: 3 members with a 1Gi disk each.
+func persistentFleet(namespace, name string) *fleetv1.CelldFleet {
+	return &fleetv1.CelldFleet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: fleetv1.CelldFleetSpec{
+			Replicas: ptr.To[int32](3),
+			Image:    "registry.example/celld:1.0.0",
+			Storage:  &fleetv1.Storage{Size: resource.MustParse("1Gi")},
+		},
 	}
 }
 
@@ -233,6 +248,11 @@ func watchMembers(t *testing.T, f *fleetv1.CelldFleet) *memberObserver {
 		defer close(watching)
 		for ev := range w.ResultChan() {
 			if p, ok := ev.Object.(*corev1.Pod); ok {
+				// A Pod already terminating when first seen was replaced
+				// before this observation began: not this roll's.
+				if p.DeletionTimestamp != nil && !o.seen(p.Name, p.UID) {
+					continue
+				}
 				o.record(p.Name, p.UID)
 			}
 		}
@@ -268,6 +288,12 @@ func (o *memberObserver) record(name string, uid types.UID) {
 		o.uids[name] = map[types.UID]bool{}
 	}
 	o.uids[name][uid] = true
+}
+
+func (o *memberObserver) seen(name string, uid types.UID) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.uids[name][uid] || o.before[name] == uid
 }
 
 func (o *memberObserver) stop() { o.cancel(); <-o.done }

@@ -48,7 +48,10 @@ func run(m *testing.M) int {
 	defer cancel()
 	bed, err = harness.StartBed(ctx, harness.BedOptions{
 		Root: root, WorkDir: work, Nodes: 3, Operators: true, NetworkPolicyEnforced: true,
-		Log: os.Stderr,
+		// Long enough that a roll of 3 members lasts several seconds, so the
+		// specs can kill the operator while one is really under way.
+		StandinStartupDelay: 3 * time.Second,
+		Log:                 os.Stderr,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting the test bed:", err)

@@ -14,10 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ericdev/fleetmesh/e2e/injector"
@@ -40,14 +38,7 @@ func TestMeshJoinAndLeave(t *testing.T) {
 	defer inj.Stop(ctx)
 
 	require.NoError(t, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: meshNS}}))
-	f := &fleetv1.CelldFleet{
-		ObjectMeta: metav1.ObjectMeta{Namespace: meshNS, Name: "ledger"},
-		Spec: fleetv1.CelldFleetSpec{
-			Replicas: ptr.To[int32](3),
-			Image:    "registry.example/celld:1.0.0",
-			Storage:  &fleetv1.Storage{Size: resource.MustParse("1Gi")},
-		},
-	}
+	f := persistentFleet(meshNS, "ledger")
 	require.NoError(t, k8s.Create(ctx, f))
 	waitFleet(t, f, 2*time.Minute, readyOn("1.0.0"))
 	disks := pvcUIDs(t, meshNS)
@@ -58,12 +49,12 @@ func TestMeshJoinAndLeave(t *testing.T) {
 	t.Run("join: relaxed while mixed, one at a time, restored only when every proxy is seen", func(t *testing.T) {
 		members := watchMembers(t, f)
 		policies := watchMeshPolicies(t, f)
+		prev := getFleet(t, f).Status.TargetRevision
 		patchFleet(t, f, `{"spec":{"mesh":{"istio":{}}}}`)
-		waitFleet(t, f, 2*time.Minute, func(f *fleetv1.CelldFleet) (bool, string) {
-			return f.Status.UpdatedReplicas >= 1, fmt.Sprintf("updated=%d", f.Status.UpdatedReplicas)
-		})
+		waitFleet(t, f, 2*time.Minute, midRoll(prev))
 		// An operator crash in the mixed phase must neither restore early nor double-roll.
 		require.NoError(t, bed.Fleet.Kill())
+		require.Less(t, getFleet(t, f).Status.UpdatedReplicas, int32(3), "the operator must die while the roll is under way")
 		time.Sleep(time.Second)
 		require.NoError(t, bed.Fleet.Start())
 		waitFleet(t, f, 3*time.Minute, meshPhase("Meshed"))

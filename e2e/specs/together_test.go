@@ -15,10 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ericdev/fleetmesh/e2e/cluster"
@@ -55,19 +53,12 @@ func TestOperatorsTogether(t *testing.T) {
 	for _, ns := range []string{togetherNS, edgeNS} {
 		require.NoError(t, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"team": "payments"}}}))
 	}
-	f := &fleetv1.CelldFleet{
-		ObjectMeta: metav1.ObjectMeta{Namespace: togetherNS, Name: "vault"},
-		Spec: fleetv1.CelldFleetSpec{
-			Replicas: ptr.To[int32](3),
-			Image:    "registry.example/celld:1.0.0",
-			Storage:  &fleetv1.Storage{Size: resource.MustParse("1Gi")},
-			Mesh:     &fleetv1.Mesh{Mode: fleetv1.MeshEnabled},
-			Routing: &fleetv1.Routing{
-				Hostnames: []string{"vault.example.com"},
-				Ingress:   &fleetv1.IngressRouting{ClassName: "nginx"},
-				Source:    fleetv1.RoutingSource{Namespace: edgeNS, PodLabels: map[string]string{"app": "edge-proxy"}},
-			},
-		},
+	f := persistentFleet(togetherNS, "vault")
+	f.Spec.Mesh = &fleetv1.Mesh{Mode: fleetv1.MeshEnabled}
+	f.Spec.Routing = &fleetv1.Routing{
+		Hostnames: []string{"vault.example.com"},
+		Ingress:   &fleetv1.IngressRouting{ClassName: "nginx"},
+		Source:    fleetv1.RoutingSource{Namespace: edgeNS, PodLabels: map[string]string{"app": "edge-proxy"}},
 	}
 	require.NoError(t, k8s.Create(ctx, f))
 	waitFleet(t, f, 2*time.Minute, func(f *fleetv1.CelldFleet) (bool, string) {
