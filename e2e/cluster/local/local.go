@@ -91,6 +91,8 @@ type Provider struct {
 	layout  layout
 	ownsDir bool
 	binDir  string
+	// ranges are the node address slots this bed holds until Down.
+	ranges *rangeLease
 	// Helpers that run in this process until Down (provisioner, Pod IP
 	// hook) share bgCtx; stopBG cancels it and waitBG waits for them.
 	bgCtx  context.Context
@@ -136,6 +138,9 @@ func (p *Provider) Up(ctx context.Context) (c *cluster.Cluster, err error) {
 			_ = p.Down(context.Background())
 		}
 	}()
+	if p.ranges, err = leaseRanges(p.opts.Nodes); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, p.opts.StartTimeout)
 	defer cancel()
 
@@ -191,6 +196,7 @@ func (p *Provider) Down(context.Context) error {
 		wait()
 	}
 	stopInOrder(procs)
+	p.ranges.release()
 
 	if p.layout.root == "" {
 		return nil
@@ -522,7 +528,7 @@ func (p *Provider) startNodeTier(ctx context.Context, certs *pki, cfg *rest.Conf
 	if err := p.startProvisioner(ctx, client); err != nil {
 		return err
 	}
-	if err := createNodes(ctx, client, p.opts.Nodes, p.opts.MaxPodsPerNode); err != nil {
+	if err := createNodes(ctx, client, p.opts.Nodes, p.opts.MaxPodsPerNode, p.ranges); err != nil {
 		return err
 	}
 	err = p.waitUntil(ctx, fmt.Sprintf("%d kwok node(s) Ready and untainted", p.opts.Nodes), func(ctx context.Context) (bool, error) {

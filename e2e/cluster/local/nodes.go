@@ -42,12 +42,14 @@ const (
 // NodeName is the name of fake node i.
 func NodeName(i int) string { return "kwok-node-" + strconv.Itoa(i) }
 
-// NodePodCIDR is fake node i's Pod range: 127.<i+1>.0.0/16. kwok hands out
-// its addresses from .0.1 upwards.
-func NodePodCIDR(i int) string { return fmt.Sprintf("127.%d.0.0/16", i+1) }
+// NodePodCIDR is the Pod range of address slot i: 127.<i+1>.0.0/16. kwok
+// hands out its addresses from .0.1 upwards. A bed's node j uses the slot
+// its rangeLease assigns, not slot j, so concurrent beds never overlap.
+func NodePodCIDR(slot int) string { return fmt.Sprintf("127.%d.0.0/16", slot+1) }
 
-// NodeIP is fake node i's InternalIP, used as hostIP of its Pods.
-func NodeIP(i int) string { return fmt.Sprintf("127.254.0.%d", i+1) }
+// NodeIP is the InternalIP of the node in address slot i, used as hostIP of
+// its Pods.
+func NodeIP(slot int) string { return fmt.Sprintf("127.254.0.%d", slot+1) }
 
 // IsLoopbackPodIP reports whether ip is a usable loopback Pod address: in
 // 127.0.0.0/8 but not 127.0.0.1, which belongs to the host's own services.
@@ -61,7 +63,7 @@ func IsLoopbackPodIP(ip string) bool {
 // info in status (a Node's status may be set on create), and the annotation
 // that hands it to kwok. The zone label cycles through three zones so specs
 // can exercise topology spreading.
-func fakeNode(i, maxPods int) *corev1.Node {
+func fakeNode(i, slot, maxPods int) *corev1.Node {
 	name := NodeName(i)
 	capacity := corev1.ResourceList{
 		corev1.ResourceCPU:    resource.MustParse("32"),
@@ -82,14 +84,14 @@ func fakeNode(i, maxPods int) *corev1.Node {
 			Annotations: map[string]string{kwokManageAnnotationKey: kwokManageAnnotationValue},
 		},
 		Spec: corev1.NodeSpec{
-			PodCIDR:  NodePodCIDR(i),
-			PodCIDRs: []string{NodePodCIDR(i)},
+			PodCIDR:  NodePodCIDR(slot),
+			PodCIDRs: []string{NodePodCIDR(slot)},
 		},
 		Status: corev1.NodeStatus{
 			Capacity:    capacity,
 			Allocatable: capacity,
 			Addresses: []corev1.NodeAddress{
-				{Type: corev1.NodeInternalIP, Address: NodeIP(i)},
+				{Type: corev1.NodeInternalIP, Address: NodeIP(slot)},
 				{Type: corev1.NodeHostName, Address: name},
 			},
 			NodeInfo: corev1.NodeSystemInfo{
@@ -102,9 +104,9 @@ func fakeNode(i, maxPods int) *corev1.Node {
 	}
 }
 
-func createNodes(ctx context.Context, client kubernetes.Interface, n, maxPods int) error {
+func createNodes(ctx context.Context, client kubernetes.Interface, n, maxPods int, ranges *rangeLease) error {
 	for i := range n {
-		_, err := client.CoreV1().Nodes().Create(ctx, fakeNode(i, maxPods), metav1.CreateOptions{})
+		_, err := client.CoreV1().Nodes().Create(ctx, fakeNode(i, ranges.slot(i), maxPods), metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("create node %s: %w", NodeName(i), err)
 		}

@@ -45,7 +45,7 @@ func TestNodeAddressingIsLoopback(t *testing.T) {
 }
 
 func TestFakeNodeIsManagedByKwokAndSized(t *testing.T) {
-	node := fakeNode(2, 200)
+	node := fakeNode(2, 2, 200)
 	require.Equal(t, "kwok-node-2", node.Name)
 	require.Equal(t, kwokManageAnnotationValue, node.Annotations[kwokManageAnnotationKey])
 	require.Equal(t, "127.3.0.0/16", node.Spec.PodCIDR)
@@ -54,6 +54,32 @@ func TestFakeNodeIsManagedByKwokAndSized(t *testing.T) {
 	require.Empty(t, node.Spec.Taints, "members must schedule without tolerations")
 	require.Contains(t, kwokArgs(layout{root: "/w"}, "/w/s.yaml"),
 		"--manage-nodes-with-annotation-selector="+kwokManageAnnotationKey+"="+kwokManageAnnotationValue)
+}
+
+// Two beds on one machine never share a node address range, and a bed's
+// ranges are free again once it is down.
+func TestConcurrentBedsLeaseDisjointRanges(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	first, err := leaseRanges(3)
+	require.NoError(t, err)
+	second, err := leaseRanges(2)
+	require.NoError(t, err)
+	require.Equal(t, 0, first.slot(0))
+	require.Equal(t, 3, second.slot(0), "the second bed starts after the first one's slots")
+	node := fakeNode(0, second.slot(0), 10)
+	require.Equal(t, "kwok-node-0", node.Name)
+	require.Equal(t, "127.4.0.0/16", node.Spec.PodCIDR)
+
+	first.release()
+	third, err := leaseRanges(3)
+	require.NoError(t, err)
+	require.Equal(t, 0, third.slot(0), "released slots are reused")
+	second.release()
+	third.release()
+
+	none, err := leaseRanges(0)
+	require.NoError(t, err)
+	none.release()
 }
 
 // The embedded stages must parse as kwok Stage objects covering Nodes and
