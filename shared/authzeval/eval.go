@@ -4,11 +4,15 @@
 // ALLOW policy the request is allowed; otherwise an ALLOW must match). It
 // understands the L4 subset the operators write: principals, namespaces
 // (and their not- forms) and destination ports, with Istio's prefix/suffix
-// "*" wildcards. Tests use it to show what a policy set admits.
+// "*" wildcards, and matchLabels workload selectors. Tests of both
+// operators use it to show what a policy set admits; it lives in shared so
+// the end-to-end specs can judge the live policies of both operators
+// together.
 package authzeval
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -136,17 +140,24 @@ func in(patterns []string, v string, ifEmpty bool) bool {
 	return false
 }
 
-// FromUnstructured reads an AuthorizationPolicy object (only the L4 fields
-// above; a rule using anything else is kept but, being L7, is not
-// modelled). Selects is true when the policy has no selector.
-func FromUnstructured(u *unstructured.Unstructured) Policy {
+// FromUnstructured reads an AuthorizationPolicy object for a workload with
+// podLabels (only the L4 fields above; a rule using anything else is kept
+// but, being L7, is not modelled). Selects is true when the policy has no
+// selector or its matchLabels are all among podLabels.
+func FromUnstructured(u *unstructured.Unstructured, podLabels map[string]string) Policy {
 	spec, _ := u.Object["spec"].(map[string]any)
 	p := Policy{Action: "ALLOW"}
 	if a, ok := spec["action"].(string); ok && a != "" {
 		p.Action = a
 	}
-	_, hasSelector := spec["selector"]
-	p.Selects = !hasSelector
+	p.Selects = true
+	selector, _ := spec["selector"].(map[string]any)
+	matchLabels, _ := selector["matchLabels"].(map[string]any)
+	for k, v := range matchLabels {
+		if s, _ := v.(string); podLabels[k] != s {
+			p.Selects = false
+		}
+	}
 	rules, _ := spec["rules"].([]any)
 	for _, r := range rules {
 		rm, _ := r.(map[string]any)
@@ -161,11 +172,9 @@ func FromUnstructured(u *unstructured.Unstructured) Policy {
 		for _, t := range tos {
 			op, _ := t.(map[string]any)["operation"].(map[string]any)
 			for _, port := range strs(op["ports"]) {
-				n := 0
-				for _, c := range port {
-					n = n*10 + int(c-'0')
+				if n, err := strconv.Atoi(port); err == nil {
+					rule.To = append(rule.To, n)
 				}
-				rule.To = append(rule.To, n)
 			}
 		}
 		p.Rules = append(p.Rules, rule)
@@ -175,7 +184,7 @@ func FromUnstructured(u *unstructured.Unstructured) Policy {
 
 func strs(v any) []string {
 	l, _ := v.([]any)
-	out := make([]string, 0, len(l))
+	var out []string
 	for _, e := range l {
 		if s, ok := e.(string); ok {
 			out = append(out, s)

@@ -1,0 +1,52 @@
+package authzeval
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+const appSA = "cluster.local/ns/team-a/sa/app"
+
+func TestWildcards(t *testing.T) {
+	assert.True(t, in([]string{"cluster.local/ns/team-a/*"}, appSA, true))
+	assert.True(t, in([]string{"*/sa/app"}, appSA, true))
+	assert.False(t, in([]string{"*"}, "", true), "* is any authenticated identity, never plaintext")
+	assert.True(t, in(nil, "", true))
+}
+
+func TestPlaintextMatchesOnlyNotPrincipalsWildcard(t *testing.T) {
+	denyPlaintext := Policy{Action: "DENY", Selects: true, Rules: []Rule{{From: []Source{{NotPrincipals: []string{"*"}}}}}}
+	assert.False(t, Evaluate("PERMISSIVE", []Policy{denyPlaintext}, Request{Port: 8080}).Allowed)
+	assert.True(t, Evaluate("PERMISSIVE", []Policy{denyPlaintext}, Request{MTLS: true, Principal: appSA, Namespace: "team-a", Port: 8080}).Allowed)
+}
+
+func TestAllowNothing(t *testing.T) {
+	nothing := Policy{Action: "ALLOW", Selects: true}
+	d := Evaluate("STRICT", []Policy{nothing}, Request{MTLS: true, Principal: appSA, Namespace: "team-a", Port: 8080})
+	assert.False(t, d.Allowed, "an ALLOW without rules admits nothing")
+	assert.Equal(t, "no ALLOW policy matched", d.Why)
+}
+
+func TestFromUnstructuredSelectorAndPorts(t *testing.T) {
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{
+		"selector": map[string]any{"matchLabels": map[string]any{"app": "vault"}},
+		"rules": []any{map[string]any{
+			"from": []any{map[string]any{"source": map[string]any{"principals": []any{appSA}}}},
+			"to":   []any{map[string]any{"operation": map[string]any{"ports": []any{"8081", "8080"}}}},
+		}},
+	}}}
+	p := FromUnstructured(u, map[string]string{"app": "vault", "tier": "db"})
+	assert.True(t, p.Selects)
+	assert.Equal(t, "ALLOW", p.Action)
+	assert.Equal(t, []Rule{{From: []Source{{Principals: []string{appSA}}}, To: []int{8081, 8080}}}, p.Rules)
+	assert.False(t, FromUnstructured(u, map[string]string{"app": "other"}).Selects)
+	assert.False(t, FromUnstructured(u, nil).Selects)
+
+	u.Object["spec"].(map[string]any)["action"] = "DENY"
+	delete(u.Object["spec"].(map[string]any), "selector")
+	p = FromUnstructured(u, nil)
+	assert.True(t, p.Selects, "a policy without selector applies to every workload of its namespace")
+	assert.Equal(t, "DENY", p.Action)
+}
