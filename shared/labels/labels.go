@@ -124,4 +124,7 @@ const (
 	SailRelease = MeshGroup + "/sail-release"
 	// SailCRDs lists the CRDs that install created (and so may remove).
 	SailCRDs = MeshGroup + "/sail-crds"
+	// SailHolderServiceMesh is the mesh operator's data key in that record;
+	// other tools sharing the Sail Operator add keys of their own.
+	SailHolderServiceMesh = "servicemesh." + MeshGroup
 )

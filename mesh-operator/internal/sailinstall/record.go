@@ -39,7 +39,7 @@ const (
 	AnnotationRelease = labels.SailRelease
 	AnnotationCRDs    = labels.SailCRDs
 	// HolderKey is the mesh operator's key in the record.
-	HolderKey = "servicemesh.core.navique.com"
+	HolderKey = labels.SailHolderServiceMesh
 )
 
 // Record is the holders record as read.
