@@ -347,6 +347,32 @@ func TestNetworkPolicyConnectivityIstiod(t *testing.T) {
 	})
 }
 
+// TestNetworkPolicyConnectivityAmbient: in an ambient mesh ztunnel carries
+// traffic between meshed Pods to port 15008 of the destination, so the CNI
+// judges the source's egress and the destination's ingress on 15008. Exactly
+// the sources admitted on 8080 or 8081 may use it; the fleet's
+// AuthorizationPolicy then restricts the inner port.
+func TestNetworkPolicyConnectivityAmbient(t *testing.T) {
+	p := network.Params{OperatorNamespace: operatorNS, OperatorPodLabels: operatorLabels, HBONE: true}
+	policies := []*networkingv1.NetworkPolicy{
+		mustPolicy(t, newFleet(myFleet, fleetNS, "uid-my-fleet"), p),
+		mustPolicy(t, newFleet(otherFleet, fleetNS, "uid-other-fleet"), p),
+	}
+	evaluate(t, policies, []flow{
+		tcp(member1, member0, 15008, allow, "peer RPC over HBONE: member1's egress and member0's ingress"),
+		tcp(member0, member1, 15008, allow, "and the other way round"),
+		tcp(client, member0, 15008, allow, "a labelled client over HBONE"),
+		tcp(operator, member0, 15008, allow, "the operator's /state reads over HBONE"),
+		tcp(member0, otherMember, 15008, deny, "another fleet's members, not even over HBONE"),
+		tcp(otherMember, member0, 15008, deny, "another fleet's member is neither peer nor client"),
+		tcp(unlabelled, member0, 15008, deny, "HBONE does not widen the sources"),
+		tcp(remoteClient, member0, 15008, deny, "no cross-namespace client"),
+		tcp(operatorNSOther, member0, 15008, deny, "only the operator's Pods of its namespace"),
+		tcp(member0, member1, 8081, allow, "plain peer RPC while members are not captured yet"),
+		tcp(member0, member1, 15009, deny, "only the HBONE port is added"),
+	})
+}
+
 // TestNetworkPolicyConnectivityRouting adds spec.routing's FLEET-routing
 // policy to the fleet policy: only the routing source Pods gain the
 // application port, and nothing new reaches the peer port.

@@ -105,6 +105,15 @@ func TestGoldenNetworkPolicy(t *testing.T) {
 		}
 		golden.AssertYAML(t, "network-policy-meshed", np)
 	})
+	t.Run("ambient", func(t *testing.T) {
+		p := chartParams
+		p.HBONE = true
+		np, err := network.NetworkPolicy(goldenFleets()["my-fleet"], p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		golden.AssertYAML(t, "network-policy-ambient", np)
+	})
 	t.Run("operator-two-labels", func(t *testing.T) {
 		np, err := network.NetworkPolicy(goldenFleets()["my-fleet"], twoLabels)
 		if err != nil {

@@ -67,6 +67,11 @@ const (
 //   - ingress TCP 8081 from the fleet's own members, and from Pods with the
 //     operator's labels in the operator namespace (one peer: both must match);
 //   - egress TCP 8081 to the fleet's own members;
+//   - with Params.HBONE (ambient), TCP 15008 beside 8080 and 8081 in each
+//     ingress rule and beside 8081 in the peer egress rule: ztunnel carries
+//     meshed traffic in both directions over HBONE, and the CNI sees port
+//     15008 on the source Pod's egress as much as on the destination's
+//     ingress;
 //   - egress UDP and TCP 53 to cluster DNS (see DNSNamespace);
 //   - egress TCP 443 to any IPv4 or IPv6 address, for S3 and STS;
 //   - egress TCP 80 to the EKS Pod Identity Agent addresses only.
@@ -138,6 +143,9 @@ func NetworkPolicy(fleet *v1alpha1.CelldFleet, p Params) (*networkingv1.NetworkP
 			Ports: tcpPorts(PodIdentityAgentPort),
 			To:    ipBlocks(PodIdentityAgentCIDRv4, PodIdentityAgentCIDRv6),
 		},
+	}
+	if p.HBONE {
+		egress[0].Ports = append(egress[0].Ports, port(corev1.ProtocolTCP, HBONEPort))
 	}
 	if p.IstiodNamespace != "" {
 		egress = append(egress, networkingv1.NetworkPolicyEgressRule{
