@@ -22,8 +22,11 @@ import (
 
 // Names and kinds of the per-namespace policies.
 const (
-	PeerAuthenticationName  = "mesh-mtls"
-	IsolationPolicyName     = "mesh-isolation"
+	PeerAuthenticationName = "mesh-mtls"
+	IsolationPolicyName    = "mesh-isolation"
+	// BaselinePolicyName is isolation strict's namespace-wide allow-nothing
+	// AuthorizationPolicy.
+	BaselinePolicyName      = "mesh-baseline"
 	KindPeerAuthentication  = "PeerAuthentication"
 	KindAuthorizationPolicy = "AuthorizationPolicy"
 	// ManagedBy is the app.kubernetes.io/managed-by value on the policies.
@@ -239,8 +242,7 @@ func AllowedSources(namespace string, controlPlane []string, edges []string) []s
 // never matched (that is the PeerAuthentication's business), and no ALLOW is
 // added, so a workload's own ALLOW policies stay exactly as narrow as they
 // are. Only L4 attributes are used, which ztunnel enforces without
-// waypoints. Isolation strict uses the same L4 baseline: per-service L7
-// rules need waypoints and are not implemented.
+// waypoints. Isolation strict uses the same DENY and adds BaselinePolicy.
 func IsolationPolicy(namespace string, isolation v1alpha1.Isolation, allowed []string, owner metav1.OwnerReference) *unstructured.Unstructured {
 	if isolation == v1alpha1.IsolationOff {
 		return nil
@@ -258,6 +260,42 @@ func IsolationPolicy(namespace string, isolation v1alpha1.Isolation, allowed []s
 			}}},
 		}},
 	})
+}
+
+// BaselinePolicy is isolation strict's namespace-wide "allow-nothing"
+// AuthorizationPolicy (action ALLOW without rules), or nil. Because an ALLOW
+// policy now selects every workload of the namespace, a request is admitted
+// only when some ALLOW policy of the workload's own matches it: per-service
+// least privilege at L4. Declared edges are deliberately not turned into a
+// namespace-wide ALLOW rule here, which would widen every workload's own
+// ALLOW; they only let a cross-namespace source past the isolation DENY, so
+// the workload's own ALLOW still has to admit it.
+//
+// An ALLOW that matches nothing also drops plaintext, so the baseline exists
+// only while the namespace's mTLS mode in force (mtlsInForce, a contract
+// value) is STRICT: while PERMISSIVE (awaiting the cutover, a maintenance
+// window, mtls.mode permissive) un-meshed clients keep working.
+func BaselinePolicy(namespace string, isolation v1alpha1.Isolation, mtlsInForce string, owner metav1.OwnerReference) *unstructured.Unstructured {
+	if isolation != v1alpha1.IsolationStrict || mtlsInForce != contract.MTLSStrict {
+		return nil
+	}
+	return policy(KindAuthorizationPolicy, namespace, BaselinePolicyName, owner, map[string]any{"action": "ALLOW"})
+}
+
+// PolicySet is the whole per-namespace policy set for a mode in force:
+// PeerAuthentication, then the isolation DENY and the strict baseline when
+// they exist, in the order they are applied.
+func PolicySet(namespace string, isolation v1alpha1.Isolation, mode, strictReady string, allowed []string, owner metav1.OwnerReference) []*unstructured.Unstructured {
+	out := []*unstructured.Unstructured{PeerAuthentication(namespace, mode, strictReady, owner)}
+	for _, u := range []*unstructured.Unstructured{
+		IsolationPolicy(namespace, isolation, allowed, owner),
+		BaselinePolicy(namespace, isolation, mode, owner),
+	} {
+		if u != nil {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // Paused reports whether a managed object carries the reconcile-paused

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -18,32 +19,43 @@ import (
 
 var testMesh = &v1alpha1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: "cluster", UID: types.UID("0000-mesh")}}
 
-// TestPolicySetGolden pins the whole per-namespace set for each data plane
-// and isolation level: the namespace's labels, the PeerAuthentication at
-// each mode and the isolation policy.
+// TestPolicySetGolden pins the whole per-namespace set for each data plane,
+// isolation level and mTLS mode in force: the namespace's labels (data plane
+// and state), the PeerAuthentication, the isolation DENY and, for strict
+// while STRICT only, the allow-nothing baseline.
 func TestPolicySetGolden(t *testing.T) {
 	owner := Owner(testMesh)
 	for _, dp := range []v1alpha1.DataPlane{v1alpha1.DataPlaneAmbient, v1alpha1.DataPlaneSidecar} {
 		for _, iso := range []v1alpha1.Isolation{v1alpha1.IsolationOff, v1alpha1.IsolationNamespace, v1alpha1.IsolationStrict} {
-			t.Run(fmt.Sprintf("%s-%s", dp, iso), func(t *testing.T) {
-				nsLabels := DataPlaneLabels(dp, "default")
-				state, err := contract.Enrollment{DataPlane: contract.DataPlane(dp), MTLS: contract.MTLSStrict, Isolation: string(iso), ControlPlane: "istio-system"}.StateLabels()
-				assert.NoError(t, err)
-				for k, v := range state {
-					nsLabels[k] = v
-				}
-				objs := []any{
-					map[string]any{"namespaceLabels": nsLabels},
-					PeerAuthentication("team-a", contract.MTLSPermissive, "", owner),
-					PeerAuthentication("team-a", contract.MTLSStrict, "2026-01-02T03:04:05Z", owner),
-				}
-				if ap := IsolationPolicy("team-a", iso, AllowedSources("team-a", []string{"istio-system"}, []string{"fleet-system", "ingress"}), owner); ap != nil {
-					objs = append(objs, ap)
-				}
-				golden.AssertYAML(t, fmt.Sprintf("policies-%s-%s", dp, iso), objs...)
-			})
+			for _, mode := range []string{contract.MTLSStrict, contract.MTLSPermissive} {
+				t.Run(fmt.Sprintf("%s-%s-%s", dp, iso, mode), func(t *testing.T) {
+					nsLabels := DataPlaneLabels(dp, "default")
+					state, err := contract.Enrollment{DataPlane: contract.DataPlane(dp), MTLS: mode, Isolation: string(iso), ControlPlane: "istio-system"}.StateLabels()
+					assert.NoError(t, err)
+					for k, v := range state {
+						nsLabels[k] = v
+					}
+					strictReady := ""
+					if mode == contract.MTLSStrict {
+						strictReady = "2026-01-02T03:04:05Z"
+					}
+					objs := []any{map[string]any{"namespaceLabels": nsLabels}}
+					set := PolicySet("team-a", iso, mode, strictReady, AllowedSources("team-a", []string{"istio-system"}, []string{"fleet-system", "ingress"}), owner)
+					for _, u := range set {
+						objs = append(objs, u)
+					}
+					wantLen := map[v1alpha1.Isolation]int{v1alpha1.IsolationOff: 1, v1alpha1.IsolationNamespace: 2, v1alpha1.IsolationStrict: 2}[iso]
+					if iso == v1alpha1.IsolationStrict && mode == contract.MTLSStrict {
+						wantLen = 3
+					}
+					assert.Len(t, set, wantLen, "the baseline exists only for strict while STRICT")
+					golden.AssertYAML(t, fmt.Sprintf("policies-%s-%s-%s", dp, iso, mode), objs...)
+				})
+			}
 		}
 	}
+	// A named revision selects its control plane with istio.io/rev.
+	golden.AssertYAML(t, "namespace-labels-sidecar-revision", map[string]any{"namespaceLabels": DataPlaneLabels(v1alpha1.DataPlaneSidecar, "canary")})
 }
 
 func TestDecide(t *testing.T) {
@@ -127,6 +139,24 @@ func TestMTLSMode(t *testing.T) {
 	assert.Equal(t, time.Minute, left)
 	open, _ = Window(v1alpha1.MTLS{MaintenanceUntil: &until}, until.Time)
 	assert.False(t, open, "the window closes at the deadline")
+}
+
+func TestBaselinePolicy(t *testing.T) {
+	owner := Owner(testMesh)
+	for _, iso := range []v1alpha1.Isolation{v1alpha1.IsolationOff, v1alpha1.IsolationNamespace} {
+		for _, mode := range []string{contract.MTLSStrict, contract.MTLSPermissive} {
+			assert.Nil(t, BaselinePolicy("a", iso, mode, owner), "%s %s", iso, mode)
+		}
+	}
+	assert.Nil(t, BaselinePolicy("a", v1alpha1.IsolationStrict, contract.MTLSPermissive, owner), "never while PERMISSIVE: it would drop plaintext")
+	assert.Nil(t, BaselinePolicy("a", v1alpha1.IsolationStrict, "", owner), "an unknown mode is not STRICT")
+	b := BaselinePolicy("a", v1alpha1.IsolationStrict, contract.MTLSStrict, owner)
+	require.NotNil(t, b)
+	assert.Equal(t, BaselinePolicyName, b.GetName())
+	assert.Equal(t, "a", b.GetNamespace())
+	assert.Equal(t, map[string]any{"action": "ALLOW"}, b.Object["spec"], "an ALLOW without rules or selector: admits nothing, namespace-wide")
+	assert.Equal(t, []metav1.OwnerReference{owner}, b.GetOwnerReferences())
+	assert.Equal(t, ManagedBy, b.GetLabels()[labels.ManagedBy])
 }
 
 func TestIsolationPolicyShape(t *testing.T) {
