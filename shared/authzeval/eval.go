@@ -150,14 +150,8 @@ func FromUnstructured(u *unstructured.Unstructured, podLabels map[string]string)
 	if a, ok := spec["action"].(string); ok && a != "" {
 		p.Action = a
 	}
-	p.Selects = true
-	selector, _ := spec["selector"].(map[string]any)
-	matchLabels, _ := selector["matchLabels"].(map[string]any)
-	for k, v := range matchLabels {
-		if s, _ := v.(string); podLabels[k] != s {
-			p.Selects = false
-		}
-	}
+	matchLabels, _, _ := unstructured.NestedStringMap(u.Object, "spec", "selector", "matchLabels")
+	p.Selects = subset(matchLabels, podLabels)
 	rules, _ := spec["rules"].([]any)
 	for _, r := range rules {
 		rm, _ := r.(map[string]any)
@@ -191,4 +185,45 @@ func strs(v any) []string {
 		}
 	}
 	return out
+}
+
+// MTLSMode is the mTLS mode ("STRICT", "PERMISSIVE" or "DISABLE") a workload
+// with podLabels enforces on port, from the PeerAuthentications of its
+// namespace: a workload-selector policy's portLevelMtls for the port wins
+// over its mtls.mode, which wins over the namespace-wide policy's mode; UNSET
+// or absent inherits, and with nothing set Istio's default is PERMISSIVE
+// (the mesh-wide root-namespace policy is not modelled).
+func MTLSMode(peerAuthentications []unstructured.Unstructured, podLabels map[string]string, port int) string {
+	mode := "PERMISSIVE"
+	set := func(m string) {
+		if m != "" && m != "UNSET" {
+			mode = m
+		}
+	}
+	for _, pa := range peerAuthentications {
+		if _, hasSelector := pa.Object["spec"].(map[string]any)["selector"]; !hasSelector {
+			m, _, _ := unstructured.NestedString(pa.Object, "spec", "mtls", "mode")
+			set(m)
+		}
+	}
+	for _, pa := range peerAuthentications {
+		matchLabels, found, _ := unstructured.NestedStringMap(pa.Object, "spec", "selector", "matchLabels")
+		if !found || !subset(matchLabels, podLabels) {
+			continue
+		}
+		m, _, _ := unstructured.NestedString(pa.Object, "spec", "mtls", "mode")
+		set(m)
+		m, _, _ = unstructured.NestedString(pa.Object, "spec", "portLevelMtls", strconv.Itoa(port), "mode")
+		set(m)
+	}
+	return mode
+}
+
+func subset(want, have map[string]string) bool {
+	for k, v := range want {
+		if have[k] != v {
+			return false
+		}
+	}
+	return true
 }

@@ -50,3 +50,40 @@ func TestFromUnstructuredSelectorAndPorts(t *testing.T) {
 	assert.True(t, p.Selects, "a policy without selector applies to every workload of its namespace")
 	assert.Equal(t, "DENY", p.Action)
 }
+
+func peerAuthentication(selector map[string]any, mode string, portLevel map[string]any) unstructured.Unstructured {
+	spec := map[string]any{}
+	if selector != nil {
+		spec["selector"] = map[string]any{"matchLabels": selector}
+	}
+	if mode != "" {
+		spec["mtls"] = map[string]any{"mode": mode}
+	}
+	if portLevel != nil {
+		spec["portLevelMtls"] = portLevel
+	}
+	return unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+}
+
+func TestMTLSModeResolution(t *testing.T) {
+	vault := map[string]string{"app": "vault"}
+	namespaceStrict := peerAuthentication(nil, "STRICT", nil)
+	peerPortPermissive := peerAuthentication(map[string]any{"app": "vault"}, "", map[string]any{"8081": map[string]any{"mode": "PERMISSIVE"}})
+	for _, tc := range []struct {
+		name string
+		pas  []unstructured.Unstructured
+		pod  map[string]string
+		port int
+		want string
+	}{
+		{"nothing set: Istio's default", nil, vault, 8080, "PERMISSIVE"},
+		{"namespace-wide", []unstructured.Unstructured{namespaceStrict}, vault, 8080, "STRICT"},
+		{"port-level override on its port", []unstructured.Unstructured{namespaceStrict, peerPortPermissive}, vault, 8081, "PERMISSIVE"},
+		{"port-level override, other port inherits", []unstructured.Unstructured{peerPortPermissive, namespaceStrict}, vault, 8080, "STRICT"},
+		{"selector does not match", []unstructured.Unstructured{namespaceStrict, peerPortPermissive}, map[string]string{"app": "web"}, 8081, "STRICT"},
+		{"UNSET inherits", []unstructured.Unstructured{namespaceStrict, peerAuthentication(map[string]any{"app": "vault"}, "UNSET", nil)}, vault, 8080, "STRICT"},
+		{"workload mode wins", []unstructured.Unstructured{namespaceStrict, peerAuthentication(map[string]any{"app": "vault"}, "PERMISSIVE", nil)}, vault, 8080, "PERMISSIVE"},
+	} {
+		assert.Equal(t, tc.want, MTLSMode(tc.pas, tc.pod, tc.port), tc.name)
+	}
+}
