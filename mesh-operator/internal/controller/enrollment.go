@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -23,6 +24,7 @@ import (
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/enroll"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/sail"
+	"github.com/ericdev/fleetmesh/shared/apply"
 	"github.com/ericdev/fleetmesh/shared/contract"
 	"github.com/ericdev/fleetmesh/shared/labels"
 )
@@ -43,9 +45,22 @@ func cutoverSignal(dp v1alpha1.DataPlane) string {
 	return "an " + enroll.ProxyContainer + " sidecar"
 }
 
+func baselineWhy(iso v1alpha1.Isolation) string {
+	if iso != v1alpha1.IsolationStrict {
+		return "isolation is " + string(iso)
+	}
+	return "an allow-nothing ALLOW would drop plaintext"
+}
+
 // ConditionMaintenanceWindow is True while spec.mtls.maintenanceUntil holds
 // enrolled namespaces at PERMISSIVE.
 const ConditionMaintenanceWindow = "MaintenanceWindow"
+
+// ConditionStrictIsolation exists only while spec.isolation is strict: True
+// when every enrolled namespace has its allow-nothing baseline in force,
+// False while some are at PERMISSIVE mTLS and the baseline is withheld there
+// (it would drop plaintext).
+const ConditionStrictIsolation = "StrictIsolation"
 
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=list
@@ -149,8 +164,11 @@ func (r *ServiceMeshReconciler) applyNamespaceLabels(ctx context.Context, ns *co
 	return nil
 }
 
+// policyKey names a managed policy within its namespace: Kind/name.
+func policyKey(kind, name string) string { return kind + "/" + name }
+
 // managedPolicies lists the policies the operator owns, by namespace and
-// kind. A cluster without the Istio security API has none.
+// policyKey. A cluster without the Istio security API has none.
 func (r *ServiceMeshReconciler) managedPolicies(ctx context.Context, mesh *v1alpha1.ServiceMesh) (map[string]map[string]*unstructured.Unstructured, error) {
 	out := map[string]map[string]*unstructured.Unstructured{}
 	for _, kind := range []string{enroll.KindPeerAuthentication, enroll.KindAuthorizationPolicy} {
@@ -171,7 +189,7 @@ func (r *ServiceMeshReconciler) managedPolicies(ctx context.Context, mesh *v1alp
 			if out[u.GetNamespace()] == nil {
 				out[u.GetNamespace()] = map[string]*unstructured.Unstructured{}
 			}
-			out[u.GetNamespace()][kind] = u
+			out[u.GetNamespace()][policyKey(kind, u.GetName())] = u
 		}
 	}
 	return out, nil
@@ -183,6 +201,9 @@ type nsResult struct {
 	pending bool   // still waiting for the STRICT cutover signal
 	blocker string // the first Pod that holds the cutover back
 	paused  []string
+	// baselineWithheld: isolation strict, but the mode in force is
+	// PERMISSIVE, so the allow-nothing baseline is absent.
+	baselineWithheld bool
 }
 
 // reconcileEnrollment enrolls the namespaces asked for and releases the
@@ -220,7 +241,7 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 		return 0, err
 	}
 	protected := r.protectedNamespaces(cp)
-	var enrolled, permissive, paused []string
+	var enrolled, permissive, paused, withheld []string
 	var errs []error
 	pending := false
 	var waiting []string
@@ -265,6 +286,9 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 		if res.mode.Mode == contract.MTLSPermissive {
 			permissive = append(permissive, ns.Name)
 		}
+		if res.baselineWithheld {
+			withheld = append(withheld, fmt.Sprintf("%s (%s)", ns.Name, res.mode.Reason))
+		}
 		pending = pending || res.pending
 		if res.pending {
 			waiting = append(waiting, fmt.Sprintf("%s (Pod %s)", ns.Name, res.blocker))
@@ -293,6 +317,23 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 			cutoverSignal(mesh.Spec.DataPlane), strings.Join(waiting, ", ")))
 	default:
 		st.set(ConditionMTLSCutover, metav1.ConditionTrue, "CutOver", "Every enrolled namespace has passed the PERMISSIVE→STRICT cutover.")
+	}
+
+	sort.Strings(withheld)
+	switch {
+	case mesh.Spec.Isolation != v1alpha1.IsolationStrict:
+		meta.RemoveStatusCondition(&st.next.Conditions, ConditionStrictIsolation)
+	case len(withheld) > 0:
+		if len(withheld) > 5 {
+			withheld = append(withheld[:5], fmt.Sprintf("and %d more", len(withheld)-5))
+		}
+		st.set(ConditionStrictIsolation, metav1.ConditionFalse, "BaselineWithheld", fmt.Sprintf(
+			"The allow-nothing baseline %s exists only at STRICT mTLS (it would drop plaintext); these namespaces are at PERMISSIVE and have namespace isolation only: %s.",
+			enroll.BaselinePolicyName, strings.Join(withheld, ", ")))
+	default:
+		st.set(ConditionStrictIsolation, metav1.ConditionTrue, "BaselineInForce", fmt.Sprintf(
+			"Every enrolled namespace is STRICT with the allow-nothing baseline %s: a workload admits only what its own ALLOW policies admit.",
+			enroll.BaselinePolicyName))
 	}
 
 	var wait time.Duration
@@ -349,7 +390,8 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 
 	// Step 2: mTLS, PERMISSIVE until the workloads show they can take STRICT.
 	owner := enroll.Owner(mesh)
-	pa := live[enroll.KindPeerAuthentication]
+	pa := live[policyKey(enroll.KindPeerAuthentication, enroll.PeerAuthenticationName)]
+	baseline := live[policyKey(enroll.KindAuthorizationPolicy, enroll.BaselinePolicyName)]
 	strictReady := ""
 	if pa != nil {
 		strictReady = pa.GetAnnotations()[labels.MeshStrictReady]
@@ -368,18 +410,42 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 	res.mode = enroll.MTLSMode(mesh.Spec.MTLS, now, strictReady != "")
 	res.pending = strictReady == "" && mesh.Spec.MTLS.Mode != v1alpha1.MTLSPermissive
 	mtlsInForce := res.mode.Mode
-	if pa != nil && enroll.Paused(pa) {
+	paPaused := pa != nil && enroll.Paused(pa)
+	if paPaused {
 		res.paused = append(res.paused, fmt.Sprintf("%s/%s/%s", enroll.KindPeerAuthentication, ns.Name, pa.GetName()))
 		mtlsInForce = enroll.ModeOf(pa)
 		res.mode.Mode = mtlsInForce
-	} else if _, err := r.applier().Apply(ctx, enroll.PeerAuthentication(ns.Name, res.mode.Mode, strictReady, owner), mesh); err != nil {
-		return res, err
+	}
+	// The strict baseline exists only while the mode in force is STRICT:
+	// it goes before the PeerAuthentication turns PERMISSIVE and comes
+	// after it is STRICT, so it never drops plaintext that PERMISSIVE is
+	// meant to let through.
+	wantBaseline := enroll.BaselinePolicy(ns.Name, mesh.Spec.Isolation, mtlsInForce, owner)
+	res.baselineWithheld = mesh.Spec.Isolation == v1alpha1.IsolationStrict && wantBaseline == nil
+	baselinePaused := baseline != nil && enroll.Paused(baseline)
+	if baselinePaused {
+		res.paused = append(res.paused, fmt.Sprintf("%s/%s/%s", enroll.KindAuthorizationPolicy, ns.Name, baseline.GetName()))
+	} else if wantBaseline == nil && baseline != nil {
+		deleted, err := r.applier().Delete(ctx, baseline, mesh)
+		if err != nil {
+			return res, err
+		}
+		if deleted {
+			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "BaselineWithdrawn", "Reconcile",
+				"Removed AuthorizationPolicy %s/%s: %s (%s mTLS in force, %s).", ns.Name, enroll.BaselinePolicyName,
+				baselineWhy(mesh.Spec.Isolation), strings.ToUpper(mtlsInForce), res.mode.Reason)
+		}
+	}
+	if !paPaused {
+		if _, err := r.applyPolicy(ctx, mesh, pa, enroll.PeerAuthentication(ns.Name, res.mode.Mode, strictReady, owner)); err != nil {
+			return res, err
+		}
 	}
 
 	// Step 3: isolation, admitting the edges workload operators declared.
 	state, _ := contract.Parse(ns.Labels)
 	allowed := enroll.AllowedSources(ns.Name, []string{cp.Namespace}, state.Edges)
-	ap := live[enroll.KindAuthorizationPolicy]
+	ap := live[policyKey(enroll.KindAuthorizationPolicy, enroll.IsolationPolicyName)]
 	desired := enroll.IsolationPolicy(ns.Name, mesh.Spec.Isolation, allowed, owner)
 	switch {
 	case ap != nil && enroll.Paused(ap):
@@ -389,8 +455,21 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 			return res, err
 		}
 	case desired != nil:
-		if _, err := r.applier().Apply(ctx, desired, mesh); err != nil {
+		if _, err := r.applyPolicy(ctx, mesh, ap, desired); err != nil {
 			return res, err
+		}
+	}
+
+	// Step 3b: isolation strict's baseline, once STRICT is in force.
+	if wantBaseline != nil && !baselinePaused {
+		result, err := r.applyPolicy(ctx, mesh, baseline, wantBaseline)
+		if err != nil {
+			return res, err
+		}
+		if result == apply.Created {
+			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "BaselineApplied", "Reconcile",
+				"Applied the allow-nothing AuthorizationPolicy %s/%s (isolation strict, STRICT mTLS in force): workloads admit only what their own ALLOW policies admit.",
+				ns.Name, enroll.BaselinePolicyName)
 		}
 	}
 
@@ -403,6 +482,35 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 	step2 := maps.Clone(base)
 	maps.Copy(step2, sl)
 	return res, r.applyNamespaceLabels(ctx, ns, step2)
+}
+
+// applyPolicy applies a managed policy. Server-side apply alone would keep
+// a field someone added by hand (it belongs to their field manager): a rule
+// added to the allow-nothing baseline, or a selector that narrows a
+// namespace-wide policy, would silently widen what is admitted. So a live
+// policy of ours whose spec differs from the desired one in any way first
+// gets the desired spec back whole (a JSON patch replacing spec, guarded by
+// its resourceVersion), then the apply runs as usual.
+func (r *ServiceMeshReconciler) applyPolicy(ctx context.Context, mesh *v1alpha1.ServiceMesh, live, desired *unstructured.Unstructured) (apply.Result, error) {
+	if live != nil && controlledBy(live, mesh) && !enroll.Paused(live) && !sameJSON(live.Object["spec"], desired.Object["spec"]) {
+		patch, err := json.Marshal([]map[string]any{
+			{"op": "test", "path": "/metadata/resourceVersion", "value": live.GetResourceVersion()},
+			{"op": "replace", "path": "/spec", "value": desired.Object["spec"]},
+		})
+		if err != nil {
+			return "", err
+		}
+		if err := r.Client.Patch(ctx, live.DeepCopy(), client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(FieldManager)); err != nil {
+			return "", fmt.Errorf("restoring the spec of %s %s/%s: %w", live.GetKind(), live.GetNamespace(), live.GetName(), err)
+		}
+	}
+	return r.applier().Apply(ctx, desired, mesh)
+}
+
+func sameJSON(a, b any) bool {
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	return errA == nil && errB == nil && string(ja) == string(jb)
 }
 
 // leaveNamespace undoes an enrollment in the reverse order: the state
@@ -422,8 +530,22 @@ func (r *ServiceMeshReconciler) leaveNamespace(ctx context.Context, mesh *v1alph
 			return err
 		}
 	}
-	for _, kind := range []string{enroll.KindAuthorizationPolicy, enroll.KindPeerAuthentication} {
-		if u := live[kind]; u != nil {
+	// The baseline before the PeerAuthentication (without it the namespace
+	// falls back to the mesh default, which may accept plaintext the
+	// baseline would drop), then any other policy of ours.
+	keys := slices.Sorted(maps.Keys(live))
+	first := []string{policyKey(enroll.KindAuthorizationPolicy, enroll.BaselinePolicyName),
+		policyKey(enroll.KindAuthorizationPolicy, enroll.IsolationPolicyName)}
+	last := policyKey(enroll.KindPeerAuthentication, enroll.PeerAuthenticationName)
+	order := slices.Clone(first)
+	for _, k := range keys {
+		if !slices.Contains(first, k) && k != last {
+			order = append(order, k)
+		}
+	}
+	order = append(order, last)
+	for _, k := range order {
+		if u := live[k]; u != nil {
 			if _, err := r.applier().Delete(ctx, u, mesh); err != nil {
 				return err
 			}
@@ -459,6 +581,7 @@ func (r *ServiceMeshReconciler) teardownEnrollment(ctx context.Context, mesh *v1
 	st.next.EnrolledNamespaces, st.next.PermissiveNamespaces, st.next.PausedObjects, st.next.MaintenanceUntil = nil, nil, nil, nil
 	meta.RemoveStatusCondition(&st.next.Conditions, ConditionMaintenanceWindow)
 	meta.RemoveStatusCondition(&st.next.Conditions, ConditionMTLSCutover)
+	meta.RemoveStatusCondition(&st.next.Conditions, ConditionStrictIsolation)
 	orig := mesh.DeepCopy()
 	controllerutil.RemoveFinalizer(mesh, EnrollFinalizer)
 	if err := r.Client.Patch(ctx, mesh, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
