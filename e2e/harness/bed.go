@@ -38,6 +38,8 @@ type BedOptions struct {
 	// flag wins, so they override the bed's defaults (the benchmark sets a
 	// fixed --metrics-bind-address this way).
 	FleetExtraArgs []string
+	// MeshExtraArgs are appended to the mesh operator's arguments, likewise.
+	MeshExtraArgs []string
 	// StandinStartupDelay is how long a fresh member reports Starting.
 	StandinStartupDelay time.Duration
 	Log                 io.Writer
@@ -175,6 +177,7 @@ func (b *Bed) startOperators(ctx context.Context) error {
 		},
 		Env: []string{"MESH_LICENSE_TEST_PUBLIC_KEY=" + pub},
 	}
+	b.Mesh.Args = append(b.Mesh.Args, b.Opts.MeshExtraArgs...)
 	for _, p := range []*Process{b.Fleet, b.Mesh} {
 		if err := p.Start(); err != nil {
 			return fmt.Errorf("starting %s: %w", p.Name, err)
@@ -239,4 +242,18 @@ func (b *Bed) Stop() {
 	if b.Provider != nil {
 		_ = b.Provider.Down(context.Background())
 	}
+}
+
+// SignLicense mints a license signed with the bed's test key (the one the
+// bed's mesh operator trusts), as `mesh-license sign` would for a user, and
+// writes the file to path. Operators must be running.
+func (b *Bed) SignLicense(ctx context.Context, path, licensee, features string, validFor time.Duration) error {
+	tool := filepath.Join(b.binDir(), "mesh-license")
+	key := filepath.Join(b.Opts.WorkDir, "license-keys", "bed.key")
+	lic, err := exec.CommandContext(ctx, tool, "sign", "--key", key,
+		"--licensee", licensee, "--features", features, "--valid-for", validFor.String()).Output()
+	if err != nil {
+		return fmt.Errorf("mesh-license sign: %w", err)
+	}
+	return os.WriteFile(path, lic, 0o600)
 }
