@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -17,9 +18,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ericdev/fleetmesh/e2e/cluster"
+	"github.com/ericdev/fleetmesh/e2e/harness"
 	"github.com/ericdev/fleetmesh/e2e/sailfake"
 	fleetv1 "github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 	meshv1 "github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
@@ -28,6 +31,10 @@ import (
 const (
 	togetherNS = "e2e-together"
 	edgeNS     = "e2e-edge"
+	// foreignNS is enrolled too but declared by nobody; plainNS is outside
+	// the mesh.
+	foreignNS = "e2e-foreign"
+	plainNS   = "e2e-plain"
 )
 
 // TestOperatorsTogether runs both operators on one cluster, meeting only on
@@ -50,8 +57,12 @@ func TestOperatorsTogether(t *testing.T) {
 	defer stop()
 	go sailfake.Run(sctx, k8s, 500*time.Millisecond)
 
-	for _, ns := range []string{togetherNS, edgeNS} {
-		require.NoError(t, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"team": "payments"}}}))
+	for _, ns := range []string{togetherNS, edgeNS, foreignNS, plainNS} {
+		l := map[string]string{"team": "payments"}
+		if ns == edgeNS || ns == foreignNS {
+			l["core.navique.com/mesh"] = "enabled" // enrolled by hand
+		}
+		require.NoError(t, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: l}}))
 	}
 	f := persistentFleet(togetherNS, "vault")
 	f.Spec.Mesh = &fleetv1.Mesh{Mode: fleetv1.MeshEnabled}
@@ -108,6 +119,60 @@ func TestOperatorsTogether(t *testing.T) {
 		assert.NotContains(t, not, "e2e-fleet", "an undeclared namespace stays denied")
 	})
 
+	t.Run("namespace labels, fleet policies and mesh policies together admit exactly the fleet's callers", func(t *testing.T) {
+		// Play istio-cni: it marks each captured Pod once ztunnel redirects
+		// it, which is the mesh operator's signal to cut over to STRICT.
+		for _, p := range memberPods(t, f) {
+			patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"ambient.istio.io/redirection":"enabled"}}}`))
+			require.NoError(t, k8s.Patch(ctx, &p, patch))
+		}
+		waitTrue(t, 2*time.Minute, func() (bool, string) {
+			l := nsLabels(t, togetherNS)
+			return l["core.navique.com/mesh-mtls"] == "strict", fmt.Sprintf("labels %v; mesh %s", l, meshSummary(t))
+		})
+
+		pods := memberPods(t, f)
+		require.Len(t, pods, 3)
+		sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
+		dst, peer := &pods[0], pods[1]
+		no := false
+		member := caller{name: peer.Name, namespace: togetherNS, labels: peer.Labels, serviceAccount: peer.Spec.ServiceAccountName, meshed: true}
+		// The fleet operator as its chart deploys it into a STRICT mesh: its
+		// Pods carry the chart's labels and an Istio sidecar (podLabels
+		// sidecar.istio.io/inject, docs/install.md), so it has an identity.
+		operator := caller{name: "fleet-operator-5d8c9", namespace: harness.FleetNamespace, serviceAccount: argValue(bed.Fleet.Args, "--operator-service-account"), meshed: true,
+			labels: map[string]string{"app.kubernetes.io/name": "fleet-operator", "app.kubernetes.io/instance": "fleet-operator"}}
+		neighbour := caller{name: "prometheus-0", namespace: harness.FleetNamespace, labels: map[string]string{"app": "prometheus"}, serviceAccount: "prometheus", meshed: true}
+		edgeProxy := caller{name: "edge-proxy-7c9", namespace: edgeNS, labels: map[string]string{"app": "edge-proxy"}, serviceAccount: "edge-proxy", meshed: true}
+		edgeOther := caller{name: "batch-1", namespace: edgeNS, labels: map[string]string{"app": "batch"}, serviceAccount: "default", meshed: true}
+		appClient := caller{name: "web-1", namespace: togetherNS, labels: map[string]string{"app": "web", "celld.eric.dev/client-of": "vault"}, serviceAccount: "web", meshed: true}
+		unlabelled := caller{name: "batch-2", namespace: togetherNS, labels: map[string]string{"app": "batch"}, serviceAccount: "default", meshed: true}
+		optedOut := caller{name: "legacy-1", namespace: togetherNS, serviceAccount: "legacy", meshed: false,
+			labels: map[string]string{"celld.eric.dev/client-of": "vault", "istio.io/dataplane-mode": "none"}}
+		// Callers elsewhere wearing every label the fleet admits.
+		lookalike := map[string]string{"app": "edge-proxy", "celld.eric.dev/client-of": "vault", "app.kubernetes.io/name": "fleet-operator"}
+		foreign := caller{name: "shop-1", namespace: foreignNS, labels: lookalike, serviceAccount: "fleet-operator", meshed: true}
+		plaintext := caller{name: "legacy-2", namespace: plainNS, labels: lookalike, serviceAccount: "default", meshed: false}
+
+		checkTable(t, dst, true, []flowRow{
+			{src: member, port: 8081, want: true, why: "peers on 8081"},
+			{src: member, port: 8080, want: false, why: "members are not clients of their own fleet"},
+			{src: operator, port: 8081, want: true, why: "the fleet operator's /state reads (declared edge)"},
+			{src: operator, port: 8080, want: false, why: "the operator only reads /state"},
+			{src: neighbour, port: 8081, want: false, why: "other Pods of the operator's namespace"},
+			{src: edgeProxy, port: 8080, want: true, why: "the routing source (declared edge) on the application port"},
+			{src: edgeProxy, port: 8081, want: false, why: "the routing source never reaches the peer port"},
+			{src: edgeOther, port: 8080, want: false, why: "only the routing source's Pods of that namespace"},
+			{src: appClient, port: 8080, want: true, why: "labelled same-namespace client"},
+			{src: appClient, port: 8081, want: false, why: "clients never reach the peer port"},
+			{src: unlabelled, port: 8080, want: false, why: "same namespace but not labelled a client"},
+			{src: optedOut, port: 8080, want: false, why: "a labelled client outside the mesh speaks plaintext, which STRICT refuses"},
+			{src: foreign, port: 8080, want: false, istioAlone: &no, why: "an undeclared namespace, even with every label: isolation denies it by itself"},
+			{src: foreign, port: 8081, want: false, istioAlone: &no, why: "an undeclared namespace on the peer port"},
+			{src: plaintext, port: 8080, want: false, istioAlone: &no, why: "plaintext from outside the mesh"},
+		})
+	})
+
 	t.Run("deleting the ServiceMesh: fleet keeps running in its no-mesh form, no label left behind", func(t *testing.T) {
 		before := podUIDs(t, f)
 		require.NoError(t, k8s.Delete(ctx, sm))
@@ -129,6 +194,12 @@ func TestOperatorsTogether(t *testing.T) {
 			}
 			assert.False(t, strings.Contains(k, "core.navique.com") || strings.HasPrefix(k, "istio.io/"), "label %s left behind", k)
 		}
+		for _, ns := range []string{edgeNS, foreignNS} {
+			for k := range nsLabels(t, ns) {
+				assert.True(t, k == "core.navique.com/mesh" || !(strings.Contains(k, "core.navique.com") || strings.HasPrefix(k, "istio.io/")),
+					"label %s left behind on %s (only the hand-set request stays)", k, ns)
+			}
+		}
 		assert.Equal(t, "payments", nsLabels(t, togetherNS)["team"], "user labels untouched")
 		assert.Equal(t, before, podUIDs(t, f), "members kept running")
 		assert.True(t, meta.IsStatusConditionTrue(getFleet(t, f).Status.Conditions, "Ready"))
@@ -139,6 +210,16 @@ func TestOperatorsTogether(t *testing.T) {
 			return !has, "the enrollment request outlives its fleet"
 		})
 	})
+}
+
+// argValue is the value following flag in a command line.
+func argValue(args []string, flag string) string {
+	for i := range len(args) - 1 {
+		if args[i] == flag {
+			return args[i+1]
+		}
+	}
+	return ""
 }
 
 func nsLabels(t *testing.T, name string) map[string]string {

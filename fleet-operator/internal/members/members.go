@@ -18,6 +18,7 @@ import (
 
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
+	"github.com/ericdev/fleetmesh/shared/labels"
 )
 
 const (
@@ -118,6 +119,11 @@ func podTemplate(f *v1alpha1.CelldFleet) corev1.PodTemplateSpec {
 	for k, v := range names.CommonLabels(f.Name) {
 		podLabels[k] = v
 	}
+	// Every member carries its fleet's name, meshed or not: the fleet's
+	// Istio policies select members by it, and users are told to select
+	// them by it in their own. An ambient mesh captures members without a
+	// roll, so the label must already be there from the start.
+	podLabels[labels.Fleet] = f.Name
 	var annotations map[string]string
 	if len(f.Spec.PodTemplate.Annotations) > 0 {
 		annotations = map[string]string{}

@@ -167,12 +167,10 @@ func ApplyToTemplate(t *corev1.PodTemplateSpec, fleet string, mode TemplateMode)
 	switch mode {
 	case Inject:
 		setLabel(t, labels.IstioInject, "true")
-		setLabel(t, labels.Fleet, fleet)
 		setAnnotation(t, labels.IstioNativeSidecar, "true")
 		setAnnotation(t, labels.IstioExcludeOutboundIPRanges, strings.Join(PodIdentityAgentRanges, ","))
 	case OptOut:
 		setLabel(t, labels.IstioInject, "false")
-		setLabel(t, labels.Fleet, fleet)
 	case Disabled:
 		setLabel(t, labels.IstioInject, "false")
 		setLabel(t, labels.IstioDataPlaneMode, "none")

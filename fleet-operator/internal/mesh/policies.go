@@ -35,23 +35,33 @@ func principal(trustDomain, namespace, serviceAccount string) string {
 // AuthorizationPolicy is the ALLOW policy FLEET-mesh. Port 8081 admits only
 // the fleet's and the operator's identities, or, while relaxed, any source
 // (unmeshed members have no identity; the NetworkPolicy still limits who can
-// connect). With AllowAll port 8080 is open to any caller, as outside the
-// mesh; with Policies nothing admits 8080, so Istio denies it until a policy
-// of the user's own allows the caller.
+// connect). With AllowAll port 8080 is open to any caller but those two
+// identities, as outside the mesh; with Policies nothing admits 8080, so
+// Istio denies it until a policy of the user's own allows the caller.
 func AuthorizationPolicy(f *v1alpha1.CelldFleet, p Params, access v1alpha1.ApplicationAccess, relaxed bool) *unstructured.Unstructured {
+	peerIdentities := func() []any {
+		return []any{
+			principal(p.TrustDomain, f.Namespace, members.ServiceAccountName(f)),
+			principal(p.TrustDomain, p.OperatorNamespace, p.OperatorServiceAccount),
+		}
+	}
 	peer := map[string]any{
 		"to": []any{map[string]any{"operation": map[string]any{"ports": []any{fmt.Sprint(names.PeerPort)}}}},
 	}
 	if !relaxed {
-		peer["from"] = []any{map[string]any{"source": map[string]any{"principals": []any{
-			principal(p.TrustDomain, f.Namespace, members.ServiceAccountName(f)),
-			principal(p.TrustDomain, p.OperatorNamespace, p.OperatorServiceAccount),
-		}}}}
+		peer["from"] = []any{map[string]any{"source": map[string]any{"principals": peerIdentities()}}}
 	}
 	rules := []any{peer}
 	if access != v1alpha1.Policies {
+		// "Any caller, as outside the mesh": outside it the NetworkPolicy
+		// admits the members and the operator on 8081 only. In ambient it
+		// cannot tell the ports apart (everything arrives on HBONE 15008),
+		// so this rule keeps the two peer-port identities off 8080 itself.
+		// notPrincipals also matches plaintext, which PeerAuthentication
+		// governs.
 		rules = append(rules, map[string]any{
-			"to": []any{map[string]any{"operation": map[string]any{"ports": []any{fmt.Sprint(names.AppPort)}}}},
+			"from": []any{map[string]any{"source": map[string]any{"notPrincipals": peerIdentities()}}},
+			"to":   []any{map[string]any{"operation": map[string]any{"ports": []any{fmt.Sprint(names.AppPort)}}}},
 		})
 	}
 	return object(f, AuthorizationPolicyKind, map[string]any{
