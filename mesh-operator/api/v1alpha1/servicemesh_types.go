@@ -114,7 +114,8 @@ type ServiceMeshStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// Conditions: Ready, ControlPlaneReady, PreconditionNotMet, PreviewLocked,
-	// Refused, Reconciling, Stalled, MaintenanceWindow. See docs/servicemesh.md.
+	// Refused, Reconciling, Stalled, MTLSCutover, MaintenanceWindow, StrictIsolation.
+	// See docs/servicemesh.md.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

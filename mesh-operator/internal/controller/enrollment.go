@@ -414,6 +414,9 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 	if paPaused {
 		res.paused = append(res.paused, fmt.Sprintf("%s/%s/%s", enroll.KindPeerAuthentication, ns.Name, pa.GetName()))
 		mtlsInForce = enroll.ModeOf(pa)
+		if mtlsInForce != res.mode.Mode {
+			res.mode.Reason = "Paused" // the paused policy, not the decision, is in force
+		}
 		res.mode.Mode = mtlsInForce
 	}
 	// The strict baseline exists only while the mode in force is STRICT:

@@ -298,6 +298,19 @@ func TestStrictIsolationIntegration(t *testing.T) {
 		_, m = reconcile()
 		assert.Equal(t, map[string]any{"action": "ALLOW"}, baseline("strict-app").Object["spec"])
 		assert.Empty(t, m.Status.PausedObjects)
+
+		// A paused PeerAuthentication at PERMISSIVE is the mode in force: no baseline.
+		pa := get(enroll.KindPeerAuthentication, "strict-app", enroll.PeerAuthenticationName)
+		patch(pa, `{"metadata":{"annotations":{"core.navique.com/reconcile-paused":"true"}},"spec":{"mtls":{"mode":"PERMISSIVE"}}}`)
+		_, m = reconcile()
+		assert.Nil(t, baseline("strict-app"), "a paused PERMISSIVE mesh-mtls withdraws the baseline")
+		assert.Equal(t, "permissive", nsLabels("strict-app")[labels.MeshMTLS])
+		assert.Contains(t, strictCond(m).Message, "strict-app (Paused)")
+		patch(pa, `{"metadata":{"annotations":{"core.navique.com/reconcile-paused":null}}}`)
+		_, m = reconcile()
+		assert.Equal(t, "STRICT", paMode("strict-app"))
+		assert.NotNil(t, baseline("strict-app"))
+		assert.Equal(t, "BaselineInForce", strictCond(m).Reason)
 	})
 
 	t.Run("maintenance window: the baseline goes with STRICT and comes back on its own at the deadline", func(t *testing.T) {
@@ -309,7 +322,7 @@ func TestStrictIsolationIntegration(t *testing.T) {
 			assert.Nil(t, baseline(n), "%s: plaintext is what the window is for", n)
 			assert.NotNil(t, isolationDeny(n), n)
 		}
-		assert.Equal(t, 1, evs.count("BaselineWithdrawn", "strict-app/mesh-baseline"))
+		assert.Equal(t, 2, evs.count("BaselineWithdrawn", "strict-app/mesh-baseline"), "for the paused mesh-mtls and the window")
 		c := strictCond(m)
 		require.NotNil(t, c)
 		assert.Equal(t, "BaselineWithheld", c.Reason)
@@ -324,7 +337,7 @@ func TestStrictIsolationIntegration(t *testing.T) {
 			assert.Equal(t, "STRICT", paMode(n), n)
 			assert.NotNil(t, baseline(n), n)
 		}
-		assert.Equal(t, 2, evs.count("BaselineApplied", "strict-app/mesh-baseline"))
+		assert.Equal(t, 3, evs.count("BaselineApplied", "strict-app/mesh-baseline"), "after the cutover, the paused mesh-mtls and the window")
 		assert.Equal(t, "BaselineInForce", strictCond(m).Reason)
 		setSpec(func(s *v1alpha1.ServiceMeshSpec) { s.MTLS.MaintenanceUntil = nil })
 	})
