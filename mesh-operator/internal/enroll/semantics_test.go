@@ -58,7 +58,8 @@ func meshPolicies(t *testing.T, mode string, iso v1alpha1.Isolation, podLabels m
 	t.Helper()
 	set := enroll.PolicySet("team-a", iso, mode, "", enroll.AllowedSources("team-a", []string{"istio-system"}, edges), owner)
 	require.Equal(t, enroll.KindPeerAuthentication, set[0].GetKind())
-	istioMode, _, _ := unstructured.NestedString(set[0].Object, "spec", "mtls", "mode")
+	// The namespace-wide PeerAuthentication sets one mode for every port.
+	istioMode := MTLSMode([]unstructured.Unstructured{*set[0]}, podLabels, 8080)
 	var out []Policy
 	for _, u := range set[1:] {
 		out = append(out, FromUnstructured(u, podLabels))
