@@ -6,12 +6,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/utils/ptr"
 
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
 	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/policy"
 )
 
 // Cluster DNS as the fleet policy assumes it.
@@ -44,8 +43,6 @@ const (
 	// PodIdentityAgentPort is where the EKS Pod Identity Agent serves
 	// credentials on the node.
 	PodIdentityAgentPort = 80
-	// HBONEPort is where ztunnel delivers ambient-mesh traffic to a Pod.
-	HBONEPort = 15008
 	// IstiodXDSPort is where sidecars fetch configuration and certificates.
 	IstiodXDSPort = 15012
 	// IstiodAppLabelValue marks istiod Pods (label app).
@@ -91,7 +88,7 @@ func NetworkPolicy(fleet *v1alpha1.CelldFleet, p Params) (*networkingv1.NetworkP
 
 	ingress := []networkingv1.NetworkPolicyIngressRule{
 		{
-			Ports: tcpPorts(names.AppPort),
+			Ports: policy.TCPPorts(names.AppPort),
 			// A podSelector without a namespaceSelector matches only in the
 			// policy's own namespace: clients elsewhere must go through a
 			// labelled proxy in the fleet namespace.
@@ -100,14 +97,14 @@ func NetworkPolicy(fleet *v1alpha1.CelldFleet, p Params) (*networkingv1.NetworkP
 			}},
 		},
 		{
-			Ports: tcpPorts(names.PeerPort),
+			Ports: policy.TCPPorts(names.PeerPort),
 			From: []networkingv1.NetworkPolicyPeer{
 				{PodSelector: members()},
 				// Namespace and Pod selectors in one peer are ANDed; as two
 				// peers they would admit every Pod of the operator
 				// namespace and operator-labelled Pods everywhere.
 				{
-					NamespaceSelector: namespaceNamed(p.OperatorNamespace),
+					NamespaceSelector: policy.NamespaceNamed(p.OperatorNamespace),
 					PodSelector:       &metav1.LabelSelector{MatchLabels: maps.Clone(p.OperatorPodLabels)},
 				},
 			},
@@ -116,42 +113,42 @@ func NetworkPolicy(fleet *v1alpha1.CelldFleet, p Params) (*networkingv1.NetworkP
 
 	if p.HBONE {
 		for i := range ingress {
-			ingress[i].Ports = append(ingress[i].Ports, port(corev1.ProtocolTCP, HBONEPort))
+			ingress[i].Ports = append(ingress[i].Ports, policy.Port(corev1.ProtocolTCP, policy.HBONEPort))
 		}
 	}
 
 	egress := []networkingv1.NetworkPolicyEgressRule{
 		{
-			Ports: tcpPorts(names.PeerPort),
+			Ports: policy.TCPPorts(names.PeerPort),
 			To:    []networkingv1.NetworkPolicyPeer{{PodSelector: members()}},
 		},
 		{
 			Ports: []networkingv1.NetworkPolicyPort{
-				port(corev1.ProtocolUDP, DNSPort),
-				port(corev1.ProtocolTCP, DNSPort),
+				policy.Port(corev1.ProtocolUDP, DNSPort),
+				policy.Port(corev1.ProtocolTCP, DNSPort),
 			},
 			To: []networkingv1.NetworkPolicyPeer{{
-				NamespaceSelector: namespaceNamed(DNSNamespace),
+				NamespaceSelector: policy.NamespaceNamed(DNSNamespace),
 				PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{labels.K8sApp: DNSAppLabelValue}},
 			}},
 		},
 		{
-			Ports: tcpPorts(HTTPSPort),
+			Ports: policy.TCPPorts(HTTPSPort),
 			To:    ipBlocks("0.0.0.0/0", "::/0"),
 		},
 		{
-			Ports: tcpPorts(PodIdentityAgentPort),
+			Ports: policy.TCPPorts(PodIdentityAgentPort),
 			To:    ipBlocks(PodIdentityAgentCIDRv4, PodIdentityAgentCIDRv6),
 		},
 	}
 	if p.HBONE {
-		egress[0].Ports = append(egress[0].Ports, port(corev1.ProtocolTCP, HBONEPort))
+		egress[0].Ports = append(egress[0].Ports, policy.Port(corev1.ProtocolTCP, policy.HBONEPort))
 	}
 	if p.IstiodNamespace != "" {
 		egress = append(egress, networkingv1.NetworkPolicyEgressRule{
-			Ports: tcpPorts(IstiodXDSPort),
+			Ports: policy.TCPPorts(IstiodXDSPort),
 			To: []networkingv1.NetworkPolicyPeer{{
-				NamespaceSelector: namespaceNamed(p.IstiodNamespace),
+				NamespaceSelector: policy.NamespaceNamed(p.IstiodNamespace),
 				PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{labels.IstiodApp: IstiodAppLabelValue}},
 			}},
 		})
@@ -173,23 +170,6 @@ func NetworkPolicy(fleet *v1alpha1.CelldFleet, p Params) (*networkingv1.NetworkP
 			Egress:      egress,
 		},
 	}, nil
-}
-
-// namespaceNamed selects exactly one namespace by the label the API server
-// sets to each namespace's name and that users cannot change.
-func namespaceNamed(namespace string) *metav1.LabelSelector {
-	return &metav1.LabelSelector{MatchLabels: map[string]string{labels.NamespaceName: namespace}}
-}
-
-func port(protocol corev1.Protocol, number int32) networkingv1.NetworkPolicyPort {
-	return networkingv1.NetworkPolicyPort{
-		Protocol: ptr.To(protocol),
-		Port:     ptr.To(intstr.FromInt32(number)),
-	}
-}
-
-func tcpPorts(number int32) []networkingv1.NetworkPolicyPort {
-	return []networkingv1.NetworkPolicyPort{port(corev1.ProtocolTCP, number)}
 }
 
 func ipBlocks(cidrs ...string) []networkingv1.NetworkPolicyPeer {

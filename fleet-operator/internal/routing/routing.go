@@ -12,14 +12,12 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
-	"github.com/ericdev/fleetmesh/fleet-operator/internal/network"
-	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/policy"
 )
 
 // Mode is how a fleet is routed.
@@ -127,9 +125,9 @@ func IngressObject(f *v1alpha1.CelldFleet) *networkingv1.Ingress {
 // delivers its traffic.
 func NetworkPolicy(f *v1alpha1.CelldFleet, hbone bool) *networkingv1.NetworkPolicy {
 	src := f.Spec.Routing.Source
-	ports := []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(names.AppPort))}}
+	ports := policy.TCPPorts(names.AppPort)
 	if hbone {
-		ports = append(ports, networkingv1.NetworkPolicyPort{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(network.HBONEPort))})
+		ports = append(ports, policy.Port(corev1.ProtocolTCP, policy.HBONEPort))
 	}
 	return &networkingv1.NetworkPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: networkingv1.SchemeGroupVersion.String(), Kind: "NetworkPolicy"},
@@ -140,7 +138,7 @@ func NetworkPolicy(f *v1alpha1.CelldFleet, hbone bool) *networkingv1.NetworkPoli
 			Ingress: []networkingv1.NetworkPolicyIngressRule{{
 				Ports: ports,
 				From: []networkingv1.NetworkPolicyPeer{{
-					NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{labels.NamespaceName: src.Namespace}},
+					NamespaceSelector: policy.NamespaceNamed(src.Namespace),
 					PodSelector:       &metav1.LabelSelector{MatchLabels: maps.Clone(src.PodLabels)},
 				}},
 			}},
