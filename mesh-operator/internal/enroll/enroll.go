@@ -13,11 +13,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/shared/contract"
 	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/policy"
 )
 
 // Names and kinds of the per-namespace policies.
@@ -27,8 +27,8 @@ const (
 	// BaselinePolicyName is isolation strict's namespace-wide allow-nothing
 	// AuthorizationPolicy.
 	BaselinePolicyName      = "mesh-baseline"
-	KindPeerAuthentication  = "PeerAuthentication"
-	KindAuthorizationPolicy = "AuthorizationPolicy"
+	KindPeerAuthentication  = policy.KindPeerAuthentication
+	KindAuthorizationPolicy = policy.KindAuthorizationPolicy
 	// ManagedBy is the app.kubernetes.io/managed-by value on the policies.
 	ManagedBy = "mesh-operator"
 	// ProxyContainer is the name of Istio's sidecar container.
@@ -36,7 +36,7 @@ const (
 )
 
 // SecurityGroupVersion is the Istio security API the policies use.
-var SecurityGroupVersion = schema.GroupVersion{Group: "security.istio.io", Version: "v1"}
+var SecurityGroupVersion = policy.IstioSecurity
 
 // SystemNamespaces are never enrolled.
 var SystemNamespaces = []string{"kube-system", "kube-public", "kube-node-lease"}
@@ -184,25 +184,20 @@ func Owner(mesh *v1alpha1.ServiceMesh) metav1.OwnerReference {
 	return *metav1.NewControllerRef(mesh, v1alpha1.GroupVersion.WithKind("ServiceMesh"))
 }
 
-func policy(kind, namespace, name string, owner metav1.OwnerReference, spec map[string]any) *unstructured.Unstructured {
-	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
-	u.SetGroupVersionKind(SecurityGroupVersion.WithKind(kind))
-	u.SetNamespace(namespace)
-	u.SetName(name)
-	u.SetLabels(map[string]string{labels.ManagedBy: ManagedBy, labels.PartOf: "servicemesh"})
-	u.SetOwnerReferences([]metav1.OwnerReference{owner})
-	return u
+func object(namespace, name string, owner metav1.OwnerReference) policy.Object {
+	return policy.Object{Namespace: namespace, Name: name, Owner: owner,
+		Labels: map[string]string{labels.ManagedBy: ManagedBy, labels.PartOf: "servicemesh"}}
 }
 
 // PeerAuthentication is the namespace-wide mTLS policy (no selector).
 // strictReady, when set, is recorded in the labels.MeshStrictReady
 // annotation: the time the namespace first met the cutover signal.
 func PeerAuthentication(namespace, mode, strictReady string, owner metav1.OwnerReference) *unstructured.Unstructured {
-	istioMode := "PERMISSIVE"
+	istioMode := policy.Permissive
 	if mode == contract.MTLSStrict {
-		istioMode = "STRICT"
+		istioMode = policy.Strict
 	}
-	u := policy(KindPeerAuthentication, namespace, PeerAuthenticationName, owner, map[string]any{"mtls": map[string]any{"mode": istioMode}})
+	u := policy.PeerAuthentication(object(namespace, PeerAuthenticationName, owner), nil, istioMode, nil)
 	if strictReady != "" {
 		u.SetAnnotations(map[string]string{labels.MeshStrictReady: strictReady})
 	}
@@ -212,7 +207,7 @@ func PeerAuthentication(namespace, mode, strictReady string, owner metav1.OwnerR
 // ModeOf reads the mode of a live PeerAuthentication as a contract value.
 func ModeOf(pa *unstructured.Unstructured) string {
 	m, _, _ := unstructured.NestedString(pa.Object, "spec", "mtls", "mode")
-	if m == "STRICT" {
+	if m == policy.Strict {
 		return contract.MTLSStrict
 	}
 	return contract.MTLSPermissive
@@ -247,19 +242,8 @@ func IsolationPolicy(namespace string, isolation v1alpha1.Isolation, allowed []s
 	if isolation == v1alpha1.IsolationOff {
 		return nil
 	}
-	notNS := make([]any, 0, len(allowed))
-	for _, n := range allowed {
-		notNS = append(notNS, n)
-	}
-	return policy(KindAuthorizationPolicy, namespace, IsolationPolicyName, owner, map[string]any{
-		"action": "DENY",
-		"rules": []any{map[string]any{
-			"from": []any{map[string]any{"source": map[string]any{
-				"principals":    []any{"*"},
-				"notNamespaces": notNS,
-			}}},
-		}},
-	})
+	return policy.AuthorizationPolicy(object(namespace, IsolationPolicyName, owner), nil, policy.Deny,
+		policy.Rule{From: []policy.Source{{Principals: []string{"*"}, NotNamespaces: allowed}}})
 }
 
 // BaselinePolicy is isolation strict's namespace-wide "allow-nothing"
@@ -279,7 +263,7 @@ func BaselinePolicy(namespace string, isolation v1alpha1.Isolation, mtlsInForce 
 	if isolation != v1alpha1.IsolationStrict || mtlsInForce != contract.MTLSStrict {
 		return nil
 	}
-	return policy(KindAuthorizationPolicy, namespace, BaselinePolicyName, owner, map[string]any{"action": "ALLOW"})
+	return policy.AuthorizationPolicy(object(namespace, BaselinePolicyName, owner), nil, policy.Allow)
 }
 
 // PolicySet is the whole per-namespace policy set for a mode in force:
