@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -83,7 +84,7 @@ func TestSamples(t *testing.T) {
 			require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: samplesBasicNS, Name: "my-fleet-client"}, d))
 			return d.Status.AvailableReplicas == 1, fmt.Sprintf("client available %d", d.Status.AvailableReplicas)
 		})
-		t.Log(kubectl(t, "-n", samplesBasicNS, "get", "celldfleet", "my-fleet"))
+		assertRow(t, map[string]string{"REPLICAS": "3", "READY": "3", "UPDATED": "3", "PHASE": "Ready"}, "-n", samplesBasicNS, "get", "celldfleet", "my-fleet")
 		deleteNamespaceIfPassed(t, samplesBasicNS)
 	})
 
@@ -122,7 +123,7 @@ func TestSamples(t *testing.T) {
 		assert.Contains(t, ports, "8081")
 		assert.NotContains(t, ports, "8080", "Policies leaves 8080 to the user's own AuthorizationPolicy")
 		assert.False(t, exists(t, meshPA(f)), "no PERMISSIVE override once every member is meshed")
-		t.Log(kubectl(t, "-n", samplesMeshNS, "get", "celldfleet", "ledger"))
+		assertRow(t, map[string]string{"READY": "3", "PHASE": "Ready", "MESH": "Meshed"}, "-n", samplesMeshNS, "get", "celldfleet", "ledger", "-o", "wide")
 		deleteNamespaceIfPassed(t, samplesMeshNS)
 	})
 
@@ -185,7 +186,7 @@ func TestSamples(t *testing.T) {
 		np := &networkingv1.NetworkPolicy{}
 		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: samplesGatewayNS, Name: "storefront-routing"}, np))
 		assertRoutingPolicy(t, np, sampleEdgeNS, map[string]string{"app": "public-gateway"})
-		t.Log(kubectl(t, "-n", samplesGatewayNS, "get", "celldfleet", "storefront"))
+		assertRow(t, map[string]string{"READY": "3", "PHASE": "Ready"}, "-n", samplesGatewayNS, "get", "celldfleet", "storefront")
 		deleteNamespaceIfPassed(t, samplesGatewayNS)
 		deleteNamespaceIfPassed(t, sampleEdgeNS)
 	})
@@ -230,7 +231,7 @@ func TestSamples(t *testing.T) {
 		np := &networkingv1.NetworkPolicy{}
 		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: samplesIngressNS, Name: "catalog-routing"}, np))
 		assertRoutingPolicy(t, np, sampleIngressNS, map[string]string{"app.kubernetes.io/component": "controller"})
-		t.Log(kubectl(t, "-n", samplesIngressNS, "get", "celldfleet", "catalog"))
+		assertRow(t, map[string]string{"READY": "3", "PHASE": "Ready"}, "-n", samplesIngressNS, "get", "celldfleet", "catalog")
 		deleteNamespaceIfPassed(t, samplesIngressNS)
 		deleteNamespaceIfPassed(t, sampleIngressNS)
 	})
@@ -293,6 +294,7 @@ func testServiceMeshSample(t *testing.T) {
 			meshSummary(t)
 	})
 	assert.Empty(t, sailResources(t, "Istio"), "a locked mesh installs nothing")
+	assertRow(t, map[string]string{"PHASE": "PreviewLocked"}, "get", "servicemesh", "cluster")
 
 	// The license Secret, created exactly as the sample and docs/licensing.md say.
 	dir := t.TempDir()
@@ -306,6 +308,7 @@ func testServiceMeshSample(t *testing.T) {
 			meshSummary(t)
 	})
 	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(sm), sm))
+	assert.Equal(t, "ControlPlaneReady", meta.FindStatusCondition(sm.Status.Conditions, "Ready").Reason)
 	locked := meta.FindStatusCondition(sm.Status.Conditions, "PreviewLocked")
 	require.NotNil(t, locked)
 	assert.Equal(t, metav1.ConditionFalse, locked.Status)
@@ -326,7 +329,7 @@ func testServiceMeshSample(t *testing.T) {
 	version, _, _ := unstructured.NestedString(istios[0].Object, "spec", "version")
 	assert.Equal(t, "v1.30-latest", version, "spec.version 1.30 in Sail's spelling")
 	assert.Empty(t, sailResources(t, "ZTunnel"), "sidecar data plane: no ztunnel")
-	t.Log(kubectl(t, "get", "servicemesh", "cluster"))
+	assertRow(t, map[string]string{"PHASE": "Ready", "PROVIDER": "sail", "MANAGEMENT": "Managed"}, "get", "servicemesh", "cluster", "-o", "wide")
 
 	// Only one ServiceMesh may exist: remove it (and its control plane)
 	// before other specs create theirs.
@@ -427,6 +430,33 @@ func kubectlIn(t *testing.T, dir string, args ...string) string {
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "kubectl %s: %s", strings.Join(args, " "), out)
 	return string(out)
+}
+
+// assertRow runs `kubectl get` for one object, as the docs show it, and
+// checks the named columns of its row.
+func assertRow(t *testing.T, want map[string]string, args ...string) {
+	t.Helper()
+	out := kubectl(t, args...)
+	t.Log("kubectl " + strings.Join(args, " ") + "\n" + out)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 2, "a header and one row")
+	// kubectl aligns the columns; a header may hold a space ("DATA PLANE")
+	// and a cell may be empty, so cells are cut at the header offsets.
+	header, row := lines[0], lines[1]
+	cols := regexp.MustCompile(`\S+( \S+)*`).FindAllStringIndex(header, -1)
+	got := map[string]string{}
+	for i, c := range cols {
+		end := len(row)
+		if i+1 < len(cols) && cols[i+1][0] < end {
+			end = cols[i+1][0]
+		}
+		if c[0] < end {
+			got[header[c[0]:c[1]]] = strings.TrimSpace(row[c[0]:end])
+		}
+	}
+	for col, v := range want {
+		assert.Equal(t, v, got[col], "column %s of\n%s", col, out)
+	}
 }
 
 func createNamespace(t *testing.T, name string, l map[string]string) {
