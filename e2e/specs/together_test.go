@@ -100,7 +100,7 @@ func TestOperatorsTogether(t *testing.T) {
 
 		np := &networkingv1.NetworkPolicy{}
 		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: togetherNS, Name: "vault"}, np))
-		assert.ElementsMatch(t, []int{8080, 15008, 8081, 15008}, policyPorts(np), "HBONE from exactly the sources already admitted")
+		assert.ElementsMatch(t, []int{8080, 15008, 8081, 15008, 8081}, policyPorts(np), "HBONE from exactly the sources already admitted, and the ambient probe address on the probed port")
 		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: togetherNS, Name: "vault-routing"}, np))
 		assert.ElementsMatch(t, []int{8080, 15008}, policyPorts(np))
 		ap := meshObject(f, "AuthorizationPolicy")

@@ -36,6 +36,12 @@ const (
 // CNI sees this port, not the application's, on both ends.
 const HBONEPort = 15008
 
+// AmbientProbeSourceCIDR is the link-local address istio-cni rewrites the
+// kubelet's probes of ambient Pods to come from, so ztunnel can tell them
+// apart; CNIs that apply NetworkPolicy to node-originated traffic then need
+// it admitted on the probed port.
+const AmbientProbeSourceCIDR = "169.254.7.127/32"
+
 // Actions and mTLS modes as Istio spells them.
 const (
 	Allow      = "ALLOW"

@@ -135,6 +135,7 @@ var (
 	podIdentityV6    = external("pod-identity-agent-v6", "fd00:ec2::23")
 	podIdentityNext  = external("next-to-agent", "169.254.170.24")
 	instanceMetadata = external("imds", "169.254.169.254")
+	ambientProbe     = external("ambient-probe-snat", "169.254.7.127")
 )
 
 type flow struct {
@@ -370,6 +371,12 @@ func TestNetworkPolicyConnectivityAmbient(t *testing.T) {
 		tcp(operatorNSOther, member0, 15008, deny, "only the operator's Pods of its namespace"),
 		tcp(member0, member1, 8081, allow, "plain peer RPC while members are not captured yet"),
 		tcp(member0, member1, 15009, deny, "only the HBONE port is added"),
+		tcp(ambientProbe, member0, 8081, allow, "the kubelet's readiness probe of /state, rewritten by istio-cni"),
+		tcp(ambientProbe, member0, 8080, deny, "the probe address reaches only the probed port"),
+		tcp(podIdentityV4, member0, 8081, deny, "other link-local addresses stay out"),
+	})
+	evaluate(t, []*networkingv1.NetworkPolicy{mustPolicy(t, newFleet(myFleet, fleetNS, "uid-my-fleet"), network.Params{OperatorNamespace: operatorNS, OperatorPodLabels: operatorLabels})}, []flow{
+		tcp(ambientProbe, member0, 8081, deny, "without ambient the probe address is not special"),
 	})
 }
 

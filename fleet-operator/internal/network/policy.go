@@ -68,7 +68,8 @@ const (
 //     ingress rule and beside 8081 in the peer egress rule: ztunnel carries
 //     meshed traffic in both directions over HBONE, and the CNI sees port
 //     15008 on the source Pod's egress as much as on the destination's
-//     ingress;
+//     ingress; and ingress TCP 8081 from 169.254.7.127/32, where the
+//     kubelet's readiness probes of ambient Pods come from;
 //   - egress UDP and TCP 53 to cluster DNS (see DNSNamespace);
 //   - egress TCP 443 to any IPv4 or IPv6 address, for S3 and STS;
 //   - egress TCP 80 to the EKS Pod Identity Agent addresses only.
@@ -115,6 +116,12 @@ func NetworkPolicy(fleet *v1alpha1.CelldFleet, p Params) (*networkingv1.NetworkP
 		for i := range ingress {
 			ingress[i].Ports = append(ingress[i].Ports, policy.Port(corev1.ProtocolTCP, policy.HBONEPort))
 		}
+		// The readiness probe (/state on the peer port) of a captured member
+		// comes from istio-cni's link-local probe address.
+		ingress = append(ingress, networkingv1.NetworkPolicyIngressRule{
+			Ports: policy.TCPPorts(names.PeerPort),
+			From:  ipBlocks(policy.AmbientProbeSourceCIDR),
+		})
 	}
 
 	egress := []networkingv1.NetworkPolicyEgressRule{
