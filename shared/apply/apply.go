@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -42,8 +43,21 @@ func (e *ConflictError) Error() string {
 
 // Applier applies objects as one field manager.
 type Applier struct {
-	// Client writes (and, when the caller passes no live object, reads).
+	// Client writes, and reads the live objects of kinds that Cache does not
+	// serve. Reads go through it as unstructured objects, which
+	// controller-runtime's client sends to the API server (uncached).
 	Client client.Client
+	// Cache, when set, serves the live reads of the kinds in CachedKinds:
+	// typed objects for kinds in Client's scheme, unstructured otherwise.
+	// Give it the manager's cache (or its cache-backed client) and list only
+	// kinds the caller already watches, so no new informer is started. A
+	// NotFound from Cache is confirmed with an uncached read before anything
+	// is created: an object the cache has not seen yet, foreign or ours, is
+	// judged by what the API server holds, exactly as without a cache.
+	Cache client.Reader
+	// CachedKinds are the kinds Cache serves; every other kind is read
+	// through Client.
+	CachedKinds []schema.GroupKind
 	// FieldManager names the writer in managedFields.
 	FieldManager string
 	// HashAnnotation is where the hash of the last applied desired object is
@@ -72,9 +86,7 @@ func (a *Applier) Apply(ctx context.Context, desired client.Object, owner metav1
 	}
 	setAnnotation(desiredMap, a.HashAnnotation, hash)
 
-	live := &unstructured.Unstructured{}
-	live.SetGroupVersionKind(gvk)
-	err = a.Client.Get(ctx, client.ObjectKeyFromObject(desired), live)
+	live, err := a.live(ctx, gvk, client.ObjectKeyFromObject(desired))
 	exists := err == nil
 	if err != nil && !apierrors.IsNotFound(err) {
 		return "", err
@@ -95,10 +107,83 @@ func (a *Applier) Apply(ctx context.Context, desired client.Object, owner metav1
 	return Created, nil
 }
 
+// live reads the object of kind gvk: from Cache when it serves the kind,
+// from the API server (through Client) when it does not or when the cache
+// has no such object.
+func (a *Applier) live(ctx context.Context, gvk schema.GroupVersionKind, key client.ObjectKey) (*unstructured.Unstructured, error) {
+	if a.cached(gvk.GroupKind()) {
+		u, err := a.cacheGet(ctx, gvk, key)
+		if !apierrors.IsNotFound(err) {
+			return u, err
+		}
+	}
+	live := &unstructured.Unstructured{}
+	live.SetGroupVersionKind(gvk)
+	if err := a.Client.Get(ctx, key, live); err != nil {
+		return nil, err
+	}
+	return live, nil
+}
+
+func (a *Applier) cached(gk schema.GroupKind) bool {
+	if a.Cache == nil {
+		return false
+	}
+	for _, k := range a.CachedKinds {
+		if k == gk {
+			return true
+		}
+	}
+	return false
+}
+
+// cacheGet reads from Cache, typed where the scheme knows the kind (the
+// informers of typed watches hold typed objects), and returns the object in
+// the unstructured form Apply compares.
+func (a *Applier) cacheGet(ctx context.Context, gvk schema.GroupVersionKind, key client.ObjectKey) (*unstructured.Unstructured, error) {
+	var obj client.Object
+	if a.Client != nil && a.Client.Scheme() != nil && a.Client.Scheme().Recognizes(gvk) {
+		ro, err := a.Client.Scheme().New(gvk)
+		if err != nil {
+			return nil, err
+		}
+		typed, ok := ro.(client.Object)
+		if !ok {
+			return nil, fmt.Errorf("apply: %s is not a client.Object", gvk)
+		}
+		obj = typed
+	} else {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(gvk)
+		obj = u
+	}
+	if err := a.Cache.Get(ctx, key, obj); err != nil {
+		return nil, err
+	}
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		return u, nil
+	}
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{Object: m}
+	u.SetGroupVersionKind(gvk) // typed objects from a cache may carry no TypeMeta
+	return u, nil
+}
+
 // Delete removes the named object if it exists and owner controls it.
-// A foreign object is a ConflictError and is left in place.
+// A foreign object is a ConflictError and is left in place. An unstructured
+// obj of a kind Cache serves is read from the cache; a typed obj is read
+// through Client (the caller's client decides whether that is cached).
 func (a *Applier) Delete(ctx context.Context, obj client.Object, owner metav1.Object) (bool, error) {
-	if err := a.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+	if u, ok := obj.(*unstructured.Unstructured); ok && a.cached(u.GroupVersionKind().GroupKind()) {
+		live, err := a.live(ctx, u.GroupVersionKind(), client.ObjectKeyFromObject(obj))
+		if err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		u.Object = live.Object
+	} else if err := a.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
 		return false, client.IgnoreNotFound(err)
 	}
 	if owner != nil && !controlledBy(obj, owner.GetUID()) {

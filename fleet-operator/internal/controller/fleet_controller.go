@@ -22,10 +22,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -52,9 +54,15 @@ const revisionLabel = appsv1.ControllerRevisionHashLabelKey
 
 // How soon a fleet is looked at again without an event (see nextLook).
 const (
-	rollPoll     = time.Second
-	notReadyPoll = 5 * time.Second
-	routingPoll  = 10 * time.Second
+	// startingPoll: a member whose Pod turned Ready less than startingWindow
+	// ago but whose /state does not report healthy yet is usually about to
+	// be healthy, and /state sends no event when it is. Looking again soon
+	// lets a roll replace the next member (or report Ready) right away.
+	startingPoll   = 250 * time.Millisecond
+	startingWindow = 5 * time.Second
+	rollPoll       = time.Second
+	notReadyPoll   = 5 * time.Second
+	routingPoll    = 10 * time.Second
 )
 
 // FleetReconciler reconciles CelldFleets.
@@ -78,9 +86,12 @@ type FleetReconciler struct {
 // SetupWithManager builds the reconciler from cfg and registers it.
 func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 	r := &FleetReconciler{
-		Client:   mgr.GetClient(),
-		Config:   cfg,
-		Applier:  &apply.Applier{Client: mgr.GetClient(), FieldManager: names.Operator, HashAnnotation: HashAnnotation},
+		Client: mgr.GetClient(),
+		Config: cfg,
+		// The Applier reads the live objects of the kinds this controller
+		// watches from the manager's informers (see cachedKinds), so an
+		// unchanged fleet costs no request to the API server.
+		Applier:  &apply.Applier{Client: mgr.GetClient(), FieldManager: names.Operator, HashAnnotation: HashAnnotation, Cache: mgr.GetCache()},
 		State:    state.NewReader(cfg.StateTimeout),
 		Recorder: mgr.GetEventRecorder(names.Operator),
 		Now:      time.Now,
@@ -91,26 +102,47 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 // SetupWithManager registers the reconciler's watches.
 func (r *FleetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr)
+	owned := []client.Object{&appsv1.StatefulSet{}, &corev1.Service{}, &corev1.ServiceAccount{}, &networkingv1.NetworkPolicy{}, &networkingv1.Ingress{}}
 	// Watch HTTPRoutes (for their status) only where the Gateway API is
 	// installed at start-up; elsewhere routing polls while it waits, and a
 	// later install is found by discovery without a restart.
 	if _, err := mgr.GetRESTMapper().RESTMapping(routing.HTTPRouteGVK.GroupKind(), routing.HTTPRouteGVK.Version); err == nil {
 		route := &unstructured.Unstructured{}
 		route.SetGroupVersionKind(routing.HTTPRouteGVK)
-		b = b.Owns(route)
+		owned = append(owned, route)
+	}
+	b = b.For(&v1alpha1.CelldFleet{})
+	for _, o := range owned {
+		b = b.Owns(o)
+	}
+	if r.Applier != nil && r.Applier.Cache != nil {
+		// Exactly the kinds watched above: their informers exist, so reading
+		// them starts no new (unrestricted) cache.
+		kinds, err := cachedKinds(mgr.GetScheme(), owned)
+		if err != nil {
+			return err
+		}
+		r.Applier.CachedKinds = kinds
 	}
 	return b.
-		For(&v1alpha1.CelldFleet{}).
-		Owns(&appsv1.StatefulSet{}).
-		Owns(&corev1.Service{}).
-		Owns(&corev1.ServiceAccount{}).
-		Owns(&networkingv1.NetworkPolicy{}).
-		Owns(&networkingv1.Ingress{}).
 		// Member Pods belong to the StatefulSet; map them to their fleet by label.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToFleet), builder.WithPredicates()).
 		// Namespace labels carry the mesh contract (enrollment, state, edges).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.namespaceToFleets), builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		Complete(r)
+}
+
+// cachedKinds are the group-kinds of the watched objects.
+func cachedKinds(scheme *runtime.Scheme, objs []client.Object) ([]schema.GroupKind, error) {
+	var out []schema.GroupKind
+	for _, o := range objs {
+		gvk, err := apiutil.GVKForObject(o, scheme)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, gvk.GroupKind())
+	}
+	return out, nil
 }
 
 func podToFleet(_ context.Context, o client.Object) []reconcile.Request {
@@ -200,6 +232,8 @@ func (r *FleetReconciler) nextLook(fleet *v1alpha1.CelldFleet, obs *observed) ti
 	switch {
 	case obs.blocked != nil:
 		return next
+	case r.memberStarting(obs):
+		next = startingPoll
 	case obs.decision.Rolling() || obs.stsSettling:
 		next = rollPoll
 	case !allAvailable(fleet, obs):
@@ -209,6 +243,26 @@ func (r *FleetReconciler) nextLook(fleet *v1alpha1.CelldFleet, obs *observed) ti
 		next = routingPoll
 	}
 	return next
+}
+
+// memberStarting reports a member whose Pod turned Ready within
+// startingWindow and that /state does not report healthy yet. Past the
+// window the usual polls apply, so a member that stays unhealthy is not
+// read four times a second.
+func (r *FleetReconciler) memberStarting(obs *observed) bool {
+	now := r.Now()
+	for i := range obs.pods {
+		p := &obs.pods[i]
+		if p.DeletionTimestamp != nil || healthy(obs.reports[p.Name]) {
+			continue
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue && now.Sub(c.LastTransitionTime.Time) < startingWindow {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.CelldFleet, obs *observed) error {

@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -139,6 +140,7 @@ func TestIntegration(t *testing.T) {
 	t.Run("defaults come from the schema", func(t *testing.T) { testDefaults(t, env) })
 	t.Run("enforcement gate, ownership and zero-write steady state", func(t *testing.T) { testReconcile(t, env) })
 	t.Run("a foreign object with our name is reported, never adopted", func(t *testing.T) { testConflict(t, env) })
+	t.Run("reads through the restricted cache: no request in steady state, conflicts and drift still seen", func(t *testing.T) { testCachedReads(t, env) })
 	t.Run("paused maintenance keeps the member template", func(t *testing.T) { testPaused(t, env) })
 	t.Run("a larger disk leaves the immutable claim template alone", func(t *testing.T) { testGrowDisk(t, env) })
 	// These install Gateway API and Istio CRDs into the shared API server.
@@ -323,6 +325,109 @@ func testConflict(t *testing.T, env *testenv.Env) {
 	assert.Empty(t, got.OwnerReferences, "a foreign object is never adopted")
 	assert.Equal(t, int32(9999), got.Spec.Ports[0].Port)
 	assert.Error(t, h.get(&appsv1.StatefulSet{}, "conflict", "billing"), "nothing proceeds past a conflict")
+}
+
+// testCachedReads runs the reconciler as the manager does: the Applier
+// reads the watched kinds from a cache restricted by RestrictCache. An
+// unchanged fleet then costs not a single request; a foreign object the
+// restricted cache cannot hold is still found (by the uncached confirming
+// read) and reported; drift by another writer is repaired once the cache
+// shows it.
+func testCachedReads(t *testing.T, env *testenv.Env) {
+	ctx := context.Background()
+	createNamespace(t, env.Client, "cached")
+	foreign := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "cached", Name: "theirs-peers", Labels: map[string]string{"team": "theirs"}},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 9999}}},
+	}
+	require.NoError(t, env.Client.Create(ctx, foreign))
+	f, g := fleet("cached", "stock"), fleet("cached", "theirs")
+	require.NoError(t, env.Client.Create(ctx, f))
+	require.NoError(t, env.Client.Create(ctx, g))
+
+	opts := cache.Options{Scheme: env.Client.Scheme()}
+	RestrictCache(Config{}, &opts)
+	informers, err := cache.New(env.Config, opts)
+	require.NoError(t, err)
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { _ = informers.Start(cctx) }()
+	owned := []client.Object{&appsv1.StatefulSet{}, &corev1.Service{}, &corev1.ServiceAccount{}, &networkingv1.NetworkPolicy{}, &networkingv1.Ingress{}}
+	for _, o := range owned {
+		_, err := informers.GetInformer(ctx, o) // as the controller's Owns() watches do
+		require.NoError(t, err)
+	}
+	require.True(t, informers.WaitForCacheSync(ctx))
+	kinds, err := cachedKinds(env.Client.Scheme(), owned)
+	require.NoError(t, err)
+
+	// Every GET the Applier would send to the API server is unstructured.
+	var uncached atomic.Int64
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Client.Scheme()})
+	require.NoError(t, err)
+	reads := interceptor.NewClient(wc, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*unstructured.Unstructured); ok {
+				uncached.Add(1)
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	h := newHarness(t, env, true)
+	c := h.writes.client(reads)
+	h.r.Client = c
+	h.r.Applier = &apply.Applier{Client: c, FieldManager: names.Operator, HashAnnotation: HashAnnotation, Cache: informers, CachedKinds: kinds}
+
+	h.reconcile(f)
+	cached := func(o client.Object, name string) func() bool {
+		return func() bool {
+			return informers.Get(ctx, types.NamespacedName{Namespace: "cached", Name: name}, o) == nil
+		}
+	}
+	for _, o := range []struct {
+		obj  client.Object
+		name string
+	}{{&appsv1.StatefulSet{}, "stock"}, {&corev1.Service{}, "stock"}, {&corev1.Service{}, "stock-peers"}, {&networkingv1.NetworkPolicy{}, "stock"}, {&corev1.ServiceAccount{}, "stock"}} {
+		require.Eventually(t, cached(o.obj, o.name), 10*time.Second, 20*time.Millisecond, "the cache sees %s", o.name)
+	}
+	h.reconcile(f) // absorbs the status of the first pass
+	h.writes.n.Store(0)
+	uncached.Store(0)
+	for i := 0; i < 3; i++ {
+		h.reconcile(f)
+	}
+	assert.Equal(t, int64(0), h.writes.n.Load(), "an unchanged fleet must reconcile with zero writes")
+	assert.Equal(t, int64(0), uncached.Load(), "and without reading its objects from the API server")
+
+	// The restricted cache never holds the foreign Service (no operator
+	// label); the confirming read finds it and the fleet reports it.
+	assert.Error(t, informers.Get(ctx, client.ObjectKeyFromObject(foreign), &corev1.Service{}))
+	h.reconcile(g)
+	assert.Positive(t, uncached.Load(), "cache misses are confirmed with the API server")
+	require.NoError(t, h.get(g, "cached", "theirs"))
+	blocked := meta.FindStatusCondition(g.Status.Conditions, ConditionInfrastructureBlocked)
+	require.NotNil(t, blocked)
+	assert.Equal(t, "OwnershipConflict", blocked.Reason)
+	assert.Contains(t, blocked.Message, "Service cached/theirs-peers")
+	got := &corev1.Service{}
+	require.NoError(t, h.get(got, "cached", "theirs-peers"))
+	assert.Empty(t, got.OwnerReferences, "a foreign object is never adopted")
+	assert.Equal(t, int32(9999), got.Spec.Ports[0].Port)
+
+	// Drift by another writer, once the cache shows it, is repaired with one write.
+	np := &networkingv1.NetworkPolicy{}
+	require.NoError(t, h.get(np, "cached", "stock"))
+	np.Spec.Ingress = nil
+	require.NoError(t, env.Client.Update(ctx, np))
+	require.Eventually(t, func() bool {
+		seen := &networkingv1.NetworkPolicy{}
+		return informers.Get(ctx, client.ObjectKeyFromObject(np), seen) == nil && len(seen.Spec.Ingress) == 0
+	}, 10*time.Second, 20*time.Millisecond)
+	h.writes.n.Store(0)
+	h.reconcile(f)
+	assert.Equal(t, int64(1), h.writes.n.Load())
+	require.NoError(t, h.get(np, "cached", "stock"))
+	assert.Len(t, np.Spec.Ingress, 2, "the operator restores its ingress rules")
 }
 
 func testPaused(t *testing.T, env *testenv.Env) {

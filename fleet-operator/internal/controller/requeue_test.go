@@ -17,9 +17,14 @@ import (
 )
 
 func TestNextLook(t *testing.T) {
-	r := &FleetReconciler{Config: Config{StateInterval: 30 * time.Second}}
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	r := &FleetReconciler{Config: Config{StateInterval: 30 * time.Second}, Now: func() time.Time { return now }}
 	f := &v1alpha1.CelldFleet{Spec: v1alpha1.CelldFleetSpec{Replicas: ptr.To[int32](1)}}
-	readyPod := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "f-0"}, Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
+	readySince := func(d time.Duration) corev1.Pod {
+		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "f-0"}, Status: corev1.PodStatus{Conditions: []corev1.PodCondition{
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now.Add(-d))}}}}
+	}
+	readyPod := readySince(time.Hour)
 	healthy := map[string]state.Result{"f-0": {Report: &state.Report{Healthy: true}}}
 	steady := func() *observed { return &observed{pods: []corev1.Pod{readyPod}, reports: healthy} }
 
@@ -32,6 +37,24 @@ func TestNextLook(t *testing.T) {
 	notReady := steady()
 	notReady.reports = map[string]state.Result{}
 	assert.Equal(t, notReadyPoll, r.nextLook(f, notReady))
+
+	// A member that just turned Ready and is still Starting on /state: soon,
+	// in a roll (the next member waits for it) and after its last step
+	// (Ready waits for it), but only for startingWindow.
+	starting := func(since time.Duration, rolling bool) *observed {
+		o := &observed{pods: []corev1.Pod{readySince(since)}, reports: map[string]state.Result{"f-0": {Report: &state.Report{Phase: "Starting"}}}}
+		if rolling {
+			o.decision = roll.Decision{Outdated: 1}
+		}
+		return o
+	}
+	assert.Equal(t, startingPoll, r.nextLook(f, starting(time.Second, true)))
+	assert.Equal(t, startingPoll, r.nextLook(f, starting(time.Second, false)))
+	assert.Equal(t, rollPoll, r.nextLook(f, starting(startingWindow, true)), "past the window: the roll's poll")
+	assert.Equal(t, notReadyPoll, r.nextLook(f, starting(startingWindow, false)))
+	terminating := starting(time.Second, true)
+	terminating.pods[0].DeletionTimestamp = ptr.To(metav1.NewTime(now))
+	assert.Equal(t, rollPoll, r.nextLook(f, terminating), "a terminating member sends events")
 
 	blocked := steady()
 	blocked.blocked = &blockage{reason: "IstioAPIUnavailable"}
