@@ -1,10 +1,11 @@
-// Command bench measures the fleet operator on the local control plane (kwok
+// Command bench measures both operators on the local control plane (kwok
 // nodes, the celld stand-in on every member Pod IP, both operators as
 // processes under their charts' RBAC) and writes one result per run to
-// bench/results/<UTC timestamp>.{json,md}. See docs/benchmark.md.
+// bench/results/<UTC timestamp>.{json,md}; with -readme it rewrites the
+// summary block of README.md from the newest result. See docs/benchmark.md.
 //
-//	cd e2e && go run ./bench                 # N = 30 and 100
-//	cd e2e && go run ./bench -n 30,100,300   # add the long N=300 run
+//	cd e2e && go run ./bench                         # N = 30,100,300; mesh 10,100,300 namespaces
+//	cd e2e && go run ./bench -n 30 -mesh 10          # a short run
 package main
 
 import (
@@ -16,6 +17,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -46,6 +48,7 @@ import (
 	"github.com/ericdev/fleetmesh/e2e/cluster/local"
 	"github.com/ericdev/fleetmesh/e2e/harness"
 	fleetv1 "github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	meshv1 "github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
 )
 
 const (
@@ -57,13 +60,28 @@ const (
 )
 
 var (
-	flagN       = flag.String("n", envOr("BENCH_N", "30,100"), "comma-separated fleet counts (N=300 takes long on 2 cores)")
+	flagN       = flag.String("n", envOr("BENCH_N", "30,100,300"), "comma-separated fleet counts (>= 10); empty for none")
+	flagMesh    = flag.String("mesh", envOr("BENCH_MESH", "10,100,300"), "comma-separated namespace counts the mesh operator enrolls (>= 1); empty for none")
 	flagOut     = flag.String("out", "", "results directory (default <repo>/bench/results)")
-	flagMetrics = flag.String("metrics-addr", envOr("BENCH_METRICS_ADDR", "127.0.0.1:18480"), "fixed loopback address for the fleet operator's metrics")
-	flagSkip    = flag.Int("skip-nodes", 10, "cordon the first kwok nodes (Pod ranges 127.1–127.<n>) so Pod IPs stay clear of other test beds on this machine")
+	flagReadme  = flag.String("readme", "", "rewrite the bench block of this README from the newest result in -out")
+	flagNoRun   = flag.Bool("readme-only", false, "only rewrite -readme from the newest result in -out; run nothing")
+	flagSteady  = flag.Duration("steady", 3*stateInterval+5*time.Second, "steady-state window after poking every fleet")
+	flagMetrics = flag.String("metrics-addr", os.Getenv("BENCH_METRICS_ADDR"), "loopback address for the fleet operator's metrics (default: a free port)")
+	flagSkip    = flag.Int("skip-nodes", 0, "cordon the first kwok nodes of each bed (beds lease disjoint Pod ranges, so this is no longer needed)")
 	flagKeep    = flag.Bool("keep", os.Getenv("BENCH_KEEP") != "", "keep each bed's files (operator logs) after a successful N")
 	flagTimeout = flag.Duration("timeout", 15*time.Minute, "per-phase wait limit")
 )
+
+// options are one run's settings (the flags, or the smoke test's).
+type options struct {
+	n, mesh []int
+	steady  time.Duration
+	// meshInFleetBed runs mesh count i in the bed of fleet count i instead of
+	// a fresh bed (the smoke test saves a bed start this way).
+	meshInFleetBed bool
+	keep           bool
+	log            io.Writer
+}
 
 func envOr(k, def string) string {
 	if v := os.Getenv(k); v != "" {
@@ -93,6 +111,38 @@ type Roll struct {
 	MemberSeconds    map[string]float64 `json:"memberRestartToReadySeconds"`
 	SumMemberSeconds float64            `json:"sumMemberSeconds"`
 	OverheadSeconds  float64            `json:"overheadSeconds"`
+	// OverheadPerMember = OverheadSeconds / Members (target: under 1 s).
+	OverheadPerMember float64 `json:"overheadPerMemberSeconds"`
+	// Steps is each member's timeline in seconds after the image patch, in
+	// the order the operator replaced them; Breakdown splits the overhead.
+	Steps     []RollStep    `json:"steps"`
+	Breakdown RollBreakdown `json:"breakdown"`
+}
+
+// RollStep is one member's replacement as the bench's 100 ms poll saw it.
+type RollStep struct {
+	Member string `json:"member"`
+	// Deleted: the old Pod is first seen terminating (or gone).
+	Deleted float64 `json:"deleted"`
+	// Created: the replacement Pod exists (see docs/benchmark.md).
+	Created float64 `json:"created"`
+	// Serving: the replacement is Ready and healthy on /state on the new version.
+	Serving float64 `json:"serving"`
+}
+
+// RollBreakdown adds up to the overhead (within the poll's resolution).
+type RollBreakdown struct {
+	// FirstDelete: image patch until the first member is deleted.
+	FirstDelete float64 `json:"firstDeleteSeconds"`
+	// Recreate: sum over members of deleted until the replacement exists
+	// (graceful deletion, then the StatefulSet controller's create).
+	Recreate float64 `json:"recreateSeconds"`
+	// NextDelete: sum over steps of one replacement serving until the
+	// operator deletes the next member: the operator's own reaction.
+	NextDelete float64 `json:"nextDeleteSeconds"`
+	// FinalReady: the last replacement serving until the fleet reports
+	// Ready on the new version.
+	FinalReady float64 `json:"finalReadySeconds"`
 }
 
 // Result is one N.
@@ -118,21 +168,40 @@ type Result struct {
 	Error              string  `json:"error,omitempty"`
 }
 
+// Target is one of issue #10's targets and what this run measured.
+type Target struct {
+	Name     string `json:"name"`
+	Target   string `json:"target"`
+	Measured string `json:"measured"`
+	Met      bool   `json:"met"`
+	// Note says by how much and why when the target is missed.
+	Note string `json:"note,omitempty"`
+}
+
 // Run is one `make bench`.
 type Run struct {
-	Started   string   `json:"started"`
-	Finished  string   `json:"finished"`
-	Commit    string   `json:"commit"`
-	Host      Host     `json:"host"`
-	Method    string   `json:"method"`
-	Results   []Result `json:"results"`
-	Anomalies []string `json:"anomalies,omitempty"`
+	Started  string       `json:"started"`
+	Finished string       `json:"finished"`
+	Commit   string       `json:"commit"`
+	Host     Host         `json:"host"`
+	Method   string       `json:"method"`
+	Results  []Result     `json:"results"`
+	Mesh     []MeshResult `json:"mesh,omitempty"`
+	// MeshLinearity fits each mesh write count to a·M + b over the
+	// namespace counts M measured.
+	MeshLinearity []string `json:"meshLinearity,omitempty"`
+	Targets       []Target `json:"targets,omitempty"`
+	Anomalies     []string `json:"anomalies,omitempty"`
 }
 
 type Host struct {
 	CPUs      int    `json:"cpus"`
 	GoVersion string `json:"goVersion"`
 	OS        string `json:"os"`
+	// Uptime is `uptime` at the start and end of the run: other engineers'
+	// test beds share this machine's cores, and the load average shows it.
+	UptimeStart string `json:"uptimeStart"`
+	UptimeEnd   string `json:"uptimeEnd,omitempty"`
 }
 
 func main() {
@@ -145,8 +214,10 @@ func main() {
 	}
 }
 
+var logOut io.Writer = os.Stderr
+
 func logf(format string, a ...any) {
-	fmt.Fprintf(os.Stderr, "%s bench: %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, a...))
+	fmt.Fprintf(logOut, "%s bench: %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, a...))
 }
 
 func run() error {
@@ -158,44 +229,122 @@ func run() error {
 	if out == "" {
 		out = filepath.Join(root, "bench", "results")
 	}
-	var ns []int
-	for _, s := range strings.Split(*flagN, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 10 {
-			return fmt.Errorf("bad N %q (need integers >= 10)", s)
+	if *flagNoRun {
+		if *flagReadme == "" {
+			return fmt.Errorf("-readme-only needs -readme")
 		}
-		ns = append(ns, n)
+		return updateReadme(*flagReadme, out)
 	}
-	started := time.Now().UTC()
-	r := Run{
-		Started: started.Format(time.RFC3339),
-		Commit:  gitCommit(root),
-		Host:    Host{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH},
-		Method:  "docs/benchmark.md",
-	}
-	for _, n := range ns {
-		res, anomalies, err := benchN(root, n)
-		if err != nil {
-			res.Error = err.Error()
-			logf("N=%d failed: %v", n, err)
-		}
-		r.Results = append(r.Results, res)
-		r.Anomalies = append(r.Anomalies, anomalies...)
-		if err := write(out, started, &r); err != nil { // keep partial results
-			return err
-		}
-	}
-	r.Finished = time.Now().UTC().Format(time.RFC3339)
-	if err := write(out, started, &r); err != nil {
+	o := options{steady: *flagSteady, keep: *flagKeep, log: os.Stderr}
+	if o.n, err = parseCounts(*flagN, 10); err != nil {
 		return err
 	}
-	fmt.Print(markdown(&r))
+	if o.mesh, err = parseCounts(*flagMesh, 1); err != nil {
+		return err
+	}
+	started := time.Now().UTC()
+	r, err := execute(root, o, func(r *Run) error { return write(out, started, r) })
+	if r != nil {
+		fmt.Print(markdown(r))
+	}
+	if err != nil {
+		return err
+	}
+	if *flagReadme != "" {
+		if err := updateReadme(*flagReadme, out); err != nil {
+			return err
+		}
+		logf("rewrote the bench block of %s", *flagReadme)
+	}
+	return failed(r)
+}
+
+func parseCounts(s string, minimum int) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < minimum {
+			return nil, fmt.Errorf("bad count %q (need integers >= %d)", f, minimum)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// failed reports the first N or M that failed.
+func failed(r *Run) error {
 	for _, res := range r.Results {
 		if res.Error != "" {
 			return fmt.Errorf("run with N=%d failed: %s", res.N, res.Error)
 		}
 	}
+	for _, m := range r.Mesh {
+		if m.Error != "" {
+			return fmt.Errorf("mesh run with %d namespaces failed: %s", m.Namespaces, m.Error)
+		}
+	}
 	return nil
+}
+
+// execute runs every N and M; emit (may be nil) gets the run after each
+// one, so partial results survive a failure later on.
+func execute(root string, o options, emit func(*Run) error) (*Run, error) {
+	if o.log != nil {
+		logOut = o.log
+	}
+	r := &Run{
+		Started: time.Now().UTC().Format(time.RFC3339),
+		Commit:  gitCommit(root),
+		Host:    Host{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH, UptimeStart: uptime()},
+		Method:  "docs/benchmark.md",
+	}
+	save := func() error {
+		if emit == nil {
+			return nil
+		}
+		return emit(r)
+	}
+	for i, n := range o.n {
+		var meshIn *int
+		if o.meshInFleetBed && i < len(o.mesh) {
+			meshIn = &o.mesh[i]
+		}
+		res, mres, anomalies, err := benchN(root, n, o, meshIn)
+		if err != nil {
+			res.Error = err.Error()
+			logf("N=%d failed: %v", n, err)
+		}
+		r.Results = append(r.Results, res)
+		if mres != nil {
+			r.Mesh = append(r.Mesh, *mres)
+		}
+		r.Anomalies = append(r.Anomalies, anomalies...)
+		if err := save(); err != nil {
+			return r, err
+		}
+	}
+	if !o.meshInFleetBed {
+		for _, m := range o.mesh {
+			res, anomalies, err := benchMesh(root, m, o)
+			if err != nil {
+				res.Error = err.Error()
+				logf("mesh M=%d failed: %v", m, err)
+			}
+			r.Mesh = append(r.Mesh, res)
+			r.Anomalies = append(r.Anomalies, anomalies...)
+			if err := save(); err != nil {
+				return r, err
+			}
+		}
+	}
+	r.MeshLinearity = meshLinearity(r.Mesh)
+	r.Host.UptimeEnd = uptime()
+	r.Finished = time.Now().UTC().Format(time.RFC3339)
+	r.Targets = targets(r)
+	return r, save()
 }
 
 func gitCommit(root string) string {
@@ -214,71 +363,143 @@ func gitCommit(root string) string {
 
 // bench is the state of one N.
 type bench struct {
-	bed  *harness.Bed
-	k8s  client.Client
-	dyn  dynamic.Interface
-	http *http.Client
-	n    int
-	res  *Result
-	anom []string
+	bed             *harness.Bed
+	k8s             client.Client
+	dyn             dynamic.Interface
+	http            *http.Client
+	n               int
+	steady          time.Duration
+	res             *Result
+	anom            []string
+	fleetMetrics    string
+	meshMetricsAddr string
 }
 
-func benchN(root string, n int) (res Result, anomalies []string, err error) {
-	res = Result{N: n, Namespaces: n / 10, Pods: n * membersPerFleet}
-	// Room for the fleets, the floor copies and the roll fleet.
-	res.Nodes = (2*n*membersPerFleet+rollMembers)/200 + 2
-	res.CordonedNodes = *flagSkip
+// startBed starts a bed with nodes kwok nodes (plus the cordoned ones) and
+// both operators on known metrics addresses, leader election off.
+func startBed(root string, nodes int) (*bench, string, error) {
 	work, err := os.MkdirTemp("", "bench-bed-")
 	if err != nil {
-		return res, nil, err
+		return nil, "", err
 	}
-	ctx := context.Background()
-	logf("N=%d: starting the bed (%d kwok nodes)", n, res.Nodes)
-	res.LoadAvgStart = loadAvg()
-	bed, err := harness.StartBed(ctx, harness.BedOptions{
-		Root: root, WorkDir: work, Nodes: res.Nodes + res.CordonedNodes, Operators: true, NetworkPolicyEnforced: true,
+	fleetAddr, meshAddr := *flagMetrics, ""
+	if fleetAddr == "" {
+		if fleetAddr, err = freeAddr(); err != nil {
+			return nil, work, err
+		}
+	}
+	if meshAddr, err = freeAddr(); err != nil {
+		return nil, work, err
+	}
+	bed, err := harness.StartBed(context.Background(), harness.BedOptions{
+		Root: root, WorkDir: work, Nodes: nodes + *flagSkip, Operators: true, NetworkPolicyEnforced: true,
 		Cluster: local.Options{MaxPodsPerNode: 200},
 		// Leader election off: its lease renewals (a PUT every few seconds)
 		// would hide the reconcilers' own writes in rest_client_requests_total.
-		FleetExtraArgs: []string{"--metrics-bind-address", *flagMetrics, "--leader-elect=false"},
+		FleetExtraArgs: []string{"--metrics-bind-address", fleetAddr, "--leader-elect=false"},
+		MeshExtraArgs:  []string{"--metrics-bind-address", meshAddr, "--leader-elect=false"},
 	})
 	if err != nil {
-		return res, nil, err
+		return nil, work, err
 	}
 	setActive(bed)
-	defer func() {
-		res.LoadAvgEnd = loadAvg()
-		setActive(nil)
-		bed.Stop()
-		if err == nil && !*flagKeep {
-			_ = os.RemoveAll(work)
-		} else {
-			logf("bed files kept in %s", work)
-		}
-	}()
 	scheme := pkgruntime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = fleetv1.AddToScheme(scheme)
+	_ = meshv1.AddToScheme(scheme)
 	cfg := rest.CopyConfig(bed.Cluster.REST)
 	cfg.QPS = -1 // like the operator (controller-runtime's default): no client-side limit
-	k8s, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return res, nil, err
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return res, nil, err
-	}
-	b := &bench{bed: bed, k8s: k8s, dyn: dyn, n: n, res: &res,
+	b := &bench{bed: bed, fleetMetrics: fleetAddr, meshMetricsAddr: meshAddr,
 		http: &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 2}}}
-	if err = b.cordon(ctx); err != nil {
-		return res, nil, err
+	if b.k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err == nil {
+		b.dyn, err = dynamic.NewForConfig(cfg)
 	}
-	res.OtherAPIServers = otherAPIServers(bed)
+	if err == nil {
+		err = b.cordon(context.Background(), *flagSkip)
+	}
+	if err == nil {
+		err = b.waitMetrics(fleetAddr)
+	}
+	if err == nil {
+		err = b.waitMetrics(meshAddr)
+	}
+	if err != nil {
+		stopBed(bed, work, err, false)
+		return nil, work, err
+	}
+	return b, work, nil
+}
+
+func stopBed(bed *harness.Bed, work string, err error, keep bool) {
+	setActive(nil)
+	bed.Stop()
+	if err == nil && !keep {
+		_ = os.RemoveAll(work)
+	} else {
+		logf("bed files kept in %s", work)
+	}
+}
+
+func benchN(root string, n int, o options, meshIn *int) (res Result, mres *MeshResult, anomalies []string, err error) {
+	res = Result{N: n, Namespaces: n / 10, Pods: n * membersPerFleet}
+	// Room for the fleets, the floor copies, the roll fleet and mesh Pods.
+	res.Nodes = (2*n*membersPerFleet+rollMembers)/200 + 2
+	if meshIn != nil {
+		res.Nodes += *meshIn/200 + 1
+	}
+	res.CordonedNodes = *flagSkip
+	logf("N=%d: starting the bed (%d kwok nodes)", n, res.Nodes)
+	res.LoadAvgStart = loadAvg()
+	b, work, err := startBed(root, res.Nodes)
+	if err != nil {
+		return res, nil, nil, err
+	}
+	defer func() {
+		res.LoadAvgEnd = loadAvg()
+		stopBed(b.bed, work, err, o.keep)
+	}()
+	b.n, b.res, b.steady = n, &res, o.steady
+	res.OtherAPIServers = otherAPIServers(b.bed)
 	if res.OtherAPIServers > 0 {
 		b.anom = append(b.anom, fmt.Sprintf("N=%d: %d other kube-apiserver process(es) on this host during the run: CPU shared, times inflated", n, res.OtherAPIServers))
 	}
-	err = b.all(ctx)
+	ctx := context.Background()
+	if err = b.all(ctx); err != nil {
+		return res, nil, b.anom, err
+	}
+	if meshIn != nil {
+		mres = &MeshResult{Nodes: res.Nodes, LoadAvgStart: loadAvg()}
+		err = b.enrollMesh(ctx, root, *meshIn, mres)
+		mres.LoadAvgEnd = loadAvg()
+		if err != nil {
+			mres.Error = err.Error()
+			err = fmt.Errorf("mesh M=%d: %w", *meshIn, err)
+		}
+	}
+	return res, mres, b.anom, err
+}
+
+// benchMesh measures one namespace count in a bed of its own.
+func benchMesh(root string, m int, o options) (res MeshResult, anomalies []string, err error) {
+	res = MeshResult{Namespaces: m, Nodes: m/200 + 1}
+	logf("mesh M=%d: starting the bed (%d kwok nodes)", m, res.Nodes)
+	res.LoadAvgStart = loadAvg()
+	b, work, err := startBed(root, res.Nodes)
+	if err != nil {
+		return res, nil, err
+	}
+	defer func() {
+		res.LoadAvgEnd = loadAvg()
+		stopBed(b.bed, work, err, o.keep)
+	}()
+	if n := otherAPIServers(b.bed); n > 0 {
+		b.anom = append(b.anom, fmt.Sprintf("mesh M=%d: %d other kube-apiserver process(es) on this host during the run: CPU shared, times inflated", m, n))
+	}
+	err = b.enrollMesh(context.Background(), root, m, &res)
+	if err == nil {
+		logf("mesh M=%d: control plane Ready at %.1fs, all STRICT at %.1fs (%.1fs after Ready); writes %v; per namespace %v",
+			m, res.ControlPlaneReadySeconds, res.AllStrictSeconds, res.ReadyToStrictSeconds, res.WritesByResource, res.PerNamespace)
+	}
 	return res, b.anom, err
 }
 
@@ -311,8 +532,8 @@ func stopOnSignal() {
 // gives node i the Pod range 127.<i+1>.0.0/16, so two beds on one machine
 // (a CI run next to the benchmark) hand out the same Pod IPs and one bed's
 // stand-in answers the other's operator. Using only higher nodes avoids it.
-func (b *bench) cordon(ctx context.Context) error {
-	for i := 0; i < b.res.CordonedNodes; i++ {
+func (b *bench) cordon(ctx context.Context, n int) error {
+	for i := 0; i < n; i++ {
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: local.NodeName(i)}}
 		if err := b.k8s.Patch(ctx, node, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`))); err != nil {
 			return fmt.Errorf("cordon %s: %w", node.Name, err)
@@ -352,9 +573,6 @@ func otherAPIServers(bed *harness.Bed) int {
 }
 
 func (b *bench) all(ctx context.Context) error {
-	if err := b.waitMetrics(); err != nil {
-		return err
-	}
 	pid := b.bed.Fleet.Pid()
 	cpu0, _ := cpuSeconds(pid)
 
@@ -386,7 +604,7 @@ func (b *bench) all(ctx context.Context) error {
 				return err
 			}
 		}
-		time.Sleep(3*stateInterval + 5*time.Second)
+		time.Sleep(b.steady)
 		return nil
 	}); err != nil {
 		return err
@@ -419,7 +637,7 @@ func (b *bench) all(ctx context.Context) error {
 	if err := b.rollOverhead(ctx); err != nil {
 		return fmt.Errorf("roll overhead: %w", err)
 	}
-	logf("N=%d: 5-member roll %.1fs, members %.1fs, overhead %.1fs", b.n, b.res.Roll.RollSeconds, b.res.Roll.SumMemberSeconds, b.res.Roll.OverheadSeconds)
+	logf("N=%d: 5-member roll %.1fs, members %.1fs, overhead %.1fs (%+v)", b.n, b.res.Roll.RollSeconds, b.res.Roll.SumMemberSeconds, b.res.Roll.OverheadSeconds, b.res.Roll.Breakdown)
 
 	// 3: memory and CPU over the whole N.
 	hwm, err := peakRSS(pid)
@@ -435,40 +653,9 @@ func (b *bench) all(ctx context.Context) error {
 	return b.bed.Healthy()
 }
 
-// phase runs fn and records the operator's requests and CPU over it.
+// phase runs fn and records the fleet operator's requests and CPU over it.
 func (b *bench) phase(p *Phase, fn func() error) error {
-	pid := b.bed.Fleet.Pid()
-	before, err := b.scrape()
-	if err != nil {
-		return err
-	}
-	cpu0, _ := cpuSeconds(pid)
-	errs0 := reconcileErrors(b.bed.Fleet.LogPath)
-	start := time.Now()
-	if err := fn(); err != nil {
-		return err
-	}
-	// Let in-flight status writes land before the second scrape.
-	time.Sleep(time.Second)
-	p.Seconds = round(time.Since(start).Seconds(), 2)
-	after, err := b.scrape()
-	if err != nil {
-		return err
-	}
-	cpu1, _ := cpuSeconds(pid)
-	p.CPUSeconds = round(cpu1-cpu0, 2)
-	p.ReconcileErrors = reconcileErrors(b.bed.Fleet.LogPath) - errs0
-	p.Requests = Requests{}
-	for m, v := range after {
-		if d := v - before[m]; d != 0 {
-			p.Requests[m] = d
-			switch m {
-			case "POST", "PUT", "PATCH", "DELETE":
-				p.Writes += d
-			}
-		}
-	}
-	return nil
+	return b.phaseOf(b.fleetMetrics, b.bed.Fleet, p, fn)
 }
 
 // reconcileErrors counts controller-runtime's "Reconciler error" log lines.
@@ -485,31 +672,18 @@ func round(v float64, places int) float64 {
 	return f
 }
 
-func (b *bench) waitMetrics() error {
+func (b *bench) waitMetrics(addr string) error {
 	deadline := time.Now().Add(time.Minute)
 	for {
-		_, err := b.scrape()
+		_, err := scrapeAddr(b.http, addr)
 		if err == nil {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("fleet operator metrics on %s: %w", *flagMetrics, err)
+			return fmt.Errorf("operator metrics on %s: %w", addr, err)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-}
-
-// scrape sums rest_client_requests_total by method.
-func (b *bench) scrape() (Requests, error) {
-	resp, err := b.http.Get("http://" + *flagMetrics + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("metrics: %s", resp.Status)
-	}
-	return parseRequests(resp.Body)
 }
 
 func parseRequests(r io.Reader) (Requests, error) {
@@ -854,7 +1028,8 @@ func (b *bench) serving(ip, version string) bool {
 
 // rollOverhead rolls a 5-member fleet and subtracts, from the roll's
 // duration, the time each new member took from Pod creation to Ready with a
-// healthy /state on the new version.
+// healthy /state on the new version. It also records each step's timeline,
+// so the overhead splits into where it goes.
 func (b *bench) rollOverhead(ctx context.Context) error {
 	const ns = "bench-roll"
 	if err := b.k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
@@ -867,13 +1042,13 @@ func (b *bench) rollOverhead(ctx context.Context) error {
 	if err := b.waitFleetsReady(ctx, []*fleetv1.CelldFleet{f}, "1.0.0"); err != nil {
 		return err
 	}
-	old := map[types.UID]bool{}
+	old := map[types.UID]string{}
 	list := &corev1.PodList{}
 	if err := b.k8s.List(ctx, list, client.InNamespace(ns)); err != nil {
 		return err
 	}
 	for _, p := range list.Items {
-		old[p.UID] = true
+		old[p.UID] = p.Name
 	}
 	type member struct {
 		created time.Time
@@ -881,6 +1056,7 @@ func (b *bench) rollOverhead(ctx context.Context) error {
 	}
 	members := map[types.UID]*member{}
 	names := map[types.UID]string{}
+	deleted := map[string]time.Time{} // old Pod name → first seen terminating or gone
 	start := time.Now()
 	if err := b.patchImage(ctx, f, imageV2); err != nil {
 		return err
@@ -892,9 +1068,14 @@ func (b *bench) rollOverhead(ctx context.Context) error {
 			return err
 		}
 		now := time.Now()
+		present := map[types.UID]bool{}
 		for i := range list.Items {
 			p := &list.Items[i]
-			if old[p.UID] {
+			present[p.UID] = true
+			if name, isOld := old[p.UID]; isOld {
+				if _, seen := deleted[name]; !seen && p.DeletionTimestamp != nil {
+					deleted[name] = now
+				}
 				continue
 			}
 			m := members[p.UID]
@@ -913,6 +1094,11 @@ func (b *bench) rollOverhead(ctx context.Context) error {
 				m.ready = now
 			}
 		}
+		for uid, name := range old {
+			if _, seen := deleted[name]; !seen && !present[uid] {
+				deleted[name] = now
+			}
+		}
 		got := &fleetv1.CelldFleet{}
 		if err := b.k8s.Get(ctx, client.ObjectKeyFromObject(f), got); err != nil {
 			return err
@@ -925,7 +1111,9 @@ func (b *bench) rollOverhead(ctx context.Context) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	r := Roll{Members: rollMembers, RollSeconds: round(time.Since(start).Seconds(), 2), MemberSeconds: map[string]float64{}}
+	end := time.Now()
+	r := Roll{Members: rollMembers, RollSeconds: round(end.Sub(start).Seconds(), 2), MemberSeconds: map[string]float64{}}
+	since := func(t time.Time) float64 { return round(t.Sub(start).Seconds(), 2) }
 	for uid, m := range members {
 		if m.ready.IsZero() {
 			return fmt.Errorf("member %s never seen serving", names[uid])
@@ -935,14 +1123,39 @@ func (b *bench) rollOverhead(ctx context.Context) error {
 		d := m.ready.Sub(m.created).Seconds()
 		r.MemberSeconds[names[uid]] = round(d, 2)
 		r.SumMemberSeconds += d
+		r.Steps = append(r.Steps, RollStep{Member: names[uid], Deleted: since(deleted[names[uid]]), Created: since(m.created), Serving: since(m.ready)})
 	}
 	if len(members) != rollMembers {
 		b.anom = append(b.anom, fmt.Sprintf("N=%d: roll replaced %d Pods, expected %d", b.n, len(members), rollMembers))
 	}
+	sort.Slice(r.Steps, func(i, j int) bool { return r.Steps[i].Deleted < r.Steps[j].Deleted })
+	for i, st := range r.Steps {
+		if i == 0 {
+			r.Breakdown.FirstDelete = st.Deleted
+		} else {
+			r.Breakdown.NextDelete += st.Deleted - r.Steps[i-1].Serving
+		}
+		r.Breakdown.Recreate += st.Created - st.Deleted
+		if i == len(r.Steps)-1 {
+			r.Breakdown.FinalReady = r.RollSeconds - st.Serving
+		}
+	}
+	r.Breakdown = RollBreakdown{FirstDelete: round(r.Breakdown.FirstDelete, 2), Recreate: round(r.Breakdown.Recreate, 2),
+		NextDelete: round(r.Breakdown.NextDelete, 2), FinalReady: round(r.Breakdown.FinalReady, 2)}
 	r.SumMemberSeconds = round(r.SumMemberSeconds, 2)
 	r.OverheadSeconds = round(r.RollSeconds-r.SumMemberSeconds, 2)
+	r.OverheadPerMember = round(r.OverheadSeconds/float64(rollMembers), 2)
 	b.res.Roll = r
 	return nil
+}
+
+// uptime is the `uptime` line (load averages over 1, 5 and 15 minutes).
+func uptime() string {
+	out, err := exec.Command("uptime").Output()
+	if err != nil {
+		return "load average: " + loadAvg()
+	}
+	return strings.TrimSpace(string(out))
 }
 
 func write(dir string, started time.Time, r *Run) error {
@@ -979,19 +1192,62 @@ func fmtReq(r Requests) string {
 func markdown(r *Run) string {
 	var s strings.Builder
 	fmt.Fprintf(&s, "# Benchmark %s\n\ncommit `%s`, %d CPUs, %s; method: docs/benchmark.md\n\n", r.Started, r.Commit, r.Host.CPUs, r.Host.GoVersion)
-	s.WriteString("| N | pods | converge s | floor s | ratio | create: requests (writes) | steady: requests (writes) | roll 1 fleet: requests (writes) | reconcile errors (create/steady/roll) | peak RSS MiB | CPU s | 5-member roll s | members s | overhead s |\n")
-	s.WriteString("| ---: | ---: | ---: | ---: | ---: | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |\n")
-	for _, x := range r.Results {
-		if x.Error != "" {
-			fmt.Fprintf(&s, "| %d | %d | failed: %s |\n", x.N, x.Pods, x.Error)
-			continue
+	fmt.Fprintf(&s, "Machine load (`uptime`): at the start `%s`; at the end `%s`. Other engineers' test beds share these cores: times are inflated by their load, request counts are not.\n\n", r.Host.UptimeStart, r.Host.UptimeEnd)
+	if len(r.Results) > 0 {
+		s.WriteString("## Fleet operator\n\n")
+		s.WriteString("| N | pods | converge s | floor s | ratio | create: requests (writes) | steady: requests (writes) | roll 1 fleet: requests (writes) | reconcile errors (create/steady/roll) | peak RSS MiB | CPU s | 5-member roll s | members s | overhead s | overhead s/member | load avg start → end |\n")
+		s.WriteString("| ---: | ---: | ---: | ---: | ---: | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
+		for _, x := range r.Results {
+			if x.Error != "" {
+				fmt.Fprintf(&s, "| %d | %d | failed: %s |\n", x.N, x.Pods, x.Error)
+				continue
+			}
+			fmt.Fprintf(&s, "| %d | %d | %.1f | %.1f | %.2f | %s (%g) | %s (%g) | %s (%g) | %d/%d/%d | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f | %s → %s |\n",
+				x.N, x.Pods, x.ConvergenceSeconds, x.FloorSeconds, x.Ratio,
+				fmtReq(x.Create.Requests), x.Create.Writes, fmtReq(x.Steady.Requests), x.Steady.Writes,
+				fmtReq(x.TemplateRoll.Requests), x.TemplateRoll.Writes,
+				x.Create.ReconcileErrors, x.Steady.ReconcileErrors, x.TemplateRoll.ReconcileErrors,
+				x.PeakRSSMiB, x.CPUSecondsTotal, x.Roll.RollSeconds, x.Roll.SumMemberSeconds, x.Roll.OverheadSeconds, x.Roll.OverheadPerMember,
+				x.LoadAvgStart, x.LoadAvgEnd)
 		}
-		fmt.Fprintf(&s, "| %d | %d | %.1f | %.1f | %.2f | %s (%g) | %s (%g) | %s (%g) | %d/%d/%d | %.1f | %.1f | %.1f | %.1f | %.1f |\n",
-			x.N, x.Pods, x.ConvergenceSeconds, x.FloorSeconds, x.Ratio,
-			fmtReq(x.Create.Requests), x.Create.Writes, fmtReq(x.Steady.Requests), x.Steady.Writes,
-			fmtReq(x.TemplateRoll.Requests), x.TemplateRoll.Writes,
-			x.Create.ReconcileErrors, x.Steady.ReconcileErrors, x.TemplateRoll.ReconcileErrors,
-			x.PeakRSSMiB, x.CPUSecondsTotal, x.Roll.RollSeconds, x.Roll.SumMemberSeconds, x.Roll.OverheadSeconds)
+		s.WriteString("\nRoll overhead, where it goes (s): until the first delete / deleted→recreated (graceful deletion + StatefulSet controller) / replacement serving→next delete (operator) / last serving→fleet Ready\n\n")
+		for _, x := range r.Results {
+			if x.Error == "" {
+				bd := x.Roll.Breakdown
+				fmt.Fprintf(&s, "- N=%d: %.2f / %.2f / %.2f / %.2f\n", x.N, bd.FirstDelete, bd.Recreate, bd.NextDelete, bd.FinalReady)
+			}
+		}
+	}
+	if len(r.Mesh) > 0 {
+		s.WriteString("\n## Mesh operator: enrolling M namespaces (one running, ztunnel-captured Pod each)\n\n")
+		s.WriteString("| M | control plane Ready s | ServiceMesh Ready s | all STRICT s | Ready → all STRICT s | mesh operator requests (writes) | API server writes by resource | per namespace | after all STRICT: requests (writes) | peak RSS MiB | load avg start → end |\n")
+		s.WriteString("| ---: | ---: | ---: | ---: | ---: | --- | --- | --- | --- | ---: | --- |\n")
+		for _, m := range r.Mesh {
+			if m.Error != "" {
+				fmt.Fprintf(&s, "| %d | failed: %s |\n", m.Namespaces, m.Error)
+				continue
+			}
+			fmt.Fprintf(&s, "| %d | %.1f | %.1f | %.1f | %.1f | %s (%g) | %s | %s | %s (%g) | %.1f | %s → %s |\n",
+				m.Namespaces, m.ControlPlaneReadySeconds, m.MeshReadySeconds, m.AllStrictSeconds, m.ReadyToStrictSeconds,
+				fmtReq(m.Enroll.Requests), m.Enroll.Writes, fmtReq(m.WritesByResource), fmtReq(m.PerNamespace),
+				fmtReq(m.Settle.Requests), m.Settle.Writes, m.PeakRSSMiB, m.LoadAvgStart, m.LoadAvgEnd)
+		}
+		if len(r.MeshLinearity) > 0 {
+			s.WriteString("\nWrites as a·M + b over the namespace counts:\n\n")
+			for _, l := range r.MeshLinearity {
+				fmt.Fprintf(&s, "- %s\n", l)
+			}
+		}
+	}
+	if len(r.Targets) > 0 {
+		s.WriteString("\n## Targets\n\n| target | wanted | measured | met | by how much, why |\n| --- | --- | --- | --- | --- |\n")
+		for _, t := range r.Targets {
+			met := "yes"
+			if !t.Met {
+				met = "**no**"
+			}
+			fmt.Fprintf(&s, "| %s | %s | %s | %s | %s |\n", t.Name, t.Target, t.Measured, met, t.Note)
+		}
 	}
 	if len(r.Anomalies) > 0 {
 		s.WriteString("\nAnomalies:\n\n")
@@ -1000,4 +1256,104 @@ func markdown(r *Run) string {
 		}
 	}
 	return s.String()
+}
+
+// targets checks issue #10's targets against the run.
+func targets(r *Run) []Target {
+	var out []Target
+	var ok []Result
+	for _, res := range r.Results {
+		if res.Error == "" {
+			ok = append(ok, res)
+		}
+	}
+	if len(ok) > 0 {
+		largest := ok[len(ok)-1]
+		for _, res := range ok {
+			if res.N > largest.N {
+				largest = res
+			}
+		}
+		load := fmt.Sprintf("load average %s at the start of that N, %s at its end, %d other kube-apiserver(s) on the host", largest.LoadAvgStart, largest.LoadAvgEnd, largest.OtherAPIServers)
+		t := Target{Name: fmt.Sprintf("convergence ratio at N=%d", largest.N), Target: "at most 2.0 × the direct-apply floor at N=300",
+			Measured: fmt.Sprintf("%.2f (%.1f s vs %.1f s)", largest.Ratio, largest.ConvergenceSeconds, largest.FloorSeconds), Met: largest.Ratio <= 2}
+		if !t.Met {
+			t.Note = fmt.Sprintf("over by %.2f (%.0f %%); %s", largest.Ratio-2, (largest.Ratio/2-1)*100, load)
+		}
+		if largest.N < 300 {
+			t.Note = strings.TrimPrefix(t.Note+"; N=300 was not run", "; ")
+		}
+		out = append(out, t)
+
+		writes, worst := 0.0, ""
+		for _, res := range ok {
+			writes += res.Steady.Writes
+			if res.Steady.Writes > 0 {
+				worst += fmt.Sprintf(" N=%d: %v;", res.N, res.Steady.Requests)
+			}
+		}
+		t = Target{Name: "steady-state writes", Target: "0 at every N", Measured: fmt.Sprintf("%g", writes), Met: writes == 0}
+		if !t.Met {
+			t.Note = "writes in steady state:" + worst
+		}
+		out = append(out, t)
+
+		t = Target{Name: fmt.Sprintf("fleet-operator peak RSS at N=%d", largest.N), Target: "under 200 MiB at N=300",
+			Measured: fmt.Sprintf("%.1f MiB", largest.PeakRSSMiB), Met: largest.PeakRSSMiB < 200}
+		if !t.Met {
+			t.Note = fmt.Sprintf("over by %.1f MiB", largest.PeakRSSMiB-200)
+		}
+		if largest.N < 300 {
+			t.Note = strings.TrimPrefix(t.Note+"; N=300 was not run", "; ")
+		}
+		out = append(out, t)
+
+		var per []string
+		met, worstRoll := true, ok[0]
+		for _, res := range ok {
+			per = append(per, fmt.Sprintf("%.2f s (N=%d)", res.Roll.OverheadPerMember, res.N))
+			if res.Roll.OverheadPerMember >= 1 {
+				met = false
+			}
+			if res.Roll.OverheadPerMember > worstRoll.Roll.OverheadPerMember {
+				worstRoll = res
+			}
+		}
+		t = Target{Name: "roll overhead per member", Target: "under 1 s per member", Measured: strings.Join(per, ", "), Met: met}
+		if !met {
+			bd := worstRoll.Roll.Breakdown
+			t.Note = fmt.Sprintf("over by %.2f s per member at N=%d; of its %.1f s overhead: %.1f s until the first delete, %.1f s deleted→recreated (graceful deletion and the StatefulSet controller), %.1f s replacement serving→next delete (the operator), %.1f s last serving→fleet Ready; load average %s",
+				worstRoll.Roll.OverheadPerMember-1, worstRoll.N, worstRoll.Roll.OverheadSeconds, bd.FirstDelete, bd.Recreate, bd.NextDelete, bd.FinalReady, worstRoll.LoadAvgEnd)
+		}
+		out = append(out, t)
+	}
+	if len(r.Mesh) > 0 {
+		linear, counts := len(r.MeshLinearity) > 0, []string{}
+		for _, l := range r.MeshLinearity {
+			if strings.Contains(l, "NOT linear") {
+				linear = false
+			}
+		}
+		settle := 0.0
+		for _, m := range r.Mesh {
+			if m.Error == "" {
+				counts = append(counts, strconv.Itoa(m.Namespaces))
+				settle += m.Settle.Writes
+			}
+		}
+		t := Target{Name: "mesh writes per namespace", Target: "constant in the number of namespaces (and no writes once all are STRICT)",
+			Measured: strings.Join(r.MeshLinearity, "; "), Met: linear && settle == 0}
+		switch {
+		case len(r.MeshLinearity) == 0:
+			t.Measured = "one namespace count (" + strings.Join(counts, ",") + ")"
+			t.Note = "needs two or more namespace counts to judge"
+		case !linear:
+			t.Note = "some write count is not a·M + b over M = " + strings.Join(counts, ", ")
+		}
+		if settle != 0 {
+			t.Note = strings.TrimPrefix(t.Note+fmt.Sprintf("; %g writes after all STRICT", settle), "; ")
+		}
+		out = append(out, t)
+	}
+	return out
 }

@@ -1,0 +1,486 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ericdev/fleetmesh/e2e/cluster"
+	"github.com/ericdev/fleetmesh/e2e/harness"
+	"github.com/ericdev/fleetmesh/e2e/sailfake"
+	meshv1 "github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/shared/labels"
+)
+
+// MeshResult is the mesh operator enrolling M namespaces.
+type MeshResult struct {
+	Namespaces   int    `json:"namespaces"`
+	PodsPerNS    int    `json:"podsPerNamespace"`
+	Nodes        int    `json:"nodes"`
+	LoadAvgStart string `json:"loadAvgStart"`
+	LoadAvgEnd   string `json:"loadAvgEnd"`
+	// Seconds from creating the ServiceMesh until: every Sail resource
+	// reports Ready (the control plane is Ready), the ServiceMesh reports
+	// Ready, and every namespace is STRICT.
+	ControlPlaneReadySeconds float64 `json:"controlPlaneReadySeconds"`
+	MeshReadySeconds         float64 `json:"meshReadySeconds"`
+	AllStrictSeconds         float64 `json:"allStrictSeconds"`
+	// ReadyToStrictSeconds = AllStrict - ControlPlaneReady: the headline.
+	ReadyToStrictSeconds float64 `json:"readyToStrictSeconds"`
+	// Enroll is the mesh operator's own requests (by method) from creating
+	// the ServiceMesh until all STRICT (plus 1 s settle).
+	Enroll Phase `json:"enroll"`
+	// Writes by "VERB resource" as the API server counted them in the same
+	// window (apiserver_request_total), for the resources the mesh operator
+	// writes; see docs/benchmark.md for who else writes them.
+	WritesByResource map[string]float64 `json:"writesByResource"`
+	// PerNamespace is WritesByResource of the per-namespace resources
+	// divided by the namespace count.
+	PerNamespace map[string]float64 `json:"writesPerNamespace"`
+	// Settle is the mesh operator's requests over settleWait after all
+	// STRICT (its 5 s converging recheck included): must be zero writes.
+	Settle     Phase   `json:"settle"`
+	PeakRSSMiB float64 `json:"peakRSSMiB"`
+	Error      string  `json:"error,omitempty"`
+}
+
+// perNamespaceResources are written once per enrolled namespace.
+var perNamespaceResources = []string{"namespaces", "peerauthentications", "authorizationpolicies"}
+
+// meshWriteResources are what the API server's write counts are kept for.
+var meshWriteResources = append([]string{"servicemeshes", "events", "istios", "istiocnis", "ztunnels"}, perNamespaceResources...)
+
+const meshSettleWait = 6 * time.Second
+
+var sailCRDs = []string{
+	"mesh-operator/config/sail-test-crds/sailoperator.io_istios.yaml",
+	"mesh-operator/config/sail-test-crds/sailoperator.io_istiocnis.yaml",
+	"mesh-operator/config/sail-test-crds/sailoperator.io_ztunnels.yaml",
+}
+
+var sailKinds = []string{"Istio", "IstioCNI", "ZTunnel"}
+
+// enrollMesh runs one mesh measurement in bed: M namespaces that ask for
+// the mesh, each with one running Pod that ztunnel already captures (the
+// ambient redirection annotation), so the operator's PERMISSIVE→STRICT
+// cutover check reads a real Pod in every namespace and passes. Then a
+// licensed ServiceMesh (managed, ambient, namespace isolation, STRICT) is
+// created with e2e/sailfake playing the Sail controller.
+func (b *bench) enrollMesh(ctx context.Context, root string, m int, res *MeshResult) error {
+	res.Namespaces, res.PodsPerNS = m, 1
+	paths := make([]string, len(sailCRDs))
+	for i, p := range sailCRDs {
+		paths[i] = filepath.Join(root, p)
+	}
+	if err := cluster.InstallManifests(ctx, b.bed.Cluster.REST, paths...); err != nil {
+		return fmt.Errorf("sail CRDs: %w", err)
+	}
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go sailfake.Run(sctx, b.k8s, 500*time.Millisecond)
+
+	var names []string
+	for i := 0; i < m; i++ {
+		ns := fmt.Sprintf("mesh-%d", i)
+		names = append(names, ns)
+		if err := b.k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{labels.Mesh: labels.MeshEnabled}}}); err != nil {
+			return err
+		}
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app", Annotations: map[string]string{labels.IstioAmbientRedirection: "enabled"}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}},
+		}
+		if err := b.k8s.Create(ctx, pod); err != nil {
+			return err
+		}
+	}
+	if err := b.waitPodsRunning(ctx, names); err != nil {
+		return err
+	}
+	time.Sleep(2 * time.Second) // the scheduler's and kwok's writes for these Pods land before the window
+
+	before, err := b.apiserverWrites(ctx)
+	if err != nil {
+		return err
+	}
+	sm := &meshv1.ServiceMesh{
+		ObjectMeta: metav1.ObjectMeta{Name: meshv1.SingletonName},
+		Spec: meshv1.ServiceMeshSpec{Mode: meshv1.ModeManaged, Provider: meshv1.ProviderAuto, DataPlane: meshv1.DataPlaneAmbient,
+			Isolation: meshv1.IsolationNamespace, MTLS: meshv1.MTLS{Mode: meshv1.MTLSStrict}},
+	}
+	var cpReady, meshReady, strict time.Duration
+	var start time.Time
+	if err := b.phaseOf(b.meshMetrics(), b.bed.Mesh, &res.Enroll, func() error {
+		start = time.Now()
+		if err := b.k8s.Create(ctx, sm); err != nil {
+			return err
+		}
+		deadline := start.Add(*flagTimeout)
+		for {
+			now := time.Since(start)
+			if cpReady == 0 && b.sailReady(ctx) {
+				cpReady = now
+			}
+			if meshReady == 0 {
+				got := &meshv1.ServiceMesh{}
+				if err := b.k8s.Get(ctx, client.ObjectKeyFromObject(sm), got); err != nil {
+					return err
+				}
+				if c := meta.FindStatusCondition(got.Status.Conditions, "Ready"); c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == got.Generation {
+					meshReady = now
+				}
+			}
+			if strict == 0 {
+				n, err := b.strictNamespaces(ctx, names)
+				if err != nil {
+					return err
+				}
+				if n == m {
+					strict = now
+				}
+			}
+			if cpReady > 0 && meshReady > 0 && strict > 0 {
+				return nil
+			}
+			if err := b.bed.Healthy(); err != nil {
+				return err
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("mesh: after %s: control plane ready %v, ServiceMesh ready %v, all %d namespaces STRICT %v", *flagTimeout, cpReady > 0, meshReady > 0, m, strict > 0)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}); err != nil {
+		return err
+	}
+	after, err := b.apiserverWrites(ctx)
+	if err != nil {
+		return err
+	}
+	res.ControlPlaneReadySeconds = round(cpReady.Seconds(), 2)
+	res.MeshReadySeconds = round(meshReady.Seconds(), 2)
+	res.AllStrictSeconds = round(strict.Seconds(), 2)
+	res.ReadyToStrictSeconds = round((strict - cpReady).Seconds(), 2)
+	res.WritesByResource, res.PerNamespace = map[string]float64{}, map[string]float64{}
+	for k, v := range after {
+		if d := v - before[k]; d != 0 {
+			res.WritesByResource[k] = d
+		}
+	}
+	for k, v := range res.WritesByResource {
+		if k == "POST namespaces" {
+			continue // the control plane's namespaces, created once
+		}
+		for _, r := range perNamespaceResources {
+			if strings.HasSuffix(k, " "+r) {
+				res.PerNamespace[k] = round(v/float64(m), 3)
+			}
+		}
+	}
+	// Every namespace's PeerAuthentication is STRICT (the labels say so
+	// only after it is applied; check the object too).
+	if n, err := b.strictPeerAuthentications(ctx, names); err != nil {
+		return err
+	} else if n != m {
+		return fmt.Errorf("mesh: %d of %d namespaces have a STRICT PeerAuthentication although their labels say strict", n, m)
+	}
+
+	if err := b.phaseOf(b.meshMetrics(), b.bed.Mesh, &res.Settle, func() error {
+		time.Sleep(meshSettleWait)
+		return nil
+	}); err != nil {
+		return err
+	}
+	if res.Settle.Writes != 0 {
+		b.anom = append(b.anom, fmt.Sprintf("mesh M=%d: %v writes after every namespace was STRICT: %v", m, res.Settle.Writes, res.Settle.Requests))
+	}
+	hwm, err := peakRSS(b.bed.Mesh.Pid())
+	if err != nil {
+		return err
+	}
+	res.PeakRSSMiB = round(hwm/1024, 1)
+	return b.bed.Healthy()
+}
+
+func (b *bench) meshMetrics() string { return b.meshMetricsAddr }
+
+func (b *bench) waitPodsRunning(ctx context.Context, namespaces []string) error {
+	want := map[string]bool{}
+	for _, ns := range namespaces {
+		want[ns] = true
+	}
+	deadline := time.Now().Add(*flagTimeout)
+	for {
+		list := &corev1.PodList{}
+		if err := b.k8s.List(ctx, list); err != nil {
+			return err
+		}
+		running := 0
+		for _, p := range list.Items {
+			if want[p.Namespace] && p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		if running == len(namespaces) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d mesh Pods running after %s", running, len(namespaces), *flagTimeout)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// sailReady: every Sail resource that exists reports Ready for its
+// generation, and the Istio one exists (the operator creates it first).
+func (b *bench) sailReady(ctx context.Context) bool {
+	istio := false
+	for _, kind := range sailKinds {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(schema.GroupVersionKind{Group: "sailoperator.io", Version: "v1", Kind: kind + "List"})
+		if err := b.k8s.List(ctx, list); err != nil {
+			return false
+		}
+		for _, u := range list.Items {
+			istio = istio || kind == "Istio"
+			gen, _, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration")
+			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+			ready := false
+			for _, c := range conds {
+				cm, _ := c.(map[string]any)
+				ready = ready || (cm["type"] == "Ready" && cm["status"] == "True")
+			}
+			if !ready || gen != u.GetGeneration() {
+				return false
+			}
+		}
+	}
+	return istio
+}
+
+// strictNamespaces counts namespaces whose mesh state labels say enrolled
+// with STRICT mTLS in force.
+func (b *bench) strictNamespaces(ctx context.Context, names []string) (int, error) {
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	list := &corev1.NamespaceList{}
+	if err := b.k8s.List(ctx, list); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, ns := range list.Items {
+		if want[ns.Name] && ns.Labels[labels.MeshState] == labels.MeshStateEnrolled && ns.Labels[labels.MeshMTLS] == "strict" {
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (b *bench) strictPeerAuthentications(ctx context.Context, names []string) (int, error) {
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(schema.GroupVersionKind{Group: "security.istio.io", Version: "v1", Kind: "PeerAuthenticationList"})
+	if err := b.k8s.List(ctx, list); err != nil {
+		return 0, err
+	}
+	seen := map[string]bool{}
+	for _, pa := range list.Items {
+		if mode, _, _ := unstructured.NestedString(pa.Object, "spec", "mtls", "mode"); mode == "STRICT" && want[pa.GetNamespace()] {
+			seen[pa.GetNamespace()] = true
+		}
+	}
+	return len(seen), nil
+}
+
+// apiserverWrites reads the API server's apiserver_request_total for the
+// write verbs on meshWriteResources, keyed "VERB resource".
+func (b *bench) apiserverWrites(ctx context.Context) (map[string]float64, error) {
+	cs, err := kubernetes.NewForConfig(b.bed.Cluster.REST)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("API server metrics: %w", err)
+	}
+	return parseAPIServerWrites(strings.NewReader(string(raw)), meshWriteResources)
+}
+
+func parseAPIServerWrites(r io.Reader, resources []string) (map[string]float64, error) {
+	keep := map[string]bool{}
+	for _, res := range resources {
+		keep[res] = true
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	const prefix = "apiserver_request_total{"
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, prefix) {
+			continue
+		}
+		end := strings.LastIndex(line, "}")
+		lbl := parseLabels(line[len(prefix):end])
+		verb, res := lbl["verb"], lbl["resource"]
+		if lbl["subresource"] != "" {
+			res += "/" + lbl["subresource"]
+		}
+		switch verb {
+		case "APPLY", "POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION":
+		default:
+			continue
+		}
+		if !keep[lbl["resource"]] {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(line[end+1:]), 64)
+		if err != nil {
+			return nil, fmt.Errorf("metrics line %q: %w", line, err)
+		}
+		out[verb+" "+res] += v
+	}
+	return out, sc.Err()
+}
+
+func parseLabels(s string) map[string]string {
+	out := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if ok {
+			out[k] = strings.Trim(v, `"`)
+		}
+	}
+	return out
+}
+
+// phaseOf is phase for any operator process and metrics address.
+func (b *bench) phaseOf(addr string, p *harness.Process, ph *Phase, fn func() error) error {
+	pid := p.Pid()
+	before, err := scrapeAddr(b.http, addr)
+	if err != nil {
+		return err
+	}
+	cpu0, _ := cpuSeconds(pid)
+	errs0 := reconcileErrors(p.LogPath)
+	start := time.Now()
+	if err := fn(); err != nil {
+		return err
+	}
+	time.Sleep(time.Second) // in-flight writes land before the second scrape
+	ph.Seconds = round(time.Since(start).Seconds(), 2)
+	after, err := scrapeAddr(b.http, addr)
+	if err != nil {
+		return err
+	}
+	cpu1, _ := cpuSeconds(pid)
+	ph.CPUSeconds = round(cpu1-cpu0, 2)
+	ph.ReconcileErrors = reconcileErrors(p.LogPath) - errs0
+	ph.Requests = Requests{}
+	ph.Writes = 0
+	for m, v := range after {
+		if d := v - before[m]; d != 0 {
+			ph.Requests[m] = d
+			switch m {
+			case "POST", "PUT", "PATCH", "DELETE":
+				ph.Writes += d
+			}
+		}
+	}
+	return nil
+}
+
+func scrapeAddr(c *http.Client, addr string) (Requests, error) {
+	resp, err := c.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("metrics %s: %s", addr, resp.Status)
+	}
+	return parseRequests(resp.Body)
+}
+
+// meshLinearity fits every write key of the mesh results to a·M + b over
+// the namespace counts measured and reports, per key, whether one line
+// fits all of them exactly: per-namespace writes that do not grow with M.
+func meshLinearity(rs []MeshResult) []string {
+	var ok []MeshResult
+	for _, r := range rs {
+		if r.Error == "" {
+			ok = append(ok, r)
+		}
+	}
+	if len(ok) < 2 {
+		return nil
+	}
+	keys := map[string]bool{}
+	for _, r := range ok {
+		for k := range r.WritesByResource {
+			keys[k] = true
+		}
+	}
+	var sorted []string
+	for k := range keys {
+		sorted = append(sorted, k)
+	}
+	sort.Strings(sorted)
+	var out []string
+	m0, m1 := float64(ok[0].Namespaces), float64(ok[1].Namespaces)
+	for _, k := range sorted {
+		c0, c1 := ok[0].WritesByResource[k], ok[1].WritesByResource[k]
+		a := (c1 - c0) / (m1 - m0)
+		b := c0 - a*m0
+		fits := true
+		var got []string
+		for _, r := range ok {
+			c := r.WritesByResource[k]
+			got = append(got, fmt.Sprintf("%g@%d", c, r.Namespaces))
+			if c != a*float64(r.Namespaces)+b {
+				fits = false
+			}
+		}
+		verdict := fmt.Sprintf("%s: %s per namespace + %s fixed", k, fmtNum(a), fmtNum(b))
+		if !fits {
+			verdict = fmt.Sprintf("%s: NOT linear in M (%s)", k, strings.Join(got, ", "))
+		}
+		out = append(out, verdict)
+	}
+	return out
+}
+
+func fmtNum(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+
+// freeAddr returns a loopback address with a port that was free a moment ago.
+func freeAddr() (string, error) {
+	l, err := listenLoopback()
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+func listenLoopback() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestReplaceBlock(t *testing.T) {
+	doc := "# Title\n\nintro\n\n" + readmeStart + "\nold table\nold line\n" + readmeEnd + "\n\n## Next\nrest\n"
+	got, err := replaceBlock(doc, "new table\n")
+	require.NoError(t, err)
+	assert.Equal(t, "# Title\n\nintro\n\n"+readmeStart+"\nnew table\n"+readmeEnd+"\n\n## Next\nrest\n", got, "only the block changes")
+	again, err := replaceBlock(got, "new table")
+	require.NoError(t, err)
+	assert.Equal(t, got, again, "rewriting with the same block changes nothing")
+
+	for name, bad := range map[string]string{
+		"no markers":       "# Title\n",
+		"no end":           readmeStart + "\nx\n",
+		"two blocks":       readmeStart + readmeEnd + readmeStart + readmeEnd,
+		"end before start": readmeEnd + "\n" + readmeStart,
+	} {
+		_, err := replaceBlock(bad, "x")
+		assert.Error(t, err, name)
+	}
+}
+
+func sampleRun(started string, ratio float64) *Run {
+	r := &Run{Started: started, Commit: "0123456789abcdef", Host: Host{UptimeStart: " 17:00:00 up 1:00,  0 user,  load average: 1.50, 1.20, 0.90"},
+		Results: []Result{{N: 30, ConvergenceSeconds: 10, FloorSeconds: 8, Ratio: ratio, PeakRSSMiB: 55.5,
+			Roll: Roll{OverheadPerMember: 0.42}}},
+		Mesh: []MeshResult{{Namespaces: 10, ReadyToStrictSeconds: 3.2, PerNamespace: map[string]float64{"APPLY namespaces": 2}}},
+	}
+	r.Targets = targets(r)
+	return r
+}
+
+func TestReadmeBlockFromNewestResult(t *testing.T) {
+	dir := t.TempDir()
+	for name, r := range map[string]*Run{
+		"20261201T100000Z.json": sampleRun("2026-12-01T10:00:00Z", 1.11),
+		"20261202T100000Z.json": sampleRun("2026-12-02T10:00:00Z", 1.25),
+	} {
+		b, err := json.Marshal(r)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), b, 0o644))
+	}
+	readme := filepath.Join(dir, "README.md")
+	require.NoError(t, os.WriteFile(readme, []byte("top\n"+readmeStart+"\nstale\n"+readmeEnd+"\nbottom\n"), 0o644))
+
+	require.NoError(t, updateReadme(readme, dir))
+	b, err := os.ReadFile(readme)
+	require.NoError(t, err)
+	got := string(b)
+	assert.True(t, strings.HasPrefix(got, "top\n"+readmeStart+"\n"), got)
+	assert.True(t, strings.HasSuffix(got, readmeEnd+"\nbottom\n"), got)
+	assert.NotContains(t, got, "stale")
+	assert.Contains(t, got, "bench/results/20261202T100000Z.md", "links the newest result")
+	assert.Contains(t, got, "| 30 | 10.0 | 8.0 | 1.25 | 0 | 55.5 | 0.42 |", "newest numbers, not the older file's 1.11")
+	assert.Contains(t, got, "| 10 | 3.2 | APPLY namespaces 2 | 0 |")
+	assert.Contains(t, got, "load average: 1.50, 1.20, 0.90")
+	assert.Contains(t, got, "Targets met:")
+
+	require.NoError(t, updateReadme(readme, dir))
+	again, err := os.ReadFile(readme)
+	require.NoError(t, err)
+	assert.Equal(t, got, string(again), "idempotent")
+}
+
+func TestUpdateReadmeNeedsResults(t *testing.T) {
+	dir := t.TempDir()
+	readme := filepath.Join(dir, "README.md")
+	require.NoError(t, os.WriteFile(readme, []byte(readmeStart+readmeEnd), 0o644))
+	assert.Error(t, updateReadme(readme, dir))
+}
+
+func TestMeshLinearity(t *testing.T) {
+	rs := []MeshResult{
+		{Namespaces: 10, WritesByResource: map[string]float64{"APPLY namespaces": 23, "POST events": 12}},
+		{Namespaces: 100, WritesByResource: map[string]float64{"APPLY namespaces": 203, "POST events": 102}},
+		{Namespaces: 300, WritesByResource: map[string]float64{"APPLY namespaces": 603, "POST events": 310}},
+	}
+	assert.Equal(t, []string{
+		"APPLY namespaces: 2 per namespace + 3 fixed",
+		"POST events: NOT linear in M (12@10, 102@100, 310@300)",
+	}, meshLinearity(rs))
+	assert.Nil(t, meshLinearity(rs[:1]), "one count cannot show a slope")
+}
+
+func TestParseAPIServerWrites(t *testing.T) {
+	in := `# HELP apiserver_request_total x
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="namespaces",scope="resource",subresource="",verb="APPLY",version="v1"} 7
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="namespaces",scope="resource",subresource="",verb="GET",version="v1"} 70
+apiserver_request_total{code="409",component="apiserver",dry_run="",group="",resource="namespaces",scope="resource",subresource="",verb="APPLY",version="v1"} 1
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="core.navique.com",resource="servicemeshes",scope="resource",subresource="status",verb="PATCH",version="v1alpha1"} 3
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="coordination.k8s.io",resource="leases",scope="resource",subresource="",verb="PUT",version="v1"} 99
+`
+	got, err := parseAPIServerWrites(strings.NewReader(in), meshWriteResources)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]float64{"APPLY namespaces": 8, "PATCH servicemeshes/status": 3}, got)
+}
