@@ -4,8 +4,6 @@ package controller
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,16 +13,11 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/discovery"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -32,11 +25,8 @@ import (
 
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/enroll"
-	"github.com/ericdev/fleetmesh/mesh-operator/internal/license"
-	"github.com/ericdev/fleetmesh/mesh-operator/internal/metrics"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/sail"
 	"github.com/ericdev/fleetmesh/shared/labels"
-	"github.com/ericdev/fleetmesh/shared/testenv"
 )
 
 // eventLog drains a FakeRecorder and remembers what it saw.
@@ -71,51 +61,10 @@ func (l *eventLog) count(reason, substr string) int {
 // revision and a managed-mode enrollment teardown against a real API server
 // with Istio's CRDs, the operator acting under its generated RBAC.
 func TestStrictIsolationIntegration(t *testing.T) {
-	s := runtime.NewScheme()
-	require.NoError(t, clientgoscheme.AddToScheme(s))
-	require.NoError(t, v1alpha1.AddToScheme(s))
-	require.NoError(t, apiextensionsv1.AddToScheme(s))
-	env := testenv.Start(t, s, "mesh-operator/config/crd/bases")
-	env.InstallCRDs(t, testenv.ModuleFile(t, "istio.io/api", "v1.32.0", "kubernetes/customresourcedefinitions.gen.yaml"))
-	root := testenv.RepoRoot(t)
-	ctx := context.Background()
-	admin := env.Client
-
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	require.NoError(t, err)
-	require.NoError(t, admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "mesh-system"}}))
-	grantOperatorRBAC(t, admin, root)
-	asOperator := rest.CopyConfig(env.Config)
-	asOperator.Impersonate = rest.ImpersonationConfig{UserName: operatorUser}
-	opClient, err := client.New(asOperator, client.Options{Scheme: s})
-	require.NoError(t, err)
-	dc, err := discovery.NewDiscoveryClientForConfig(asOperator)
-	require.NoError(t, err)
-
-	clock := &fakeClock{t: time.Now()}
-	lic, err := license.Sign(license.License{Version: license.FormatVersion, ID: "lic-strict", Licensee: "integration", Features: []string{"service-mesh"},
-		IssuedAt: clock.Now().Add(-2 * time.Hour), NotBefore: clock.Now().Add(-time.Hour), NotAfter: clock.Now().Add(24 * time.Hour)}, priv)
-	require.NoError(t, err)
-	require.NoError(t, admin.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "mesh-system", Name: "license"}, Data: map[string][]byte{"license": lic}}))
-
 	evs := &eventLog{r: events.NewFakeRecorder(1000)}
-	r := &ServiceMeshReconciler{
-		Client: opClient, Reader: opClient, Discovery: dc,
-		Config:   Config{OperatorNamespace: "mesh-system", LicenseSecret: "license", Keys: []ed25519.PublicKey{pub}, SailNamespace: "sail-operator"},
-		Recorder: evs.r, Now: clock.Now, Metrics: metrics.NewLicense(clock.Now),
-	}
-	reconcile := func() (ctrl.Result, *v1alpha1.ServiceMesh) {
-		t.Helper()
-		res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "cluster"}})
-		require.NoError(t, err)
-		m := &v1alpha1.ServiceMesh{}
-		err = admin.Get(ctx, client.ObjectKey{Name: "cluster"}, m)
-		if apierrors.IsNotFound(err) {
-			return res, nil
-		}
-		require.NoError(t, err)
-		return res, m
-	}
+	b := startEnrollmentBed(t, "lic-strict", evs.r)
+	ctx, admin, clock, root, dc := context.Background(), b.admin, b.clock, b.root, b.discovery
+	reconcile := func() (ctrl.Result, *v1alpha1.ServiceMesh) { t.Helper(); return b.reconcile(t) }
 	nsLabels := func(name string) map[string]string {
 		t.Helper()
 		n := &corev1.Namespace{}
