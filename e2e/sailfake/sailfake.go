@@ -8,19 +8,40 @@ package sailfake
 
 import (
 	"context"
+	"path/filepath"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ericdev/fleetmesh/e2e/cluster"
 )
 
 // Finalizer is the one the Sail Operator puts on its resources.
 const Finalizer = "sailoperator.io/sail-operator"
 
 var kinds = []string{"Istio", "IstioCNI", "ZTunnel"}
+
+// Serve installs the Sail API from the project's minimal Sail CRDs (under
+// the repository root) and plays its controller every half second until
+// stop is called; stop waits for it to finish.
+func Serve(ctx context.Context, cfg *rest.Config, c client.Client, root string) (stop func(), err error) {
+	var crds []string
+	for _, name := range []string{"istios", "istiocnis", "ztunnels"} {
+		crds = append(crds, filepath.Join(root, "mesh-operator/config/sail-test-crds/sailoperator.io_"+name+".yaml"))
+	}
+	if err := cluster.InstallManifests(ctx, cfg, crds...); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); Run(ctx, c, 500*time.Millisecond) }()
+	return func() { cancel(); <-done }, nil
+}
 
 // Run reconciles every Sail resource every interval until ctx ends.
 func Run(ctx context.Context, c client.Client, interval time.Duration) {

@@ -253,14 +253,9 @@ func testServiceMeshSample(t *testing.T) {
 	// The Sail Operator, already installed (the bed's operator runs with
 	// --sail-install=false and must never fetch a chart): its API from the
 	// project's minimal Sail CRDs, its controller played by sailfake.
-	require.NoError(t, cluster.InstallManifests(ctx, bed.Cluster.REST,
-		filepath.Join(root, "mesh-operator/config/sail-test-crds/sailoperator.io_istios.yaml"),
-		filepath.Join(root, "mesh-operator/config/sail-test-crds/sailoperator.io_istiocnis.yaml"),
-		filepath.Join(root, "mesh-operator/config/sail-test-crds/sailoperator.io_ztunnels.yaml")))
-	sctx, stopSail := context.WithCancel(ctx)
-	sailDone := make(chan struct{})
-	go func() { defer close(sailDone); sailfake.Run(sctx, k8s, 500*time.Millisecond) }()
-	t.Cleanup(func() { stopSail(); <-sailDone })
+	stopSail, err := sailfake.Serve(ctx, bed.Cluster.REST, k8s, root)
+	require.NoError(t, err)
+	t.Cleanup(stopSail)
 
 	// Start from a cluster without a license: take the bed's Secret away,
 	// and put it back afterwards for the other specs.

@@ -5,7 +5,6 @@ package specs
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -49,13 +48,9 @@ func TestOperatorsTogether(t *testing.T) {
 	root, err := cluster.RepoRoot()
 	require.NoError(t, err)
 	// The Sail API, played by the test bed (no container runtime here).
-	require.NoError(t, cluster.InstallManifests(ctx, bed.Cluster.REST,
-		filepath.Join(root, "mesh-operator/config/sail-test-crds/sailoperator.io_istios.yaml"),
-		filepath.Join(root, "mesh-operator/config/sail-test-crds/sailoperator.io_istiocnis.yaml"),
-		filepath.Join(root, "mesh-operator/config/sail-test-crds/sailoperator.io_ztunnels.yaml")))
-	sctx, stop := context.WithCancel(ctx)
-	defer stop()
-	go sailfake.Run(sctx, k8s, 500*time.Millisecond)
+	stopSail, err := sailfake.Serve(ctx, bed.Cluster.REST, k8s, root)
+	require.NoError(t, err)
+	defer stopSail()
 
 	for _, ns := range []string{togetherNS, edgeNS, foreignNS, plainNS} {
 		l := map[string]string{"team": "payments"}
