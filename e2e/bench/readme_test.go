@@ -82,13 +82,19 @@ func TestUpdateReadmeNeedsResults(t *testing.T) {
 
 func TestMeshLinearity(t *testing.T) {
 	rs := []MeshResult{
-		{Namespaces: 10, WritesByResource: map[string]float64{"APPLY namespaces": 23, "POST events": 12}},
-		{Namespaces: 100, WritesByResource: map[string]float64{"APPLY namespaces": 203, "POST events": 102}},
-		{Namespaces: 300, WritesByResource: map[string]float64{"APPLY namespaces": 603, "POST events": 310}},
+		{Namespaces: 300, WritesByResource: map[string]float64{"APPLY namespaces": 603, "POST events": 310, "PATCH servicemeshes/status": 3, "GET x": 0}},
+		{Namespaces: 10, WritesByResource: map[string]float64{"APPLY namespaces": 23, "POST events": 12, "PATCH servicemeshes/status": 4}},
+		{Namespaces: 100, WritesByResource: map[string]float64{"APPLY namespaces": 203, "POST events": 102, "PATCH servicemeshes/status": 4, "PUT grows": 100 * 100}},
+		{Namespaces: 50, Error: "failed runs are left out"},
 	}
+	rs[0].WritesByResource["PUT grows"] = 300 * 300
+	rs[1].WritesByResource["PUT grows"] = 10 * 10
 	assert.Equal(t, []string{
 		"APPLY namespaces: 2 per namespace + 3 fixed",
-		"POST events: NOT linear in M (12@10, 102@100, 310@300)",
+		"GET x: 0 per namespace + 0 fixed",
+		"PATCH servicemeshes/status: 0 per namespace + 3–4 fixed",
+		"POST events: NOT constant per namespace (12@10, 102@100, 310@300)",
+		"PUT grows: NOT constant per namespace (100@10, 10000@100, 90000@300)",
 	}, meshLinearity(rs))
 	assert.Nil(t, meshLinearity(rs[:1]), "one count cannot show a slope")
 }
