@@ -1328,11 +1328,14 @@ func targets(r *Run) []Target {
 				linear = false
 			}
 		}
-		settle := 0.0
+		settle, settleBy := 0.0, []string{}
 		for _, m := range r.Mesh {
 			if m.Error == "" {
 				counts = append(counts, strconv.Itoa(m.Namespaces))
 				settle += m.Settle.Writes
+				if m.Settle.Writes != 0 {
+					settleBy = append(settleBy, fmt.Sprintf("M=%d: %g (mesh operator: %s; API server: %s)", m.Namespaces, m.Settle.Writes, fmtReq(m.Settle.Requests), fmtReq(m.SettleWritesByResource)))
+				}
 			}
 		}
 		var perNS, fixed, growing []string
@@ -1352,8 +1355,8 @@ func targets(r *Run) []Target {
 		if len(growing) > 0 {
 			measured += "; not constant: " + strings.Join(growing, "; ")
 		}
-		t := Target{Name: "mesh writes per namespace", Target: "constant in the number of namespaces (and no writes once all are STRICT)",
-			Measured: measured, Met: linear && settle == 0}
+		t := Target{Name: "mesh writes per namespace", Target: "constant in the number of namespaces",
+			Measured: measured, Met: linear}
 		switch {
 		case len(r.MeshLinearity) == 0:
 			t.Measured = "one namespace count (" + strings.Join(counts, ",") + ")"
@@ -1361,8 +1364,11 @@ func targets(r *Run) []Target {
 		case !linear:
 			t.Note = "some write count grows faster or slower than a whole number of writes per namespace over M = " + strings.Join(counts, ", ")
 		}
+		out = append(out, t)
+		t = Target{Name: "mesh writes once all namespaces are STRICT", Target: "0 in the next 6 s (this benchmark's own check)",
+			Measured: fmt.Sprintf("%g", settle), Met: settle == 0}
 		if settle != 0 {
-			t.Note = strings.TrimPrefix(t.Note+fmt.Sprintf("; %g writes after all STRICT", settle), "; ")
+			t.Note = strings.Join(settleBy, "; ") + ": not a write per namespace; see docs/benchmark.md"
 		}
 		out = append(out, t)
 	}

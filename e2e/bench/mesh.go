@@ -56,9 +56,11 @@ type MeshResult struct {
 	PerNamespace map[string]float64 `json:"writesPerNamespace"`
 	// Settle is the mesh operator's requests over settleWait after all
 	// STRICT (its 5 s converging recheck included): must be zero writes.
-	Settle     Phase   `json:"settle"`
-	PeakRSSMiB float64 `json:"peakRSSMiB"`
-	Error      string  `json:"error,omitempty"`
+	Settle Phase `json:"settle"`
+	// SettleWritesByResource is WritesByResource over the settle window.
+	SettleWritesByResource map[string]float64 `json:"settleWritesByResource,omitempty"`
+	PeakRSSMiB             float64            `json:"peakRSSMiB"`
+	Error                  string             `json:"error,omitempty"`
 }
 
 // perNamespaceResources are written once per enrolled namespace.
@@ -202,14 +204,28 @@ func (b *bench) enrollMesh(ctx context.Context, root string, m int, res *MeshRes
 		return fmt.Errorf("mesh: %d of %d namespaces have a STRICT PeerAuthentication although their labels say strict", n, m)
 	}
 
+	if before, err = b.apiserverWrites(ctx); err != nil {
+		return err
+	}
 	if err := b.phaseOf(b.meshMetrics(), b.bed.Mesh, &res.Settle, func() error {
 		time.Sleep(meshSettleWait)
 		return nil
 	}); err != nil {
 		return err
 	}
+	if after, err = b.apiserverWrites(ctx); err != nil {
+		return err
+	}
+	for k, v := range after {
+		if d := v - before[k]; d != 0 {
+			if res.SettleWritesByResource == nil {
+				res.SettleWritesByResource = map[string]float64{}
+			}
+			res.SettleWritesByResource[k] = d
+		}
+	}
 	if res.Settle.Writes != 0 {
-		b.anom = append(b.anom, fmt.Sprintf("mesh M=%d: %v writes after every namespace was STRICT: %v", m, res.Settle.Writes, res.Settle.Requests))
+		b.anom = append(b.anom, fmt.Sprintf("mesh M=%d: %v writes after every namespace was STRICT: %v; the API server counted %v (sailfake's PUTs included)", m, res.Settle.Writes, res.Settle.Requests, res.SettleWritesByResource))
 	}
 	hwm, err := peakRSS(b.bed.Mesh.Pid())
 	if err != nil {
