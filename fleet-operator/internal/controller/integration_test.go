@@ -880,7 +880,7 @@ func testContract(t *testing.T, env *testenv.Env) {
 		h.reconcile(b)
 		np := &networkingv1.NetworkPolicy{}
 		require.NoError(t, h.get(np, "shared", "a"))
-		assert.ElementsMatch(t, []int{8080, 15008, 8081, 15008}, ingressPorts(np))
+		assert.ElementsMatch(t, []int{8080, 15008, 8081, 15008, 8081}, ingressPorts(np), "and 8081 for the ambient probe address")
 		require.NoError(t, h.get(np, "shared", "a-routing"))
 		assert.ElementsMatch(t, []int{8080, 15008}, ingressPorts(np))
 		ap := policy(mesh.AuthorizationPolicyKind)
