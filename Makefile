@@ -55,7 +55,7 @@ fmt: ## gofmt every module
 lint: ## gofmt, go vet and staticcheck on every module
 	@test -x $(BIN)/staticcheck || hack/build-tools.sh lint
 	@out=$$(gofmt -l $(GO_MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	for m in $(GO_MODULES); do (cd $$m && go vet ./... && go vet -tags integration,e2e ./... && staticcheck -tags integration,e2e ./...); done
+	for m in $(GO_MODULES); do (cd $$m && go vet ./... && go vet -tags integration,e2e ./... && go vet -tags e2e,kind ./... && staticcheck -tags integration,e2e ./...); done
 
 build: ## build both operator binaries into bin/
 	for op in $(OPERATORS); do (cd $$op && go build -o $(BIN)/$$op ./cmd/$$op); done

@@ -67,9 +67,12 @@ func TestOperatorsTogether(t *testing.T) {
 		Source:    fleetv1.RoutingSource{Namespace: edgeNS, PodLabels: map[string]string{"app": "edge-proxy"}},
 	}
 	require.NoError(t, k8s.Create(ctx, f))
+	// A fleet that serves before any mesh exists: the mesh must join it
+	// without breaking it, and leave it running.
 	waitFleet(t, f, 2*time.Minute, func(f *fleetv1.CelldFleet) (bool, string) {
 		c := meta.FindStatusCondition(f.Status.Conditions, "MeshReady")
-		return c != nil && c.Reason == "AwaitingEnrollment", fmt.Sprintf("%+v", c)
+		ready := meta.IsStatusConditionTrue(f.Status.Conditions, "Ready")
+		return ready && c != nil && c.Reason == "AwaitingEnrollment", fmt.Sprintf("ready=%t mesh %+v", ready, c)
 	})
 	assert.Equal(t, "enabled", nsLabels(t, togetherNS)["core.navique.com/mesh"], "the fleet asks for enrollment")
 
@@ -197,7 +200,7 @@ func TestOperatorsTogether(t *testing.T) {
 		}
 		assert.Equal(t, "payments", nsLabels(t, togetherNS)["team"], "user labels untouched")
 		assert.Equal(t, before, podUIDs(t, f), "members kept running")
-		assert.True(t, meta.IsStatusConditionTrue(getFleet(t, f).Status.Conditions, "Ready"))
+		assert.True(t, meta.IsStatusConditionTrue(getFleet(t, f).Status.Conditions, "Ready"), "still Ready after the mesh left")
 
 		require.NoError(t, k8s.Delete(ctx, f))
 		waitTrue(t, time.Minute, func() (bool, string) {
