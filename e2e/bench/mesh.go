@@ -8,7 +8,6 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -22,7 +21,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ericdev/fleetmesh/e2e/cluster"
 	"github.com/ericdev/fleetmesh/e2e/harness"
 	"github.com/ericdev/fleetmesh/e2e/sailfake"
 	meshv1 "github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
@@ -71,12 +69,6 @@ var meshWriteResources = append([]string{"servicemeshes", "events", "istios", "i
 
 const meshSettleWait = 6 * time.Second
 
-var sailCRDs = []string{
-	"mesh-operator/config/sail-test-crds/sailoperator.io_istios.yaml",
-	"mesh-operator/config/sail-test-crds/sailoperator.io_istiocnis.yaml",
-	"mesh-operator/config/sail-test-crds/sailoperator.io_ztunnels.yaml",
-}
-
 var sailKinds = []string{"Istio", "IstioCNI", "ZTunnel"}
 
 // enrollMesh runs one mesh measurement in bed: M namespaces that ask for
@@ -87,16 +79,11 @@ var sailKinds = []string{"Istio", "IstioCNI", "ZTunnel"}
 // created with e2e/sailfake playing the Sail controller.
 func (b *bench) enrollMesh(ctx context.Context, root string, m int, res *MeshResult) error {
 	res.Namespaces, res.PodsPerNS = m, 1
-	paths := make([]string, len(sailCRDs))
-	for i, p := range sailCRDs {
-		paths[i] = filepath.Join(root, p)
+	stopSail, err := sailfake.Serve(ctx, b.bed.Cluster.REST, b.k8s, root)
+	if err != nil {
+		return fmt.Errorf("sail API: %w", err)
 	}
-	if err := cluster.InstallManifests(ctx, b.bed.Cluster.REST, paths...); err != nil {
-		return fmt.Errorf("sail CRDs: %w", err)
-	}
-	sctx, stop := context.WithCancel(ctx)
-	defer stop()
-	go sailfake.Run(sctx, b.k8s, 500*time.Millisecond)
+	defer stopSail()
 
 	var names []string
 	for i := 0; i < m; i++ {
