@@ -176,10 +176,7 @@ func TestSamples(t *testing.T) {
 		assert.ElementsMatch(t, []gatewayv1.Hostname{"shop.example.com", "*.shop.example.com"}, route.Spec.Hostnames)
 
 		// The Gateway's controller accepts the route and resolves its backend.
-		cctx, stop := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { defer close(done); runGatewayController(cctx, gw, "e2e-samples") }()
-		t.Cleanup(func() { stop(); <-done })
+		playUntilCleanup(t, func(ctx context.Context) { runGatewayController(ctx, gw, "e2e-samples") })
 		waitFleet(t, f, 2*time.Minute, routingReady(metav1.ConditionTrue, "RouteAccepted"))
 
 		// The routing policy admits 8080 from the sample's source only.
@@ -220,10 +217,7 @@ func TestSamples(t *testing.T) {
 
 		// The controller publishes its address (a name: nothing is contacted).
 		const address = "ingress-nginx-controller.ingress-nginx.e2e.invalid"
-		cctx, stop := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { defer close(done); runIngressController(cctx, k8s, "k8s.io/ingress-nginx", address) }()
-		t.Cleanup(func() { stop(); <-done })
+		playUntilCleanup(t, func(ctx context.Context) { runIngressController(ctx, k8s, "k8s.io/ingress-nginx", address) })
 		waitFleet(t, f, 2*time.Minute, routingReady(metav1.ConditionTrue, "AddressAssigned"))
 		c := meta.FindStatusCondition(getFleet(t, f).Status.Conditions, "RoutingReady")
 		assert.Contains(t, c.Message, address)
@@ -240,6 +234,15 @@ func TestSamples(t *testing.T) {
 		t.Parallel()
 		testServiceMeshSample(t)
 	})
+}
+
+// playUntilCleanup runs a component the bed lacks (a controller the test
+// plays) until the test ends, and waits for it to stop.
+func playUntilCleanup(t *testing.T, run func(ctx context.Context)) {
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); run(ctx) }()
+	t.Cleanup(func() { stop(); <-done })
 }
 
 // testServiceMeshSample: without a license the ServiceMesh is PreviewLocked
