@@ -409,8 +409,7 @@ func (r *FleetReconciler) reconcileServiceAccount(ctx context.Context, fleet *v1
 // replica count its members run, so not even a recreated Pod picks up a
 // change. held reports that the spec asks for changes being held back.
 func (r *FleetReconciler) reconcileStatefulSet(ctx context.Context, fleet *v1alpha1.CelldFleet, live *appsv1.StatefulSet, intent mesh.Intent) (sts *appsv1.StatefulSet, held bool, err error) {
-	desired := members.StatefulSet(fleet)
-	mesh.ApplyToTemplate(&desired.Spec.Template, fleet.Name, mesh.Mode(intent, mesh.WasMeshed(fleet)))
+	desired := memberStatefulSet(fleet, intent)
 	if live != nil {
 		if !metav1.IsControlledBy(live, fleet) {
 			return nil, false, &apply.ConflictError{Kind: "StatefulSet", Namespace: live.Namespace, Name: live.Name, Owner: fleet.Name}
