@@ -358,7 +358,8 @@ func testFailedStep(t *testing.T, env *testenv.Env) {
 		require.NoError(t, err)
 		c := interceptor.NewClient(wc, interceptor.Funcs{
 			Apply: func(ctx context.Context, c client.WithWatch, o runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
-				if u, ok := o.(interface{ GetKind() *string }); ok && u.GetKind() != nil && *u.GetKind() == "StatefulSet" {
+				// Server-side apply of unstructured objects: the configuration embeds one.
+				if u, ok := o.(interface{ GetKind() string }); ok && u.GetKind() == "StatefulSet" {
 					return errors.New("injected: etcd timeout")
 				}
 				return c.Apply(ctx, o, opts...)
