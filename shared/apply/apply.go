@@ -107,6 +107,24 @@ func (a *Applier) Apply(ctx context.Context, desired client.Object, owner metav1
 	return Created, nil
 }
 
+// Observed reads the object of kind gvk from Cache when it serves the kind,
+// and from the API server otherwise. Unlike Apply it does not confirm a
+// NotFound from Cache: callers use it to find their own objects, which a
+// cache restricted to the writer's objects holds, so a writer with nothing
+// to clean up asks the API server nothing. An object created a moment ago
+// may be missed; its watch event brings the caller back.
+func (a *Applier) Observed(ctx context.Context, gvk schema.GroupVersionKind, key client.ObjectKey) (*unstructured.Unstructured, error) {
+	if a.cached(gvk.GroupKind()) {
+		return a.cacheGet(ctx, gvk, key)
+	}
+	live := &unstructured.Unstructured{}
+	live.SetGroupVersionKind(gvk)
+	if err := a.Client.Get(ctx, key, live); err != nil {
+		return nil, err
+	}
+	return live, nil
+}
+
 // live reads the object of kind gvk: from Cache when it serves the kind,
 // from the API server (through Client) when it does not or when the cache
 // has no such object.

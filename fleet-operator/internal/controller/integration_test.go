@@ -644,7 +644,7 @@ func gatewayRouting() *v1alpha1.Routing {
 	return &v1alpha1.Routing{
 		Hostnames: []string{"app.example.com"},
 		Gateway:   &v1alpha1.GatewayRouting{Name: "public", Namespace: "edge", SectionName: "https"},
-		Source:    v1alpha1.RoutingSource{Namespace: "edge", PodLabels: map[string]string{"app": "public-gateway"}},
+		Source:    v1alpha1.RoutingSource{Namespace: "edge", PodLabels: map[string]v1alpha1.LabelValue{"app": "public-gateway"}},
 	}
 }
 
@@ -653,7 +653,7 @@ func ingressRouting() *v1alpha1.Routing {
 		Hostnames: []string{"app.example.com", "*.app.example.com"},
 		Ingress: &v1alpha1.IngressRouting{ClassName: "nginx", TLSSecretName: "app-tls",
 			Annotations: map[string]string{"cert-manager.io/cluster-issuer": "letsencrypt", "nginx.ingress.kubernetes.io/proxy-body-size": "8m"}},
-		Source: v1alpha1.RoutingSource{Namespace: "ingress-nginx", PodLabels: map[string]string{"app.kubernetes.io/component": "controller"}},
+		Source: v1alpha1.RoutingSource{Namespace: "ingress-nginx", PodLabels: map[string]v1alpha1.LabelValue{"app.kubernetes.io/component": "controller"}},
 	}
 }
 
@@ -717,11 +717,11 @@ func testRouting(t *testing.T, env *testenv.Env) {
 				r.Ingress = &v1alpha1.IngressRouting{ClassName: "nginx", Annotations: map[string]string{"bad key!": "x"}}
 			}, "spec.routing.ingress.annotations keys must be"},
 			"source namespace":   {func(r *v1alpha1.Routing) { r.Source.Namespace = "Edge" }, "spec.routing.source.namespace must be a namespace name"},
-			"source label key":   {func(r *v1alpha1.Routing) { r.Source.PodLabels = map[string]string{"-app": "x"} }, "spec.routing.source.podLabels keys must be"},
-			"source label value": {func(r *v1alpha1.Routing) { r.Source.PodLabels = map[string]string{"app": "not ok!"} }, "spec.routing.source.podLabels values must be"},
+			"source label key":   {func(r *v1alpha1.Routing) { r.Source.PodLabels = map[string]v1alpha1.LabelValue{"-app": "x"} }, "spec.routing.source.podLabels keys must be"},
+			"source label value": {func(r *v1alpha1.Routing) { r.Source.PodLabels = map[string]v1alpha1.LabelValue{"app": "not ok!"} }, "spec.routing.source.podLabels values must be"},
 			"source label value too long": {func(r *v1alpha1.Routing) {
-				r.Source.PodLabels = map[string]string{"app": strings.Repeat("a", 64)}
-			}, "spec.routing.source.podLabels values must be"},
+				r.Source.PodLabels = map[string]v1alpha1.LabelValue{"app": v1alpha1.LabelValue(strings.Repeat("a", 64))}
+			}, "spec.routing.source.podLabels.app: Too long"},
 		} {
 			t.Run(name, func(t *testing.T) {
 				r := gatewayRouting()
@@ -901,7 +901,7 @@ func testContract(t *testing.T, env *testenv.Env) {
 	a, b := fleet("shared", "a"), fleet("shared", "b")
 	a.Spec.Routing = &v1alpha1.Routing{Hostnames: []string{"a.example.com"},
 		Ingress: &v1alpha1.IngressRouting{ClassName: "nginx"},
-		Source:  v1alpha1.RoutingSource{Namespace: "edge", PodLabels: map[string]string{"app": "edge"}}}
+		Source:  v1alpha1.RoutingSource{Namespace: "edge", PodLabels: map[string]v1alpha1.LabelValue{"app": "edge"}}}
 	require.NoError(t, env.Client.Create(ctx, a))
 	require.NoError(t, env.Client.Create(ctx, b))
 	h.reconcile(a)
