@@ -444,3 +444,41 @@ func egressToNamespace(np *networkingv1.NetworkPolicy, ns string) bool {
 	}
 	return false
 }
+
+// testDegradedFromMembers: Degraded (a fleet that lost members it had) is
+// read from what the members show, not from a status that may have been
+// restored from an old copy.
+func testDegradedFromMembers(t *testing.T, env *testenv.Env) {
+	ctx := context.Background()
+	createNamespace(t, env.Client, "degraded")
+	f := fleet("degraded", "dg")
+	f.Spec.Replicas = ptr.To[int32](1)
+	require.NoError(t, env.Client.Create(ctx, f))
+	h := newHarness(t, env, true)
+	h.reconcile(f)
+	playStatefulSet(t, env.Client, "degraded", "dg", "rev1")
+	// A member that is still coming up: created, not Ready, never restarted.
+	p := memberPod("degraded", "dg", 0, false)
+	p.Labels[revisionLabel] = "rev1"
+	require.NoError(t, env.Client.Create(ctx, p))
+	p.Status = corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{Name: "celld", Image: "celld"}}}
+	require.NoError(t, env.Client.Status().Update(ctx, p))
+
+	require.NoError(t, h.get(f, "degraded", "dg"))
+	f.Status.Phase = PhaseDegraded
+	meta.SetStatusCondition(&f.Status.Conditions, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: "MembersReady", Message: "from an old copy"})
+	require.NoError(t, env.Client.Status().Update(ctx, f), "status restored from an old copy")
+	h.reconcile(f)
+	require.NoError(t, h.get(f, "degraded", "dg"))
+	assert.Equal(t, PhaseProvisioning, f.Status.Phase, "a member still coming up is provisioning, whatever status said before")
+
+	// The member's celld has restarted: it had run and lost it.
+	require.NoError(t, h.get(p, "degraded", "dg-0"))
+	p.Status.ContainerStatuses[0].RestartCount = 2
+	require.NoError(t, env.Client.Status().Update(ctx, p))
+	f.Status = v1alpha1.CelldFleetStatus{}
+	require.NoError(t, env.Client.Status().Update(ctx, f), "status wiped")
+	h.reconcile(f)
+	require.NoError(t, h.get(f, "degraded", "dg"))
+	assert.Equal(t, PhaseDegraded, f.Status.Phase, "a restarted member is a degraded fleet, whatever status said before")
+}

@@ -151,6 +151,7 @@ func TestIntegration(t *testing.T) {
 	t.Run("cleanup is decided from owned objects, never from status", func(t *testing.T) { testCleanupFromObjects(t, env) })
 	t.Run("Ready is never True while a member lacks its proxy", func(t *testing.T) { testReadyNeedsProxy(t, env) })
 	t.Run("a failed step keeps what is still true", func(t *testing.T) { testFailedStep(t, env) })
+	t.Run("Degraded is read from the members, not from status", func(t *testing.T) { testDegradedFromMembers(t, env) })
 }
 
 func testCEL(t *testing.T, env *testenv.Env) {
