@@ -75,8 +75,11 @@ func runningMember(t *testing.T, c client.Client, ns, fleet string, ordinal int,
 	p.Labels[revisionLabel] = revision
 	require.Eventually(t, func() bool { return c.Create(ctx, p) == nil }, 10*time.Second, 100*time.Millisecond, "creating %s", p.Name)
 	p.Status = corev1.PodStatus{
-		Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
+		Phase:      corev1.PodRunning,
 		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(time.Now().Add(-time.Hour))}},
+	}
+	if ip != "" { // no IP: a member whose /state is not played
+		p.Status.PodIP, p.Status.PodIPs = ip, []corev1.PodIP{{IP: ip}}
 	}
 	require.NoError(t, c.Status().Update(ctx, p), "playing the kubelet for %s", p.Name)
 }
