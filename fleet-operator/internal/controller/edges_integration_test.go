@@ -485,3 +485,31 @@ func testDegradedFromMembers(t *testing.T, env *testenv.Env) {
 	require.NoError(t, h.get(f, "degraded", "dg"))
 	assert.Equal(t, PhaseDegraded, f.Status.Phase, "a restarted member is a degraded fleet, whatever status said before")
 }
+
+// testCollisionNamesBothFleets: an object with one of a fleet's names that
+// another fleet controls (left by a fleet created before admission refused
+// such names) is reported naming both fleets, and never adopted.
+func testCollisionNamesBothFleets(t *testing.T, env *testenv.Env) {
+	ctx := context.Background()
+	createNamespace(t, env.Client, "collide")
+	b := fleet("collide", "b")
+	require.NoError(t, env.Client.Create(ctx, b))
+	taken := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "collide", Name: "a-peers", Labels: names.CommonLabels("b"),
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "CelldFleet", Name: "b", UID: b.UID, Controller: ptr.To(true)}}},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 8080}}},
+	}
+	require.NoError(t, env.Client.Create(ctx, taken))
+	a := fleet("collide", "a")
+	require.NoError(t, env.Client.Create(ctx, a))
+	h := newHarness(t, env, true)
+	h.reconcile(a)
+	c := condition(t, h, a, ConditionInfrastructureBlocked)
+	require.NotNil(t, c)
+	assert.Equal(t, "OwnershipConflict", c.Reason)
+	assert.Contains(t, c.Message, "Service collide/a-peers")
+	assert.Contains(t, c.Message, "controlled by CelldFleet b, not by a (uid", "both fleets are named")
+	got := &corev1.Service{}
+	require.NoError(t, h.get(got, "collide", "a-peers"))
+	assert.Equal(t, b.UID, metav1.GetControllerOf(got).UID, "never adopted")
+}

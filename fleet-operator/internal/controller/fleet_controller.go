@@ -455,7 +455,7 @@ func (r *FleetReconciler) reconcileStatefulSet(ctx context.Context, fleet *v1alp
 	mesh.ApplyToTemplate(&desired.Spec.Template, fleet.Name, mesh.Mode(intent, mesh.WasMeshed(fleet)))
 	if live != nil {
 		if !metav1.IsControlledBy(live, fleet) {
-			return nil, false, &apply.ConflictError{Kind: "StatefulSet", Namespace: live.Namespace, Name: live.Name, Owner: fleet.Name}
+			return nil, false, &apply.ConflictError{Kind: "StatefulSet", Namespace: live.Namespace, Name: live.Name, Owner: fleet.Name, Holder: apply.HolderOf(live)}
 		}
 		if fleet.Spec.Maintenance.Paused {
 			held = !equality.Semantic.DeepDerivative(desired.Spec.Template, live.Spec.Template) ||
