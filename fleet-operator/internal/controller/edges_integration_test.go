@@ -513,3 +513,60 @@ func testCollisionNamesBothFleets(t *testing.T, env *testenv.Env) {
 	require.NoError(t, h.get(got, "collide", "a-peers"))
 	assert.Equal(t, b.UID, metav1.GetControllerOf(got).UID, "never adopted")
 }
+
+// testUnexplainedProxies: proxies the fleet did not ask for are explained
+// in MeshReady, with the cause and the fix.
+func testUnexplainedProxies(t *testing.T, env *testenv.Env) {
+	ctx := context.Background()
+	env.InstallCRDs(t, testenv.ModuleFile(t, "istio.io/api", "v1.32.0", "kubernetes/customresourcedefinitions.gen.yaml"))
+	createNamespace(t, env.Client, "autoinject")
+	h := newHarness(t, env, true)
+
+	t.Run("injected by the namespace, never opted in", func(t *testing.T) {
+		f := fleet("autoinject", "plain")
+		f.Spec.Replicas = ptr.To[int32](1)
+		require.NoError(t, env.Client.Create(ctx, f))
+		h.reconcile(f)
+		playStatefulSet(t, env.Client, "autoinject", "plain", "rev1")
+		runningMember(t, env.Client, "autoinject", "plain", 0, true, "rev1", "")
+		h.reconcile(f)
+		c := condition(t, h, f, ConditionMeshReady)
+		require.NotNil(t, c, "injected proxies that cannot reach istiod are explained")
+		assert.Equal(t, metav1.ConditionFalse, c.Status)
+		assert.Equal(t, ReasonInjectedWithoutOptIn, c.Reason)
+		assert.Contains(t, c.Message, "plain-0")
+		assert.Contains(t, c.Message, "15012")
+		assert.Contains(t, c.Message, "spec.mesh.istio")
+
+		// The proxy is gone (the namespace stopped injecting): nothing to explain.
+		require.NoError(t, env.Client.Delete(ctx, memberPod("autoinject", "plain", 0, true), client.GracePeriodSeconds(0)))
+		runningMember(t, env.Client, "autoinject", "plain", 0, false, "rev1", "")
+		h.reconcile(f)
+		assert.Nil(t, condition(t, h, f, ConditionMeshReady), "a plain fleet has no MeshReady")
+	})
+
+	t.Run("still injected after leaving", func(t *testing.T) {
+		f := fleet("autoinject", "sticky")
+		f.Spec.Replicas = ptr.To[int32](1)
+		f.Spec.Mesh = &v1alpha1.Mesh{Istio: &v1alpha1.IstioMesh{}}
+		require.NoError(t, env.Client.Create(ctx, f))
+		h.reconcile(f)
+		playStatefulSet(t, env.Client, "autoinject", "sticky", "rev1")
+		runningMember(t, env.Client, "autoinject", "sticky", 0, true, "rev1", "")
+		h.reconcile(f)
+		require.NoError(t, env.Client.Patch(ctx, f, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"mesh":null}}`))))
+		h.reconcile(f)
+		playStatefulSet(t, env.Client, "autoinject", "sticky", "rev2")
+		// The replacement runs the opt-out template, and an injector that
+		// ignores the opt-out injected it all the same.
+		require.NoError(t, env.Client.Delete(ctx, memberPod("autoinject", "sticky", 0, true), client.GracePeriodSeconds(0)))
+		runningMember(t, env.Client, "autoinject", "sticky", 0, true, "rev2", "")
+		h.reconcile(f)
+		c := condition(t, h, f, ConditionMeshReady)
+		require.NotNil(t, c)
+		assert.Equal(t, "Leaving", f.Status.Mesh)
+		assert.Equal(t, ReasonProxyStillInjected, c.Reason, c.Message)
+		assert.Contains(t, c.Message, "sticky-0")
+		assert.Contains(t, c.Message, `sidecar.istio.io/inject: "false"`)
+	})
+}

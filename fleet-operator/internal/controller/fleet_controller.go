@@ -106,14 +106,10 @@ func (r *FleetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	// Watch HTTPRoutes (for their status) only where the Gateway API is
 	// installed at start-up; elsewhere routing polls while it waits, and a
 	// later install is found by discovery without a restart.
-	// Istio's policies likewise: watched, they are read from the cache, so
-	// deciding whether a fleet has any to clean up costs no request.
-	for _, gvk := range []schema.GroupVersionKind{routing.HTTPRouteGVK, mesh.AuthorizationPolicyKind, mesh.PeerAuthenticationKind} {
-		if _, err := mgr.GetRESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version); err == nil {
-			u := &unstructured.Unstructured{}
-			u.SetGroupVersionKind(gvk)
-			owned = append(owned, u)
-		}
+	if _, err := mgr.GetRESTMapper().RESTMapping(routing.HTTPRouteGVK.GroupKind(), routing.HTTPRouteGVK.Version); err == nil {
+		route := &unstructured.Unstructured{}
+		route.SetGroupVersionKind(routing.HTTPRouteGVK)
+		owned = append(owned, route)
 	}
 	b = b.For(&v1alpha1.CelldFleet{})
 	for _, o := range owned {

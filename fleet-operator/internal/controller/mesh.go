@@ -96,8 +96,10 @@ func (r *FleetReconciler) recordOptIn(ctx context.Context, fleet *v1alpha1.Celld
 // reconcileMeshPolicies applies or removes FLEET-mesh objects for the state.
 // It runs before the member template changes, so the relaxed policies are in
 // place before the first member rolls into or out of the mesh. What is
-// removed is decided from the objects that exist (the cache, where the
-// operator watches Istio's kinds), never from status.
+// removed is decided from the objects that exist, never from status. The
+// operator does not watch Istio's kinds (its Role grants no list or watch
+// on them), so a fleet outside the mesh reads its two names from the API
+// server where Istio is installed: a GET each, no write.
 func (r *FleetReconciler) reconcileMeshPolicies(ctx context.Context, fleet *v1alpha1.CelldFleet, obs *observed, istio bool) error {
 	if !istio {
 		// Nothing of Istio's can exist, and a state that needs it blocked

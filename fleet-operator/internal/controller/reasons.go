@@ -19,3 +19,14 @@ const (
 	// ReasonAllStepsRan: the last reconcile ran every step.
 	ReasonAllStepsRan = "AllStepsRan"
 )
+
+const (
+	// ReasonInjectedWithoutOptIn: members of a fleet that never opted in
+	// run proxies injected by the namespace, which the fleet NetworkPolicy
+	// keeps away from istiod.
+	ReasonInjectedWithoutOptIn = "InjectedWithoutOptIn"
+	// ReasonProxyStillInjected: a member on the opt-out template of a
+	// leaving fleet still runs a proxy; the fleet stays Leaving until the
+	// injector honours the opt-out.
+	ReasonProxyStillInjected = "ProxyStillInjected"
+)

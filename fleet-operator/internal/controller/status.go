@@ -105,7 +105,11 @@ func computeStatus(fleet *v1alpha1.CelldFleet, obs *observed, now time.Time) v1a
 	}
 
 	st.Mesh = string(obs.mesh.Phase)
-	setMeshCondition(fleet, obs, set)
+	if !setMeshCondition(fleet, obs, set) {
+		// Outside the mesh with nothing to explain (never opted in, or the
+		// namespace left the mesh): no MeshReady, as for any plain fleet.
+		meta.RemoveStatusCondition(&st.Conditions, ConditionMeshReady)
+	}
 
 	switch {
 	case obs.blocked != nil:
@@ -197,13 +201,23 @@ func degraded(obs *observed) bool {
 	return false
 }
 
-func setMeshCondition(fleet *v1alpha1.CelldFleet, obs *observed, set func(t string, s metav1.ConditionStatus, reason, msg string)) {
+// setMeshCondition sets MeshReady where there is something to say, and
+// reports whether it did.
+func setMeshCondition(fleet *v1alpha1.CelldFleet, obs *observed, set func(t string, s metav1.ConditionStatus, reason, msg string)) bool {
 	st := obs.mesh
 	if fleet.Spec.Mesh != nil && fleet.Spec.Mesh.Mode == v1alpha1.MeshEnabled && !obs.namespace.state.Enrolled && !obs.intent.Sidecar {
 		set(ConditionMeshReady, metav1.ConditionFalse, "AwaitingEnrollment", fmt.Sprintf(
 			"spec.mesh.mode is enabled: namespace %s is labelled for enrollment and the fleet waits for a Ready mesh to enroll it "+
 				"(a licensed ServiceMesh with its control plane Ready). Members keep running meanwhile.", fleet.Namespace))
-		return
+		return true
+	}
+	switch {
+	case st.Phase == mesh.NotMeshed && len(st.UnwantedProxy) > 0:
+		set(ConditionMeshReady, metav1.ConditionFalse, ReasonInjectedWithoutOptIn, mesh.InjectedWithoutOptInMessage(fleet, st.UnwantedProxy))
+		return true
+	case st.Phase == mesh.Leaving && len(st.UnwantedProxy) > 0:
+		set(ConditionMeshReady, metav1.ConditionFalse, ReasonProxyStillInjected, mesh.ProxyStillInjectedMessage(st.UnwantedProxy))
+		return true
 	}
 	switch st.Phase {
 	case mesh.Ambient:
@@ -225,6 +239,7 @@ func setMeshCondition(fleet *v1alpha1.CelldFleet, obs *observed, set func(t stri
 	case mesh.Left:
 		set(ConditionMeshReady, metav1.ConditionFalse, "LeftMesh", "The fleet left the mesh: its Istio policies are deleted, istiod egress is closed and its Pods opt out of injection.")
 	}
+	return st.Phase != mesh.NotMeshed
 }
 
 func memberStatus(fleet *v1alpha1.CelldFleet, p *corev1.Pod, obs *observed, prev v1alpha1.MemberStatus, now time.Time) v1alpha1.MemberStatus {

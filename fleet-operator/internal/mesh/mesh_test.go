@@ -56,6 +56,12 @@ func TestDecide(t *testing.T) {
 		{"left: no proxies anywhere",
 			Observation{WasMeshed: true, TargetRevision: "c", Pods: pods("f-0:c:-:-", "f-1:c:-:-")},
 			State{Phase: Left}},
+		{"never opted in, proxies injected by the namespace: reported",
+			Observation{TargetRevision: "a", Pods: pods("f-0:a:p:-", "f-1:a:-:-", "f-2:a:p:t")},
+			State{Phase: NotMeshed, UnwantedProxy: []string{"f-0"}}},
+		{"leaving, a replacement on the opt-out template injected anyway: reported",
+			Observation{WasMeshed: true, TargetRevision: "c", Pods: pods("f-0:c:p:-", "f-1:b:p:-")},
+			State{Phase: Leaving, Relaxed: true, Policies: true, IstiodEgress: true, UnwantedProxy: []string{"f-0"}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { assert.Equal(t, tc.want, Decide(tc.obs)) })
