@@ -35,6 +35,7 @@ import (
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/state"
 	"github.com/ericdev/fleetmesh/shared/apply"
+	"github.com/ericdev/fleetmesh/shared/labels"
 	"github.com/ericdev/fleetmesh/shared/testenv"
 )
 
@@ -569,4 +570,36 @@ func testUnexplainedProxies(t *testing.T, env *testenv.Env) {
 		assert.Contains(t, c.Message, "sticky-0")
 		assert.Contains(t, c.Message, `sidecar.istio.io/inject: "false"`)
 	})
+}
+
+// testAmbientSharedServiceAccount: in ambient the fleet's policy keeps the
+// peer identities off 8080, which also refuses a client that runs as the
+// fleet's ServiceAccount; the fleet says so.
+func testAmbientSharedServiceAccount(t *testing.T, env *testenv.Env) {
+	ctx := context.Background()
+	env.InstallCRDs(t, testenv.ModuleFile(t, "istio.io/api", "v1.32.0", "kubernetes/customresourcedefinitions.gen.yaml"))
+	createNamespace(t, env.Client, "sharedsa")
+	require.NoError(t, client.IgnoreAlreadyExists(env.Client.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "sharedsa", Name: "default"}})))
+	enroll(t, env.Client, "sharedsa", "ambient")
+	f := fleet("sharedsa", "amb")
+	f.Spec.ServiceAccountName = "default"
+	require.NoError(t, env.Client.Create(ctx, f))
+	h := newHarness(t, env, true)
+	h.reconcile(f)
+	c := condition(t, h, f, ConditionMeshReady)
+	require.NotNil(t, c)
+	assert.Equal(t, "Ambient", c.Reason, "nothing shares the ServiceAccount yet")
+
+	checkout := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "sharedsa", Name: "checkout", Labels: map[string]string{labels.ClientOf: "amb"}},
+		Spec:       corev1.PodSpec{ServiceAccountName: "default", Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+	}
+	require.NoError(t, env.Client.Create(ctx, checkout))
+	h.reconcile(f)
+	c = condition(t, h, f, ConditionMeshReady)
+	require.NotNil(t, c)
+	assert.Equal(t, metav1.ConditionTrue, c.Status, "the fleet is in the mesh all the same")
+	assert.Equal(t, ReasonAmbientSharedServiceAccount, c.Reason, c.Message)
+	assert.Contains(t, c.Message, "checkout")
+	assert.Contains(t, c.Message, "8080")
 }

@@ -174,6 +174,9 @@ type observed struct {
 	// wants from the mesh given it.
 	namespace namespaceView
 	intent    mesh.Intent
+	// sharedServiceAccount: Pods other than members that run as the
+	// fleet's ServiceAccount (asked for ambient AllowAll fleets only).
+	sharedServiceAccount []string
 	// failed is the step that failed, if one did; what the reconcile did
 	// not get to see is then reported as last known.
 	failed *stepError
@@ -340,6 +343,9 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 		return failed("recording the mesh opt-in", err)
 	}
 	if err := r.reconcileMeshPolicies(ctx, fleet, obs, istio); err != nil {
+		return failed("mesh policies", err)
+	}
+	if obs.sharedServiceAccount, err = r.sharingServiceAccount(ctx, fleet, obs); err != nil {
 		return failed("mesh policies", err)
 	}
 	decl := declaration(fleet, view, obs.intent, r.Config.OperatorNamespace)

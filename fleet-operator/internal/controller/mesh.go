@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"sort"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -14,7 +15,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/members"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/mesh"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
 	"github.com/ericdev/fleetmesh/shared/labels"
 )
 
@@ -108,6 +111,9 @@ func (r *FleetReconciler) reconcileMeshPolicies(ctx context.Context, fleet *v1al
 	}
 	st := obs.mesh
 	ap := mesh.AuthorizationPolicy(fleet, r.meshParams(), obs.intent.Access, st.Relaxed)
+	if st.Phase == mesh.Ambient {
+		ap = mesh.AmbientAuthorizationPolicy(fleet, r.meshParams(), obs.intent.Access)
+	}
 	pa := mesh.PeerAuthentication(fleet)
 	if st.Policies {
 		if err := r.apply(ctx, fleet, ap); err != nil {
@@ -153,6 +159,33 @@ func (r *FleetReconciler) deleteOwned(ctx context.Context, fleet *v1alpha1.Celld
 	}
 	r.Recorder.Eventf(fleet, nil, corev1.EventTypeNormal, "MeshPolicyDeleted", "Delete", "Deleted %s %s", desired.GetKind(), desired.GetName())
 	return nil
+}
+
+// sharingServiceAccount lists the Pods of the fleet's namespace, other than
+// its members, that run as the fleet's ServiceAccount. Only an ambient fleet
+// with AllowAll asks (its policy refuses that identity on 8080): one
+// uncached list, filtered by the API server.
+func (r *FleetReconciler) sharingServiceAccount(ctx context.Context, fleet *v1alpha1.CelldFleet, obs *observed) ([]string, error) {
+	if obs.mesh.Phase != mesh.Ambient || obs.intent.Access == v1alpha1.Policies {
+		return nil, nil
+	}
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
+	sa := members.ServiceAccountName(fleet)
+	if err := r.Client.List(ctx, list, client.InNamespace(fleet.Namespace),
+		client.MatchingFields{"spec.serviceAccountName": sa}); err != nil {
+		return nil, fmt.Errorf("listing Pods that run as ServiceAccount %s: %w", sa, err)
+	}
+	var out []string
+	for _, p := range list.Items {
+		l := p.GetLabels()
+		if l[labels.Name] == names.Runtime && l[labels.Instance] == fleet.Name {
+			continue
+		}
+		out = append(out, p.GetName())
+	}
+	sort.Strings(out)
+	return out, nil
 }
 
 // ambient reports a fleet captured by an ambient mesh.

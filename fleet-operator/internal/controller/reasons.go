@@ -30,3 +30,7 @@ const (
 	// injector honours the opt-out.
 	ReasonProxyStillInjected = "ProxyStillInjected"
 )
+
+// ReasonAmbientSharedServiceAccount: an ambient fleet with AllowAll whose
+// ServiceAccount other Pods run as; those Pods are refused on 8080.
+const ReasonAmbientSharedServiceAccount = "AmbientSharedServiceAccount"

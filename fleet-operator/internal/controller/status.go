@@ -221,6 +221,17 @@ func setMeshCondition(fleet *v1alpha1.CelldFleet, obs *observed, set func(t stri
 	}
 	switch st.Phase {
 	case mesh.Ambient:
+		if shared := obs.sharedServiceAccount; len(shared) > 0 {
+			if len(shared) > 3 {
+				shared = append(shared[:3:3], fmt.Sprintf("and %d more", len(obs.sharedServiceAccount)-3))
+			}
+			set(ConditionMeshReady, metav1.ConditionTrue, ReasonAmbientSharedServiceAccount, fmt.Sprintf(
+				"Namespace %s is enrolled in an ambient mesh, and Pod(s) %s, not members, run as the fleet's ServiceAccount %s. In ambient the "+
+					"NetworkPolicy sees only HBONE, so AuthorizationPolicy %s keeps the fleet's identity off port 8080 itself: these Pods "+
+					"are refused on 8080. Give them a ServiceAccount of their own, or give the fleet a dedicated one (leave "+
+					"spec.serviceAccountName empty).", fleet.Namespace, strings.Join(shared, ", "), members.ServiceAccountName(fleet), mesh.PolicyName(fleet.Name)))
+			break
+		}
 		set(ConditionMeshReady, metav1.ConditionTrue, "Ambient", fmt.Sprintf(
 			"Namespace %s is enrolled in an ambient mesh: ztunnel captures the members; the NetworkPolicy admits HBONE (15008) from the sources it admits, and AuthorizationPolicy %s restricts ports.",
 			fleet.Namespace, mesh.PolicyName(fleet.Name)))
