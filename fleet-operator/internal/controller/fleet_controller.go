@@ -81,6 +81,9 @@ type FleetReconciler struct {
 	// second member while the first is down.
 	mu      sync.Mutex
 	deleted map[types.NamespacedName]types.UID
+	// notServed: kinds the API server did not serve at the last look, and
+	// until when that answer stands (see served).
+	notServed map[schema.GroupVersionKind]time.Time
 }
 
 // SetupWithManager builds the reconciler from cfg and registers it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -163,11 +164,31 @@ func statusMessage(err error) string {
 	return err.Error()
 }
 
+// notServedFor is how long an API the server did not serve is taken as
+// still missing. Every fleet asks about Istio's and the Gateway API's kinds
+// on every reconcile (to find objects to clean up); where a group is not
+// served at all, the lazy REST mapper would run discovery for each ask.
+const notServedFor = 10 * time.Second
+
 // served reports whether the API server serves a kind. The REST mapper
-// discovers lazily, so a CRD installed later is found without a restart.
+// discovers lazily, so a CRD installed later is found without a restart
+// (within notServedFor of the last look that missed it).
 func (r *FleetReconciler) served(gvk schema.GroupVersionKind) (bool, error) {
+	now := r.Now()
+	r.mu.Lock()
+	until, known := r.notServed[gvk]
+	r.mu.Unlock()
+	if known && now.Before(until) {
+		return false, nil
+	}
 	_, err := r.Client.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
 	if meta.IsNoMatchError(err) {
+		r.mu.Lock()
+		if r.notServed == nil {
+			r.notServed = map[schema.GroupVersionKind]time.Time{}
+		}
+		r.notServed[gvk] = now.Add(notServedFor)
+		r.mu.Unlock()
 		return false, nil
 	}
 	return err == nil, err
