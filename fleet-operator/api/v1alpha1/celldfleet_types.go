@@ -380,7 +380,7 @@ type CelldFleetStatus struct {
 	// ObservedGeneration is the spec generation this status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Conditions: Ready, Provisioning, InfrastructureBlocked, DisksResized, MeshReady, RoutingReady.
+	// Conditions: Ready, Provisioning, InfrastructureBlocked, DisksResized, MeshReady, RoutingReady, Reconciled.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
