@@ -64,7 +64,7 @@ func TestOperatorsTogether(t *testing.T) {
 	f.Spec.Routing = &fleetv1.Routing{
 		Hostnames: []string{"vault.example.com"},
 		Ingress:   &fleetv1.IngressRouting{ClassName: "nginx"},
-		Source:    fleetv1.RoutingSource{Namespace: edgeNS, PodLabels: map[string]string{"app": "edge-proxy"}},
+		Source:    fleetv1.RoutingSource{Namespace: edgeNS, PodLabels: map[string]fleetv1.LabelValue{"app": "edge-proxy"}},
 	}
 	require.NoError(t, k8s.Create(ctx, f))
 	// A fleet that serves before any mesh exists: the mesh must join it

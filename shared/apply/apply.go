@@ -35,10 +35,24 @@ const (
 type ConflictError struct {
 	Kind, Namespace, Name string
 	Owner                 string
+	// Holder is the live object's controller ("KIND NAME"), empty when it
+	// has none: with it the message names both sides of a collision.
+	Holder string
 }
 
 func (e *ConflictError) Error() string {
+	if e.Holder != "" {
+		return fmt.Sprintf("%s %s/%s is controlled by %s, not by %s; it is left alone (rename one of them, or delete the object to let the operator manage it)", e.Kind, e.Namespace, e.Name, e.Holder, e.Owner)
+	}
 	return fmt.Sprintf("%s %s/%s exists and is not owned by %s; it is left alone (rename or delete it to let the operator manage it)", e.Kind, e.Namespace, e.Name, e.Owner)
+}
+
+// HolderOf describes obj's controller as "KIND NAME", "" when it has none.
+func HolderOf(obj metav1.Object) string {
+	if ref := metav1.GetControllerOfNoCopy(obj); ref != nil {
+		return ref.Kind + " " + ref.Name
+	}
+	return ""
 }
 
 // Applier applies objects as one field manager.
@@ -92,7 +106,7 @@ func (a *Applier) Apply(ctx context.Context, desired client.Object, owner metav1
 		return "", err
 	}
 	if exists && owner != nil && !controlledBy(live, owner.GetUID()) {
-		return "", &ConflictError{Kind: gvk.Kind, Namespace: desired.GetNamespace(), Name: desired.GetName(), Owner: fmt.Sprintf("%s (uid %s)", owner.GetName(), owner.GetUID())}
+		return "", &ConflictError{Kind: gvk.Kind, Namespace: desired.GetNamespace(), Name: desired.GetName(), Owner: fmt.Sprintf("%s (uid %s)", owner.GetName(), owner.GetUID()), Holder: HolderOf(live)}
 	}
 	if exists && live.GetAnnotations()[a.HashAnnotation] == hash && Subset(desiredMap, live.Object) {
 		return Unchanged, nil
@@ -105,6 +119,24 @@ func (a *Applier) Apply(ctx context.Context, desired client.Object, owner metav1
 		return Updated, nil
 	}
 	return Created, nil
+}
+
+// Observed reads the object of kind gvk from Cache when it serves the kind,
+// and from the API server otherwise. Unlike Apply it does not confirm a
+// NotFound from Cache: callers use it to find their own objects, which a
+// cache restricted to the writer's objects holds, so a writer with nothing
+// to clean up asks the API server nothing. An object created a moment ago
+// may be missed; its watch event brings the caller back.
+func (a *Applier) Observed(ctx context.Context, gvk schema.GroupVersionKind, key client.ObjectKey) (*unstructured.Unstructured, error) {
+	if a.cached(gvk.GroupKind()) {
+		return a.cacheGet(ctx, gvk, key)
+	}
+	live := &unstructured.Unstructured{}
+	live.SetGroupVersionKind(gvk)
+	if err := a.Client.Get(ctx, key, live); err != nil {
+		return nil, err
+	}
+	return live, nil
 }
 
 // live reads the object of kind gvk: from Cache when it serves the kind,
@@ -187,7 +219,7 @@ func (a *Applier) Delete(ctx context.Context, obj client.Object, owner metav1.Ob
 		return false, client.IgnoreNotFound(err)
 	}
 	if owner != nil && !controlledBy(obj, owner.GetUID()) {
-		return false, &ConflictError{Kind: obj.GetObjectKind().GroupVersionKind().Kind, Namespace: obj.GetNamespace(), Name: obj.GetName(), Owner: owner.GetName()}
+		return false, &ConflictError{Kind: obj.GetObjectKind().GroupVersionKind().Kind, Namespace: obj.GetNamespace(), Name: obj.GetName(), Owner: owner.GetName(), Holder: HolderOf(obj)}
 	}
 	if obj.GetDeletionTimestamp() != nil {
 		return false, nil

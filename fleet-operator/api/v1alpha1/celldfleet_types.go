@@ -95,7 +95,10 @@ type Routing struct {
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:MaxLength=253
-	// +kubebuilder:validation:XValidation:rule="self.all(h, h.matches('^([*][.])?[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$'))",message="spec.routing.hostnames must be DNS names such as app.example.com or *.example.com (lowercase, no port, no IP address)"
+	// Two labels at least (after an optional "*."), each at most 63
+	// characters, the last not all digits: Ingress refuses IP addresses,
+	// and a single label is not a name a Gateway or DNS can serve.
+	// +kubebuilder:validation:XValidation:rule="self.all(h, h.matches('^([*][.])?[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?([.][a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)+$') && !h.matches('[.][0-9]+$'))",message="spec.routing.hostnames must be DNS names such as app.example.com or *.example.com (lowercase, no port, no IP address, at least two labels of at most 63 characters)"
 	// +listType=set
 	Hostnames []string `json:"hostnames"`
 	// Gateway routes through a Gateway API Gateway with an HTTPRoute.
@@ -119,10 +122,12 @@ type GatewayRouting struct {
 	// in another namespace must admit the fleet namespace in its listener's
 	// allowedRoutes.
 	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="spec.routing.gateway.namespace must be a namespace name (a DNS label: lowercase letters, digits and '-')"
 	// +optional
 	Namespace string `json:"namespace,omitempty"`
 	// SectionName selects one listener of the Gateway.
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="spec.routing.gateway.sectionName must be a listener name as the Gateway API allows it (lowercase letters, digits, '-' and '.')"
 	// +optional
 	SectionName string `json:"sectionName,omitempty"`
 }
@@ -132,16 +137,19 @@ type IngressRouting struct {
 	// ClassName is the IngressClass (spec.ingressClassName).
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="spec.routing.ingress.className must be a DNS subdomain name (lowercase letters, digits, '-' and '.'), as IngressClass names are"
 	ClassName string `json:"className"`
 	// TLSSecretName in the fleet namespace should cover every hostname;
 	// empty means HTTP only.
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="spec.routing.ingress.tlsSecretName must be a DNS subdomain name (lowercase letters, digits, '-' and '.'), as Secret names are"
 	// +optional
 	TLSSecretName string `json:"tlsSecretName,omitempty"`
 	// Annotations for the Ingress controller (privileged configuration:
 	// follow your admission policy). Removing one here removes it from the
 	// Ingress; annotations other controllers set are kept.
 	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) <= 317 && k.matches('^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?([.][a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$'))",message="spec.routing.ingress.annotations keys must be valid annotation keys: an optional DNS subdomain prefix and '/', then a name of at most 63 letters, digits, '-', '_' and '.' that starts and ends with a letter or digit"
 	// +kubebuilder:validation:XValidation:rule="!('kubernetes.io/ingress.class' in self)",message="the legacy kubernetes.io/ingress.class annotation is rejected: use spec.routing.ingress.className"
 	// +optional
 	Annotations map[string]string `json:"annotations,omitempty"`
@@ -151,12 +159,20 @@ type IngressRouting struct {
 type RoutingSource struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="spec.routing.source.namespace must be a namespace name (a DNS label: lowercase letters, digits and '-')"
 	Namespace string `json:"namespace"`
 	// PodLabels of the data-plane Pods (not necessarily the controller's).
 	// +kubebuilder:validation:MinProperties=1
 	// +kubebuilder:validation:MaxProperties=16
-	PodLabels map[string]string `json:"podLabels"`
+	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) <= 317 && k.matches('^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?([.][a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$'))",message="spec.routing.source.podLabels keys must be valid label keys: an optional DNS subdomain prefix and '/', then a name of at most 63 letters, digits, '-', '_' and '.' that starts and ends with a letter or digit"
+	PodLabels map[string]LabelValue `json:"podLabels"`
 }
+
+// LabelValue is a label value; the NetworkPolicy's podSelector would refuse
+// anything else.
+// +kubebuilder:validation:MaxLength=63
+// +kubebuilder:validation:XValidation:rule="self.matches('^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$')",message="spec.routing.source.podLabels values must be valid label values: at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
+type LabelValue string
 
 // MeshMode says how a fleet relates to a mesh the namespace may be enrolled in.
 // +kubebuilder:validation:Enum=auto;enabled;disabled
@@ -364,7 +380,7 @@ type CelldFleetStatus struct {
 	// ObservedGeneration is the spec generation this status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Conditions: Ready, Provisioning, InfrastructureBlocked, DisksResized, MeshReady, RoutingReady.
+	// Conditions: Ready, Provisioning, InfrastructureBlocked, DisksResized, MeshReady, RoutingReady, Reconciled.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -414,6 +430,7 @@ type CelldFleetStatus struct {
 // +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.image`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label starting with a letter (lowercase letters, digits and '-'): it names the fleet's Services"
+// +kubebuilder:validation:XValidation:rule="!self.metadata.name.endsWith('-peers') && !self.metadata.name.endsWith('-routing')",message="metadata.name must not end in -peers or -routing: fleet NAME owns NAME-peers (its peer Service) and NAME-routing (its route and routing policy), so such a fleet would collide with another fleet's objects"
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 47",message="metadata.name must be at most 47 characters: the operator derives Service and Pod names such as NAME-peers and NAME-routing from it"
 type CelldFleet struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -365,7 +365,7 @@ func (in *RoutingSource) DeepCopyInto(out *RoutingSource) {
 	*out = *in
 	if in.PodLabels != nil {
 		in, out := &in.PodLabels, &out.PodLabels
-		*out = make(map[string]string, len(*in))
+		*out = make(map[string]LabelValue, len(*in))
 		for key, val := range *in {
 			(*out)[key] = val
 		}

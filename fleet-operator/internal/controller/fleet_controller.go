@@ -81,6 +81,9 @@ type FleetReconciler struct {
 	// second member while the first is down.
 	mu      sync.Mutex
 	deleted map[types.NamespacedName]types.UID
+	// notServed: kinds the API server did not serve at the last look, and
+	// until when that answer stands (see served).
+	notServed map[schema.GroupVersionKind]time.Time
 }
 
 // SetupWithManager builds the reconciler from cfg and registers it.
@@ -174,6 +177,12 @@ type observed struct {
 	// wants from the mesh given it.
 	namespace namespaceView
 	intent    mesh.Intent
+	// sharedServiceAccount: Pods other than members that run as the
+	// fleet's ServiceAccount (asked for ambient AllowAll fleets only).
+	sharedServiceAccount []string
+	// failed is the step that failed, if one did; what the reconcile did
+	// not get to see is then reported as last known.
+	failed *stepError
 }
 
 type blockage struct{ reason, message string }
@@ -209,10 +218,16 @@ func (r *FleetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	obs := &observed{}
 	err := r.reconcileFleet(ctx, fleet, obs)
 	var conflict *apply.ConflictError
-	if errors.As(err, &conflict) {
+	var step *stepError
+	switch {
+	case errors.As(err, &conflict):
 		obs.blocked = &blockage{reason: "OwnershipConflict", message: conflict.Error()}
 		r.Recorder.Eventf(fleet, nil, corev1.EventTypeWarning, "OwnershipConflict", "Apply", "%s", conflict.Error())
 		err = nil
+	case errors.As(err, &step):
+		obs.failed = step
+	case err != nil:
+		obs.failed = &stepError{step: "reconcile", err: err}
 	}
 	if statusErr := r.updateStatus(ctx, fleet, obs); statusErr != nil && err == nil {
 		err = statusErr
@@ -265,51 +280,80 @@ func (r *FleetReconciler) memberStarting(obs *observed) bool {
 	return false
 }
 
+// stepError is a reconcile step that failed: status names the step.
+type stepError struct {
+	step string
+	err  error
+}
+
+func (e *stepError) Error() string { return e.step + ": " + e.err.Error() }
+func (e *stepError) Unwrap() error { return e.err }
+
+func failed(step string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &stepError{step: step, err: err}
+}
+
 func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.CelldFleet, obs *observed) error {
 	pods, err := r.memberPods(ctx, fleet)
 	if err != nil {
-		return err
+		return failed("listing member Pods", err)
 	}
 	obs.pods = pods
 	live, err := r.liveStatefulSet(ctx, fleet)
 	if err != nil {
-		return err
+		return failed("reading the StatefulSet", err)
 	}
 	view, err := r.observeNamespace(ctx, fleet)
 	if err != nil {
-		return err
+		return failed("reading the namespace", err)
 	}
 	obs.namespace = view
 	obs.intent = mesh.IntentFor(fleet, view.state)
 	obs.mesh = observeMesh(fleet, pods, live, obs.intent)
+	// Until the routing step judges the route, RoutingReady stays as it was.
+	obs.routing = routingOutcome{keep: true}
 
 	// Networking and routing are reconciled whatever else holds the fleet
 	// back, including maintenance.paused: they never restart a member.
 	if err := r.reconcileNetworking(ctx, fleet, obs); err != nil {
-		return err
+		return failed("applying Services and NetworkPolicy", err)
 	}
+	// A route the API server refuses is reported in RoutingReady; any other
+	// routing failure is returned at the end, after the members had their
+	// turn: routing is separate from the fleet's own work.
+	var routingErr error
 	if obs.routing, err = r.reconcileRouting(ctx, fleet, obs); err != nil {
-		return err
+		routingErr = failed("routing", err)
+		obs.routing = routingOutcome{keep: true}
 	}
-	if obs.mesh.Phase != mesh.NotMeshed {
-		blocked, err := r.istioAPIMissing()
-		if err != nil {
-			return err
-		}
-		if blocked != nil {
-			obs.blocked = blocked
-			return nil
-		}
-		if err := r.recordOptIn(ctx, fleet, obs.intent); err != nil {
-			return err
-		}
+
+	// Even a fleet outside the mesh asks: it may hold Istio objects to
+	// clean up (it was ambient, or a reconcile failed halfway), and that is
+	// decided from what exists. The mapper answers from memory once Istio's
+	// group is known.
+	istio, err := r.istioServed()
+	if err != nil {
+		return failed("discovering Istio's API", err)
 	}
-	if err := r.reconcileMeshPolicies(ctx, fleet, obs); err != nil {
-		return err
+	if needsIstioAPI(obs.mesh) && !istio {
+		obs.blocked = istioAPIUnavailable(fleet)
+		return routingErr
+	}
+	if err := r.recordOptIn(ctx, fleet, obs.intent); err != nil {
+		return failed("recording the mesh opt-in", err)
+	}
+	if err := r.reconcileMeshPolicies(ctx, fleet, obs, istio); err != nil {
+		return failed("mesh policies", err)
+	}
+	if obs.sharedServiceAccount, err = r.sharingServiceAccount(ctx, fleet, obs); err != nil {
+		return failed("mesh policies", err)
 	}
 	decl := declaration(fleet, view, obs.intent, r.Config.OperatorNamespace)
 	if err := r.reconcileDeclarations(ctx, fleet, view, decl); err != nil {
-		return err
+		return failed("namespace declarations", err)
 	}
 
 	if !r.Config.NetworkPolicyEnforced {
@@ -319,15 +363,15 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 				"members rely on the fleet NetworkPolicy to restrict who reaches ports 8080 and 8081. Verify enforcement, then set the " +
 				"fleet-operator chart value networkPolicyEnforced=true (operator flag --network-policy-enforced).",
 		}
-		return nil
+		return routingErr
 	}
 
 	if err := r.reconcileServiceAccount(ctx, fleet); err != nil {
-		return err
+		return failed("ServiceAccount", err)
 	}
 	sts, held, err := r.reconcileStatefulSet(ctx, fleet, live, obs.intent)
 	if err != nil {
-		return err
+		return failed("applying the StatefulSet", err)
 	}
 	obs.pausedChanges = held
 	obs.sts = sts
@@ -338,9 +382,12 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 	obs.reports = r.readStates(ctx, pods)
 	obs.diskResize = r.growClaims(ctx, fleet, pods)
 	if obs.stsSettling {
-		return nil
+		return routingErr
 	}
-	return r.rollStep(ctx, fleet, obs)
+	if err := r.rollStep(ctx, fleet, obs); err != nil {
+		return failed("roll", err)
+	}
+	return routingErr
 }
 
 func (r *FleetReconciler) reconcileNetworking(ctx context.Context, fleet *v1alpha1.CelldFleet, obs *observed) error {
@@ -412,7 +459,7 @@ func (r *FleetReconciler) reconcileStatefulSet(ctx context.Context, fleet *v1alp
 	desired := memberStatefulSet(fleet, intent)
 	if live != nil {
 		if !metav1.IsControlledBy(live, fleet) {
-			return nil, false, &apply.ConflictError{Kind: "StatefulSet", Namespace: live.Namespace, Name: live.Name, Owner: fleet.Name}
+			return nil, false, &apply.ConflictError{Kind: "StatefulSet", Namespace: live.Namespace, Name: live.Name, Owner: fleet.Name, Holder: apply.HolderOf(live)}
 		}
 		if fleet.Spec.Maintenance.Paused {
 			held = !equality.Semantic.DeepDerivative(desired.Spec.Template, live.Spec.Template) ||

@@ -147,6 +147,14 @@ func TestIntegration(t *testing.T) {
 	t.Run("routing: CEL, Gateway API missing then present, Ingress, collisions, mode switch, removal", func(t *testing.T) { testRouting(t, env) })
 	t.Run("mesh: blocked without Istio's API, then join and leave with Istio's own schemas", func(t *testing.T) { testMesh(t, env) })
 	t.Run("mesh contract: ambient adaptation, shared edges, enrollment request, opt-out, teardown", func(t *testing.T) { testContract(t, env) })
+	t.Run("a rejected route is reported in RoutingReady and the fleet carries on", func(t *testing.T) { testRejectedRoute(t, env) })
+	t.Run("cleanup is decided from owned objects, never from status", func(t *testing.T) { testCleanupFromObjects(t, env) })
+	t.Run("Ready is never True while a member lacks its proxy", func(t *testing.T) { testReadyNeedsProxy(t, env) })
+	t.Run("a failed step keeps what is still true", func(t *testing.T) { testFailedStep(t, env) })
+	t.Run("Degraded is read from the members, not from status", func(t *testing.T) { testDegradedFromMembers(t, env) })
+	t.Run("a name another fleet holds is reported naming both fleets", func(t *testing.T) { testCollisionNamesBothFleets(t, env) })
+	t.Run("proxies the fleet did not ask for are explained", func(t *testing.T) { testUnexplainedProxies(t, env) })
+	t.Run("ambient: a ServiceAccount shared with non-members is reported", func(t *testing.T) { testAmbientSharedServiceAccount(t, env) })
 }
 
 func testCEL(t *testing.T, env *testenv.Env) {
@@ -189,6 +197,10 @@ func testCEL(t *testing.T, env *testenv.Env) {
 		}, "terminationGracePeriodSeconds"},
 		{"name starting with a digit", func(f *v1alpha1.CelldFleet) { f.Name = "1fleet" }, "metadata.name must be a DNS label starting with a letter"},
 		{"name too long", func(f *v1alpha1.CelldFleet) { f.Name = strings.Repeat("a", 48) }, "metadata.name must be at most 47 characters"},
+		// Fleet a owns a-peers (Service) and a-routing (Ingress or HTTPRoute,
+		// NetworkPolicy): a fleet with such a name would collide with it.
+		{"name ending in -peers", func(f *v1alpha1.CelldFleet) { f.Name = "orders-peers" }, "metadata.name must not end in -peers or -routing"},
+		{"name ending in -routing", func(f *v1alpha1.CelldFleet) { f.Name = "orders-routing" }, "metadata.name must not end in -peers or -routing"},
 	}
 	for _, tc := range create {
 		t.Run("create: "+tc.name, func(t *testing.T) {
@@ -636,7 +648,7 @@ func gatewayRouting() *v1alpha1.Routing {
 	return &v1alpha1.Routing{
 		Hostnames: []string{"app.example.com"},
 		Gateway:   &v1alpha1.GatewayRouting{Name: "public", Namespace: "edge", SectionName: "https"},
-		Source:    v1alpha1.RoutingSource{Namespace: "edge", PodLabels: map[string]string{"app": "public-gateway"}},
+		Source:    v1alpha1.RoutingSource{Namespace: "edge", PodLabels: map[string]v1alpha1.LabelValue{"app": "public-gateway"}},
 	}
 }
 
@@ -645,7 +657,7 @@ func ingressRouting() *v1alpha1.Routing {
 		Hostnames: []string{"app.example.com", "*.app.example.com"},
 		Ingress: &v1alpha1.IngressRouting{ClassName: "nginx", TLSSecretName: "app-tls",
 			Annotations: map[string]string{"cert-manager.io/cluster-issuer": "letsencrypt", "nginx.ingress.kubernetes.io/proxy-body-size": "8m"}},
-		Source: v1alpha1.RoutingSource{Namespace: "ingress-nginx", PodLabels: map[string]string{"app.kubernetes.io/component": "controller"}},
+		Source: v1alpha1.RoutingSource{Namespace: "ingress-nginx", PodLabels: map[string]v1alpha1.LabelValue{"app.kubernetes.io/component": "controller"}},
 	}
 }
 
@@ -686,6 +698,34 @@ func testRouting(t *testing.T, env *testenv.Env) {
 				r.Ingress = &v1alpha1.IngressRouting{ClassName: "nginx", Annotations: map[string]string{"kubernetes.io/ingress.class": "nginx"}}
 			}, "legacy kubernetes.io/ingress.class annotation is rejected"},
 			"no class name": {func(r *v1alpha1.Routing) { r.Gateway = nil; r.Ingress = &v1alpha1.IngressRouting{} }, "spec.routing.ingress.className"},
+			// What the target APIs (Ingress, HTTPRoute, NetworkPolicy) would
+			// refuse is refused here, with the field named.
+			"IPv4 hostname":         {func(r *v1alpha1.Routing) { r.Hostnames = []string{"192.0.2.10"} }, "must be DNS names"},
+			"single-label hostname": {func(r *v1alpha1.Routing) { r.Hostnames = []string{"app"} }, "must be DNS names"},
+			"single-label wildcard": {func(r *v1alpha1.Routing) { r.Hostnames = []string{"*.com"} }, "must be DNS names"},
+			"hostname label too long": {func(r *v1alpha1.Routing) {
+				r.Hostnames = []string{strings.Repeat("a", 64) + ".example.com"}
+			}, "must be DNS names"},
+			"gateway namespace":   {func(r *v1alpha1.Routing) { r.Gateway.Namespace = "Edge_NS" }, "spec.routing.gateway.namespace must be a namespace name"},
+			"gateway sectionName": {func(r *v1alpha1.Routing) { r.Gateway.SectionName = "HTTPS!" }, "spec.routing.gateway.sectionName must be"},
+			"ingress className": {func(r *v1alpha1.Routing) {
+				r.Gateway = nil
+				r.Ingress = &v1alpha1.IngressRouting{ClassName: "Nginx Class"}
+			}, "spec.routing.ingress.className must be a DNS subdomain name"},
+			"ingress tlsSecretName": {func(r *v1alpha1.Routing) {
+				r.Gateway = nil
+				r.Ingress = &v1alpha1.IngressRouting{ClassName: "nginx", TLSSecretName: "App_TLS"}
+			}, "spec.routing.ingress.tlsSecretName must be a DNS subdomain name"},
+			"ingress annotation key": {func(r *v1alpha1.Routing) {
+				r.Gateway = nil
+				r.Ingress = &v1alpha1.IngressRouting{ClassName: "nginx", Annotations: map[string]string{"bad key!": "x"}}
+			}, "spec.routing.ingress.annotations keys must be"},
+			"source namespace":   {func(r *v1alpha1.Routing) { r.Source.Namespace = "Edge" }, "spec.routing.source.namespace must be a namespace name"},
+			"source label key":   {func(r *v1alpha1.Routing) { r.Source.PodLabels = map[string]v1alpha1.LabelValue{"-app": "x"} }, "spec.routing.source.podLabels keys must be"},
+			"source label value": {func(r *v1alpha1.Routing) { r.Source.PodLabels = map[string]v1alpha1.LabelValue{"app": "not ok!"} }, "spec.routing.source.podLabels values must be"},
+			"source label value too long": {func(r *v1alpha1.Routing) {
+				r.Source.PodLabels = map[string]v1alpha1.LabelValue{"app": v1alpha1.LabelValue(strings.Repeat("a", 64))}
+			}, "spec.routing.source.podLabels.app: Too long"},
 		} {
 			t.Run(name, func(t *testing.T) {
 				r := gatewayRouting()
@@ -865,7 +905,7 @@ func testContract(t *testing.T, env *testenv.Env) {
 	a, b := fleet("shared", "a"), fleet("shared", "b")
 	a.Spec.Routing = &v1alpha1.Routing{Hostnames: []string{"a.example.com"},
 		Ingress: &v1alpha1.IngressRouting{ClassName: "nginx"},
-		Source:  v1alpha1.RoutingSource{Namespace: "edge", PodLabels: map[string]string{"app": "edge"}}}
+		Source:  v1alpha1.RoutingSource{Namespace: "edge", PodLabels: map[string]v1alpha1.LabelValue{"app": "edge"}}}
 	require.NoError(t, env.Client.Create(ctx, a))
 	require.NoError(t, env.Client.Create(ctx, b))
 	h.reconcile(a)

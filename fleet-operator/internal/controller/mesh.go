@@ -2,19 +2,22 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"sort"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/members"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/mesh"
-	"github.com/ericdev/fleetmesh/shared/apply"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
 	"github.com/ericdev/fleetmesh/shared/labels"
 )
 
@@ -37,51 +40,81 @@ func observeMesh(fleet *v1alpha1.CelldFleet, pods []corev1.Pod, sts *appsv1.Stat
 	return mesh.Decide(o)
 }
 
-// istioAPIMissing reports, as a blockage, a cluster without Istio's
-// security.istio.io/v1 API. The REST mapper discovers lazily, so the fleet
-// recovers by itself once the API appears.
-func (r *FleetReconciler) istioAPIMissing() (*blockage, error) {
-	_, err := r.Client.RESTMapper().RESTMapping(mesh.AuthorizationPolicyKind.GroupKind(), mesh.SecurityGroupVersion.Version)
-	if meta.IsNoMatchError(err) {
-		return &blockage{
-			reason: "IstioAPIUnavailable",
-			message: "spec.mesh.istio needs Istio's security.istio.io/v1 API (AuthorizationPolicy, PeerAuthentication), which this " +
-				"cluster does not serve. Install Istio 1.22 or later, or remove spec.mesh. Members are left as they are.",
-		}, nil
+// istioServed reports whether the API server serves Istio's
+// security.istio.io/v1 AuthorizationPolicy. The REST mapper discovers
+// lazily, so an API installed later is found without a restart.
+func (r *FleetReconciler) istioServed() (bool, error) {
+	return r.served(mesh.AuthorizationPolicyKind)
+}
+
+// needsIstioAPI reports a mesh state in which an Istio object must exist or
+// be written. A Left fleet needs none, and neither does a Leaving one once
+// the API is gone: the API's removal took its objects with it, and the
+// members roll out of the mesh without them.
+func needsIstioAPI(st mesh.State) bool {
+	switch st.Phase {
+	case mesh.Joining, mesh.Meshed, mesh.Ambient:
+		return true
 	}
-	return nil, err
+	return false
+}
+
+// istioAPIUnavailable is the blockage of a fleet that needs Istio's API
+// where it is not served.
+func istioAPIUnavailable(fleet *v1alpha1.CelldFleet) *blockage {
+	fix := "set spec.mesh.mode: disabled (the namespace is enrolled in a mesh)"
+	if fleet.Spec.Mesh != nil && fleet.Spec.Mesh.Istio != nil {
+		fix = "remove spec.mesh.istio"
+	}
+	return &blockage{
+		reason: "IstioAPIUnavailable",
+		message: "The fleet's mesh settings (spec.mesh.istio, or a namespace enrolled in a mesh) need Istio's security.istio.io/v1 API " +
+			"(AuthorizationPolicy, PeerAuthentication), which this cluster does not serve. Install Istio 1.22 or later, or " + fix +
+			". Members are left as they are.",
+	}
 }
 
 // recordOptIn keeps the control-plane namespace on the fleet. Its presence
 // is what makes a fleet that later leaves the mesh opt its Pods out of
-// injection explicitly, across reconciles and operator restarts.
+// injection explicitly, across reconciles and operator restarts. The patch
+// goes through a copy: the API server's answer may carry a newer spec, and
+// this reconcile must go on building from (and reporting) the spec it
+// started with.
 func (r *FleetReconciler) recordOptIn(ctx context.Context, fleet *v1alpha1.CelldFleet, in mesh.Intent) error {
 	ns := mesh.ControlPlaneNamespace(fleet, in)
 	if !in.Sidecar || fleet.Annotations[labels.IstioControlPlane] == ns {
 		return nil
 	}
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, labels.IstioControlPlane, ns)
-	if err := r.Client.Patch(ctx, fleet, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+	if err := r.Client.Patch(ctx, fleet.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
 		return fmt.Errorf("recording the mesh opt-in on the fleet: %w", err)
 	}
+	if fleet.Annotations == nil {
+		fleet.Annotations = map[string]string{}
+	}
+	fleet.Annotations[labels.IstioControlPlane] = ns
 	return nil
 }
 
 // reconcileMeshPolicies applies or removes FLEET-mesh objects for the state.
 // It runs before the member template changes, so the relaxed policies are in
-// place before the first member rolls into or out of the mesh.
-func (r *FleetReconciler) reconcileMeshPolicies(ctx context.Context, fleet *v1alpha1.CelldFleet, obs *observed) error {
-	st := obs.mesh
-	ap := mesh.AuthorizationPolicy(fleet, r.meshParams(), obs.intent.Access, st.Relaxed)
-	pa := mesh.PeerAuthentication(fleet)
-	if st.Phase == mesh.NotMeshed {
-		// Never opted in: not a single Istio request, unless the fleet just
-		// stopped being ambient (the namespace left the mesh).
-		if fleet.Status.Mesh == string(mesh.Ambient) {
-			return r.deleteOwned(ctx, fleet, ap)
-		}
+// place before the first member rolls into or out of the mesh. What is
+// removed is decided from the objects that exist, never from status. The
+// operator does not watch Istio's kinds (its Role grants no list or watch
+// on them), so a fleet outside the mesh reads its two names from the API
+// server where Istio is installed: a GET each, no write.
+func (r *FleetReconciler) reconcileMeshPolicies(ctx context.Context, fleet *v1alpha1.CelldFleet, obs *observed, istio bool) error {
+	if !istio {
+		// Nothing of Istio's can exist, and a state that needs it blocked
+		// the fleet before this step.
 		return nil
 	}
+	st := obs.mesh
+	ap := mesh.AuthorizationPolicy(fleet, r.meshParams(), obs.intent.Access, st.Relaxed)
+	if st.Phase == mesh.Ambient {
+		ap = mesh.AmbientAuthorizationPolicy(fleet, r.meshParams(), obs.intent.Access)
+	}
+	pa := mesh.PeerAuthentication(fleet)
 	if st.Policies {
 		if err := r.apply(ctx, fleet, ap); err != nil {
 			return err
@@ -103,20 +136,56 @@ func (r *FleetReconciler) meshParams() mesh.Params {
 	}
 }
 
+// deleteOwned deletes the fleet's object named like desired if it exists
+// (read as removeOwned reads it) and the fleet controls it.
 func (r *FleetReconciler) deleteOwned(ctx context.Context, fleet *v1alpha1.CelldFleet, desired *unstructured.Unstructured) error {
-	obj := &unstructured.Unstructured{}
-	obj.SetGroupVersionKind(desired.GroupVersionKind())
-	obj.SetNamespace(desired.GetNamespace())
-	obj.SetName(desired.GetName())
-	deleted, err := r.Applier.Delete(ctx, obj, fleet)
-	var conflict *apply.ConflictError
-	if errors.As(err, &conflict) || meta.IsNoMatchError(err) {
-		return nil // someone else's object, or the API itself is gone
+	live, err := r.Applier.Observed(ctx, desired.GroupVersionKind(), client.ObjectKeyFromObject(desired))
+	if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+		return nil // nothing there, or the API itself is gone
 	}
-	if deleted {
-		r.Recorder.Eventf(fleet, nil, corev1.EventTypeNormal, "MeshPolicyDeleted", "Delete", "Deleted %s %s", desired.GetKind(), desired.GetName())
+	if err != nil {
+		return err
 	}
-	return err
+	if !metav1.IsControlledBy(live, fleet) || live.GetDeletionTimestamp() != nil {
+		return nil // someone else's object, or on its way out
+	}
+	uid := live.GetUID()
+	err = r.Client.Delete(ctx, live, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("deleting %s %s: %w", desired.GetKind(), desired.GetName(), err)
+	}
+	r.Recorder.Eventf(fleet, nil, corev1.EventTypeNormal, "MeshPolicyDeleted", "Delete", "Deleted %s %s", desired.GetKind(), desired.GetName())
+	return nil
+}
+
+// sharingServiceAccount lists the Pods of the fleet's namespace, other than
+// its members, that run as the fleet's ServiceAccount. Only an ambient fleet
+// with AllowAll asks (its policy refuses that identity on 8080): one
+// uncached list, filtered by the API server.
+func (r *FleetReconciler) sharingServiceAccount(ctx context.Context, fleet *v1alpha1.CelldFleet, obs *observed) ([]string, error) {
+	if obs.mesh.Phase != mesh.Ambient || obs.intent.Access == v1alpha1.Policies {
+		return nil, nil
+	}
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
+	sa := members.ServiceAccountName(fleet)
+	if err := r.Client.List(ctx, list, client.InNamespace(fleet.Namespace),
+		client.MatchingFields{"spec.serviceAccountName": sa}); err != nil {
+		return nil, fmt.Errorf("listing Pods that run as ServiceAccount %s: %w", sa, err)
+	}
+	var out []string
+	for _, p := range list.Items {
+		l := p.GetLabels()
+		if l[labels.Name] == names.Runtime && l[labels.Instance] == fleet.Name {
+			continue
+		}
+		out = append(out, p.GetName())
+	}
+	sort.Strings(out)
+	return out, nil
 }
 
 // ambient reports a fleet captured by an ambient mesh.

@@ -76,12 +76,16 @@ func (r *FleetReconciler) reconcileDeclarations(ctx context.Context, fleet *v1al
 	}
 	if len(want) > 0 && !controllerutil.ContainsFinalizer(fleet, DeclarationsFinalizer) {
 		// The finalizer comes first: a fleet deleted right after declaring
-		// must still withdraw its labels.
-		patch := client.MergeFrom(fleet.DeepCopy())
-		controllerutil.AddFinalizer(fleet, DeclarationsFinalizer)
-		if err := r.Client.Patch(ctx, fleet, patch); err != nil {
+		// must still withdraw its labels. The patch goes through a copy: the
+		// answer may carry a newer spec, which this reconcile must not
+		// switch to halfway (nor report as observed).
+		obj := fleet.DeepCopy()
+		patch := client.MergeFrom(obj.DeepCopy())
+		controllerutil.AddFinalizer(obj, DeclarationsFinalizer)
+		if err := r.Client.Patch(ctx, obj, patch); err != nil {
 			return err
 		}
+		controllerutil.AddFinalizer(fleet, DeclarationsFinalizer)
 	}
 	if sameKeys(view.declared, want) && satisfied(view, want) {
 		return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -31,23 +32,26 @@ const ConditionRoutingReady = "RoutingReady"
 var ingressGVK = networkingv1.SchemeGroupVersion.WithKind("Ingress")
 
 // routingOutcome is what status should say about routing; nil Readiness
-// removes the condition (no routing, and nothing of it left).
+// removes the condition (no routing, and nothing of it left) unless keep is
+// set: a step failed before routing could be judged, and the condition it
+// had stays as it was.
 type routingOutcome struct {
 	readiness *routing.Readiness
+	keep      bool
 }
 
 func (o routingOutcome) ready() bool {
 	return o.readiness == nil || o.readiness.Status == metav1.ConditionTrue
 }
 
+var networkPolicyGVK = networkingv1.SchemeGroupVersion.WithKind("NetworkPolicy")
+
 // reconcileRouting converges the route and its policy. It never touches the
 // members, and runs whatever holds them back (maintenance.paused included).
+// What the API server refuses is the route's problem and is reported in
+// RoutingReady; only a failure to talk to the API server is an error.
 func (r *FleetReconciler) reconcileRouting(ctx context.Context, fleet *v1alpha1.CelldFleet, obs *observed) (routingOutcome, error) {
 	mode := routing.ModeOf(fleet)
-	wasRouted := meta.FindStatusCondition(fleet.Status.Conditions, ConditionRoutingReady) != nil
-	if mode == routing.None && !wasRouted {
-		return routingOutcome{}, nil // never routed: not a single request
-	}
 	gatewayAPI, err := r.served(routing.HTTPRouteGVK)
 	if err != nil {
 		return routingOutcome{}, err
@@ -56,7 +60,10 @@ func (r *FleetReconciler) reconcileRouting(ctx context.Context, fleet *v1alpha1.
 		return routingOutcome{readiness: &routing.Readiness{Status: s, Reason: reason, Message: fmt.Sprintf(format, args...)}}, nil
 	}
 
-	// The old route goes first: switching modes, or removing routing.
+	// The old route goes first: switching modes, or removing routing. Whether
+	// there is one is read from the owned objects (the cache), never from
+	// status: a status lost to a failed reconcile or restored from a copy
+	// must not leave a route, or a policy admitting the edge, behind.
 	var old []schema.GroupVersionKind
 	switch mode {
 	case routing.Gateway:
@@ -80,8 +87,11 @@ func (r *FleetReconciler) reconcileRouting(ctx context.Context, fleet *v1alpha1.
 	}
 	if mode == routing.None {
 		// The route is gone; now its policy.
-		waiting, err := r.removeOwned(ctx, fleet, networkingv1.SchemeGroupVersion.WithKind("NetworkPolicy"), names.Routing(fleet.Name))
-		if err != nil || waiting != "" {
+		waiting, err := r.removeOwned(ctx, fleet, networkPolicyGVK, names.Routing(fleet.Name))
+		if err != nil {
+			return routingOutcome{}, fmt.Errorf("deleting NetworkPolicy %s: %w", names.Routing(fleet.Name), err)
+		}
+		if waiting != "" {
 			return not(metav1.ConditionFalse, "RemovingOldRoute", "%s", waiting)
 		}
 		return routingOutcome{}, nil
@@ -102,6 +112,14 @@ func (r *FleetReconciler) reconcileRouting(ctx context.Context, fleet *v1alpha1.
 			var conflict *apply.ConflictError
 			if errors.As(err, &conflict) {
 				return not(metav1.ConditionFalse, "OwnershipConflict", "%s", conflict.Error())
+			}
+			if refused(err) {
+				// The schema, an admission webhook or an admission policy
+				// said no. Retrying the same object cannot help; the last
+				// accepted route (if any) stays as it is.
+				return not(metav1.ConditionFalse, ReasonRouteRejected,
+					"The API server refused %s %s/%s: %s. Fix spec.routing, or the admission policy that refused it; the last accepted route, if any, stays in place. The members are not affected.",
+					obj.GetObjectKind().GroupVersionKind().Kind, fleet.Namespace, obj.GetName(), statusMessage(err))
 			}
 			return routingOutcome{}, err
 		}
@@ -129,11 +147,48 @@ func (r *FleetReconciler) reconcileRouting(ctx context.Context, fleet *v1alpha1.
 	return routingOutcome{readiness: &readiness}, nil
 }
 
+// refused reports an API server answer that judges the object itself:
+// invalid for the schema, denied by admission (webhooks answer Forbidden by
+// default, admission policies Invalid), or malformed. Sending it again
+// would get the same answer.
+func refused(err error) bool {
+	return apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) || apierrors.IsRequestEntityTooLargeError(err)
+}
+
+// statusMessage is the API server's own message of an error.
+func statusMessage(err error) string {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		return status.Status().Message
+	}
+	return err.Error()
+}
+
+// notServedFor is how long an API the server did not serve is taken as
+// still missing. Every fleet asks about Istio's and the Gateway API's kinds
+// on every reconcile (to find objects to clean up); where a group is not
+// served at all, the lazy REST mapper would run discovery for each ask.
+const notServedFor = 10 * time.Second
+
 // served reports whether the API server serves a kind. The REST mapper
-// discovers lazily, so a CRD installed later is found without a restart.
+// discovers lazily, so a CRD installed later is found without a restart
+// (within notServedFor of the last look that missed it).
 func (r *FleetReconciler) served(gvk schema.GroupVersionKind) (bool, error) {
+	now := r.Now()
+	r.mu.Lock()
+	until, known := r.notServed[gvk]
+	r.mu.Unlock()
+	if known && now.Before(until) {
+		return false, nil
+	}
 	_, err := r.Client.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
 	if meta.IsNoMatchError(err) {
+		r.mu.Lock()
+		if r.notServed == nil {
+			r.notServed = map[schema.GroupVersionKind]time.Time{}
+		}
+		r.notServed[gvk] = now.Add(notServedFor)
+		r.mu.Unlock()
 		return false, nil
 	}
 	return err == nil, err
@@ -141,25 +196,40 @@ func (r *FleetReconciler) served(gvk schema.GroupVersionKind) (bool, error) {
 
 // removeOwned deletes the fleet's object of that kind and name, if the fleet
 // controls it, and returns a message while it still exists (finalizers).
-// A foreign object with the name is not the fleet's to delete: it is left.
+// Whether it exists is read from the cache for the kinds the operator
+// watches, so a fleet with nothing to remove costs no request. A foreign
+// object with the name is not the fleet's to delete: it is left.
 func (r *FleetReconciler) removeOwned(ctx context.Context, fleet *v1alpha1.CelldFleet, gvk schema.GroupVersionKind, name string) (string, error) {
-	obj := &unstructured.Unstructured{}
-	obj.SetGroupVersionKind(gvk)
-	obj.SetNamespace(fleet.Namespace)
-	obj.SetName(name)
-	if _, err := r.Applier.Delete(ctx, obj, fleet); err != nil {
-		var conflict *apply.ConflictError
-		if errors.As(err, &conflict) {
-			return "", nil
-		}
-		return "", err
-	}
-	err := r.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
-	if apierrors.IsNotFound(err) {
+	key := client.ObjectKey{Namespace: fleet.Namespace, Name: name}
+	live, err := r.Applier.Observed(ctx, gvk, key)
+	if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
 		return "", nil
 	}
 	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("Waiting for %s %s to be deleted before the new route is created (finalizers: %v).", gvk.Kind, name, obj.GetFinalizers()), nil
+	if !metav1.IsControlledBy(live, fleet) {
+		return "", nil
+	}
+	if live.GetDeletionTimestamp() == nil {
+		uid := live.GetUID()
+		err := r.Client.Delete(ctx, live, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground))
+		if apierrors.IsNotFound(err) {
+			return "", nil
+		}
+		if err != nil {
+			return "", err
+		}
+		// Without finalizers it is gone already; ask the API server, the
+		// cache has not seen the delete yet.
+		fresh := &unstructured.Unstructured{}
+		fresh.SetGroupVersionKind(gvk)
+		if err := r.Client.Get(ctx, key, fresh); apierrors.IsNotFound(err) {
+			return "", nil
+		} else if err != nil {
+			return "", err
+		}
+		live = fresh
+	}
+	return fmt.Sprintf("Waiting for %s %s to be deleted before the new route is created (finalizers: %v).", gvk.Kind, name, live.GetFinalizers()), nil
 }

@@ -44,20 +44,51 @@ const (
 // observed. Timestamps only move when something changed, so an unchanged
 // fleet produces an identical status and no write.
 func computeStatus(fleet *v1alpha1.CelldFleet, obs *observed, now time.Time) v1alpha1.CelldFleetStatus {
+	prev := fleet.Status
 	st := v1alpha1.CelldFleetStatus{
 		ObservedGeneration: fleet.Generation,
-		Conditions:         append([]metav1.Condition(nil), fleet.Status.Conditions...),
+		Conditions:         append([]metav1.Condition(nil), prev.Conditions...),
 	}
+	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: fleet.Generation,
+			LastTransitionTime: metav1.NewTime(now),
+		})
+	}
+	if f := obs.failed; f != nil {
+		// Some objects may not have been built from this spec: status does
+		// not claim it was observed.
+		st.ObservedGeneration = prev.ObservedGeneration
+		set(ConditionReconciled, metav1.ConditionFalse, ReasonStepFailed, fmt.Sprintf(
+			"Step %q failed: %v. Conditions and members not reached by this reconcile show the last known state; the operator retries.", f.step, f.err))
+	} else {
+		set(ConditionReconciled, metav1.ConditionTrue, ReasonAllStepsRan, "The last reconcile ran every step.")
+	}
+	switch rr := obs.routing; {
+	case rr.keep:
+	case rr.readiness != nil:
+		set(ConditionRoutingReady, rr.readiness.Status, rr.readiness.Reason, rr.readiness.Message)
+	default:
+		meta.RemoveStatusCondition(&st.Conditions, ConditionRoutingReady)
+	}
+	if obs.failed != nil && obs.reports == nil && obs.blocked == nil {
+		// The members were not looked at (or not read): what status said
+		// of them is still the best knowledge, not "not read" or Degraded.
+		st.Members, st.Replicas, st.ReadyReplicas, st.UpdatedReplicas = prev.Members, prev.Replicas, prev.ReadyReplicas, prev.UpdatedReplicas
+		st.CurrentRevision, st.TargetRevision, st.Phase, st.Mesh = prev.CurrentRevision, prev.TargetRevision, prev.Phase, prev.Mesh
+		return st
+	}
+
 	want := derefReplicas(fleet)
 	if obs.sts != nil {
 		st.CurrentRevision = obs.sts.Status.CurrentRevision
 		st.TargetRevision = obs.sts.Status.UpdateRevision
 	} else {
-		st.CurrentRevision = fleet.Status.CurrentRevision
-		st.TargetRevision = fleet.Status.TargetRevision
+		st.CurrentRevision = prev.CurrentRevision
+		st.TargetRevision = prev.TargetRevision
 	}
 	previous := map[string]v1alpha1.MemberStatus{}
-	for _, m := range fleet.Status.Members {
+	for _, m := range prev.Members {
 		previous[m.Name] = m
 	}
 	for i := range obs.pods {
@@ -73,18 +104,11 @@ func computeStatus(fleet *v1alpha1.CelldFleet, obs *observed, now time.Time) v1a
 		}
 	}
 
-	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
-			Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: fleet.Generation,
-			LastTransitionTime: metav1.NewTime(now),
-		})
-	}
 	st.Mesh = string(obs.mesh.Phase)
-	setMeshCondition(fleet, obs, set)
-	if rr := obs.routing.readiness; rr != nil {
-		set(ConditionRoutingReady, rr.Status, rr.Reason, rr.Message)
-	} else {
-		meta.RemoveStatusCondition(&st.Conditions, ConditionRoutingReady)
+	if !setMeshCondition(fleet, obs, set) {
+		// Outside the mesh with nothing to explain (never opted in, or the
+		// namespace left the mesh): no MeshReady, as for any plain fleet.
+		meta.RemoveStatusCondition(&st.Conditions, ConditionMeshReady)
 	}
 
 	switch {
@@ -135,31 +159,79 @@ func computeStatus(fleet *v1alpha1.CelldFleet, obs *observed, now time.Time) v1a
 	case !available:
 		set(ConditionProvisioning, metav1.ConditionTrue, "WaitingForMembers", fmt.Sprintf("%d of %d member(s) are Ready and healthy on /state.", countAvailable(st.Members), want))
 		st.Phase = PhaseProvisioning
-		if meta.IsStatusConditionTrue(fleet.Status.Conditions, ConditionReady) || fleet.Status.Phase == PhaseDegraded {
+		if degraded(obs) {
 			st.Phase = PhaseDegraded
 		}
 	default:
 		set(ConditionProvisioning, metav1.ConditionFalse, "Provisioned", fmt.Sprintf("All %d member(s) run revision %s.", want, st.TargetRevision))
 		st.Phase = PhaseReady
 	}
-	if available && !obs.decision.Rolling() && !obs.stsSettling {
+	switch {
+	case len(obs.mesh.MissingProxy) > 0:
+		// A member without the proxy it must run is outside the mesh's
+		// mTLS and authorization: not ready, however healthy it says it is.
+		set(ConditionReady, metav1.ConditionFalse, "ProxyMissing", fmt.Sprintf("Member(s) %s have no %s: see the Provisioning condition.",
+			strings.Join(obs.mesh.MissingProxy, ", "), mesh.ProxyContainer))
+	case available && !obs.decision.Rolling() && !obs.stsSettling:
 		set(ConditionReady, metav1.ConditionTrue, "MembersReady", fmt.Sprintf("All %d member(s) are Ready and healthy on /state.", want))
-	} else {
+	default:
 		set(ConditionReady, metav1.ConditionFalse, "MembersNotReady", fmt.Sprintf("%d of %d member(s) are Ready and healthy on /state.", countAvailable(st.Members), want))
 	}
 	return st
 }
 
-func setMeshCondition(fleet *v1alpha1.CelldFleet, obs *observed, set func(t string, s metav1.ConditionStatus, reason, msg string)) {
+// degraded tells a fleet that lost members it had from one still coming up,
+// from what the members show now: a celld container that has restarted, or
+// a Ready member whose runtime reports itself unhealthy on /state.
+func degraded(obs *observed) bool {
+	for i := range obs.pods {
+		p := &obs.pods[i]
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		for _, c := range p.Status.ContainerStatuses {
+			if c.Name == members.ContainerName && c.RestartCount > 0 {
+				return true
+			}
+		}
+		if res, ok := obs.reports[p.Name]; ok && podReady(p) && res.Err == nil && res.Report != nil && !res.Report.Healthy {
+			return true
+		}
+	}
+	return false
+}
+
+// setMeshCondition sets MeshReady where there is something to say, and
+// reports whether it did.
+func setMeshCondition(fleet *v1alpha1.CelldFleet, obs *observed, set func(t string, s metav1.ConditionStatus, reason, msg string)) bool {
 	st := obs.mesh
 	if fleet.Spec.Mesh != nil && fleet.Spec.Mesh.Mode == v1alpha1.MeshEnabled && !obs.namespace.state.Enrolled && !obs.intent.Sidecar {
 		set(ConditionMeshReady, metav1.ConditionFalse, "AwaitingEnrollment", fmt.Sprintf(
 			"spec.mesh.mode is enabled: namespace %s is labelled for enrollment and the fleet waits for a Ready mesh to enroll it "+
 				"(a licensed ServiceMesh with its control plane Ready). Members keep running meanwhile.", fleet.Namespace))
-		return
+		return true
+	}
+	switch {
+	case st.Phase == mesh.NotMeshed && len(st.UnwantedProxy) > 0:
+		set(ConditionMeshReady, metav1.ConditionFalse, ReasonInjectedWithoutOptIn, mesh.InjectedWithoutOptInMessage(fleet, st.UnwantedProxy))
+		return true
+	case st.Phase == mesh.Leaving && len(st.UnwantedProxy) > 0:
+		set(ConditionMeshReady, metav1.ConditionFalse, ReasonProxyStillInjected, mesh.ProxyStillInjectedMessage(st.UnwantedProxy))
+		return true
 	}
 	switch st.Phase {
 	case mesh.Ambient:
+		if shared := obs.sharedServiceAccount; len(shared) > 0 {
+			if len(shared) > 3 {
+				shared = append(shared[:3:3], fmt.Sprintf("and %d more", len(obs.sharedServiceAccount)-3))
+			}
+			set(ConditionMeshReady, metav1.ConditionTrue, ReasonAmbientSharedServiceAccount, fmt.Sprintf(
+				"Namespace %s is enrolled in an ambient mesh, and Pod(s) %s, not members, run as the fleet's ServiceAccount %s. In ambient the "+
+					"NetworkPolicy sees only HBONE, so AuthorizationPolicy %s keeps the fleet's identity off port 8080 itself: these Pods "+
+					"are refused on 8080. Give them a ServiceAccount of their own, or give the fleet a dedicated one (leave "+
+					"spec.serviceAccountName empty).", fleet.Namespace, strings.Join(shared, ", "), members.ServiceAccountName(fleet), mesh.PolicyName(fleet.Name)))
+			break
+		}
 		set(ConditionMeshReady, metav1.ConditionTrue, "Ambient", fmt.Sprintf(
 			"Namespace %s is enrolled in an ambient mesh: ztunnel captures the members; the NetworkPolicy admits HBONE (15008) from the sources it admits, and AuthorizationPolicy %s restricts ports.",
 			fleet.Namespace, mesh.PolicyName(fleet.Name)))
@@ -178,6 +250,7 @@ func setMeshCondition(fleet *v1alpha1.CelldFleet, obs *observed, set func(t stri
 	case mesh.Left:
 		set(ConditionMeshReady, metav1.ConditionFalse, "LeftMesh", "The fleet left the mesh: its Istio policies are deleted, istiod egress is closed and its Pods opt out of injection.")
 	}
+	return st.Phase != mesh.NotMeshed
 }
 
 func memberStatus(fleet *v1alpha1.CelldFleet, p *corev1.Pod, obs *observed, prev v1alpha1.MemberStatus, now time.Time) v1alpha1.MemberStatus {

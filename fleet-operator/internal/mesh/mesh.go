@@ -82,15 +82,27 @@ type State struct {
 	// MissingProxy lists members on the target revision whose Pod should
 	// have been injected but has no proxy.
 	MissingProxy []string
+	// UnwantedProxy lists members running a proxy the fleet did not ask
+	// for: injected by the namespace into a fleet that never opted in, or
+	// into a replacement on the opt-out template of a leaving fleet.
+	UnwantedProxy []string
 }
 
 // Decide computes the state from what the cluster shows now.
 func Decide(o Observation) State {
 	withProxy, withoutProxy := 0, 0
-	var missing []string
+	var missing, unwanted []string
 	for _, p := range o.Pods {
 		if p.Proxy {
 			withProxy++
+			// A proxy the fleet did not ask for: injected by the namespace
+			// into a fleet that never opted in, or into a replacement on the
+			// opt-out template (the injector ignored the opt-out).
+			neverAsked := !o.Desired && !o.WasMeshed && !o.Ambient
+			optedOut := !o.Desired && o.WasMeshed && o.TargetRevision != "" && p.Revision == o.TargetRevision
+			if !p.Terminating && (neverAsked || optedOut) {
+				unwanted = append(unwanted, p.Name)
+			}
 		} else {
 			withoutProxy++
 			if o.Desired && !p.Terminating && o.TargetRevision != "" && p.Revision == o.TargetRevision {
@@ -99,20 +111,21 @@ func Decide(o Observation) State {
 		}
 	}
 	sort.Strings(missing)
+	sort.Strings(unwanted)
 	switch {
 	case o.Desired && withoutProxy == 0:
 		return State{Phase: Meshed, Policies: true, IstiodEgress: true}
 	case o.Desired:
 		return State{Phase: Joining, Relaxed: true, Policies: true, IstiodEgress: true, MissingProxy: missing}
 	case o.WasMeshed && withProxy > 0:
-		return State{Phase: Leaving, Relaxed: true, Policies: true, IstiodEgress: true}
+		return State{Phase: Leaving, Relaxed: true, Policies: true, IstiodEgress: true, UnwantedProxy: unwanted}
 	case o.Ambient:
 		// Every member is captured at once: no mixed phase, no relaxation.
 		return State{Phase: Ambient, Policies: true}
 	case o.WasMeshed:
 		return State{Phase: Left}
 	default:
-		return State{Phase: NotMeshed}
+		return State{Phase: NotMeshed, UnwantedProxy: unwanted}
 	}
 }
 
@@ -262,6 +275,26 @@ func MissingProxyMessage(fleet *v1alpha1.CelldFleet, pods []string) string {
 		"or istio.io/rev=<revision> for a revision install (the Pod label alone selects the default revision). "+
 		"The peer port stays PERMISSIVE until every member has a proxy.",
 		strings.Join(pods, ", "), ProxyContainer, fleet.Namespace)
+}
+
+// InjectedWithoutOptInMessage explains proxies the namespace injected into
+// a fleet that never opted in, and what to do.
+func InjectedWithoutOptInMessage(fleet *v1alpha1.CelldFleet, pods []string) string {
+	return fmt.Sprintf("Member(s) %s run an %s injected by namespace %s (istio-injection or istio.io/rev), but the fleet never opted in "+
+		"to the mesh: its NetworkPolicy has no egress to istiod (TCP 15012), so these proxies cannot get their configuration or "+
+		"certificates. Set spec.mesh.istio to join the mesh (the operator then opens istiod egress and manages the policies), or "+
+		"set spec.mesh.mode: disabled so members opt out of injection.",
+		strings.Join(pods, ", "), ProxyContainer, fleet.Namespace)
+}
+
+// ProxyStillInjectedMessage explains a leaving fleet whose replacements are
+// injected despite the opt-out, and what to do.
+func ProxyStillInjectedMessage(pods []string) string {
+	return fmt.Sprintf("Member(s) %s run the opt-out template (sidecar.istio.io/inject: \"false\") but still have an %s: an "+
+		"injector ignores the opt-out (a custom or revision injector webhook, or a mutating policy that forces injection). The fleet "+
+		"stays Leaving, with port 8081 PERMISSIVE and istiod reachable, until no member runs a proxy. Make the injector honour the "+
+		"sidecar.istio.io/inject label, then delete the member Pod(s) named here.",
+		strings.Join(pods, ", "), ProxyContainer)
 }
 
 // PolicyName is the name of both Istio objects of a fleet.

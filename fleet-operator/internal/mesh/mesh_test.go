@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/shared/authzeval"
 	"github.com/ericdev/fleetmesh/shared/contract"
 	"github.com/ericdev/fleetmesh/shared/golden"
 	"github.com/ericdev/fleetmesh/shared/labels"
@@ -56,6 +57,12 @@ func TestDecide(t *testing.T) {
 		{"left: no proxies anywhere",
 			Observation{WasMeshed: true, TargetRevision: "c", Pods: pods("f-0:c:-:-", "f-1:c:-:-")},
 			State{Phase: Left}},
+		{"never opted in, proxies injected by the namespace: reported",
+			Observation{TargetRevision: "a", Pods: pods("f-0:a:p:-", "f-1:a:-:-", "f-2:a:p:t")},
+			State{Phase: NotMeshed, UnwantedProxy: []string{"f-0"}}},
+		{"leaving, a replacement on the opt-out template injected anyway: reported",
+			Observation{WasMeshed: true, TargetRevision: "c", Pods: pods("f-0:c:p:-", "f-1:b:p:-")},
+			State{Phase: Leaving, Relaxed: true, Policies: true, IstiodEgress: true, UnwantedProxy: []string{"f-0"}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { assert.Equal(t, tc.want, Decide(tc.obs)) })
@@ -93,6 +100,7 @@ func TestGoldenPolicies(t *testing.T) {
 	golden.AssertYAML(t, "rolling-policies", AuthorizationPolicy(fleet(v1alpha1.Policies), params, v1alpha1.Policies, true), PeerAuthentication(fleet(v1alpha1.Policies)))
 	// A leaving fleet has no spec.mesh: its relaxed policy keeps 8080 open as before.
 	golden.AssertYAML(t, "leaving", AuthorizationPolicy(fleet(""), params, IntentFor(fleet(""), contract.State{}).Access, true), PeerAuthentication(fleet("")))
+	golden.AssertYAML(t, "ambient-allowall", AmbientAuthorizationPolicy(fleet(""), params, v1alpha1.AllowAll))
 }
 
 func TestGoldenTemplates(t *testing.T) {
@@ -135,4 +143,35 @@ func TestAmbientHasNoMixedPhase(t *testing.T) {
 	assert.Equal(t, State{Phase: Ambient, Policies: true}, st)
 	st = Decide(Observation{Ambient: true, WasMeshed: true, Pods: pods("f-0:a:p:-", "f-1:b:-:-")})
 	assert.Equal(t, Leaving, st.Phase, "sidecars leaving for ambient still relax first")
+}
+
+// TestAllowAllAdmitsAnyCallerOn8080 judges the sidecar-mode policy with
+// Istio's rules (shared/authzeval): AllowAll means any caller on 8080, as
+// the seed says, including a client that shares the fleet's ServiceAccount
+// and the operator; NetworkPolicy keeps peers off 8080 in sidecar mode.
+func TestAllowAllAdmitsAnyCallerOn8080(t *testing.T) {
+	f := fleet(v1alpha1.AllowAll)
+	f.Spec.ServiceAccountName = "default"
+	members := map[string]string{labels.Fleet: f.Name}
+	ap := authzeval.FromUnstructured(AuthorizationPolicy(f, params, v1alpha1.AllowAll, false), members)
+	callers := map[string]authzeval.Request{
+		"a client sharing the fleet's ServiceAccount": {MTLS: true, Principal: "cluster.local/ns/" + f.Namespace + "/sa/default", Namespace: f.Namespace},
+		"the operator":   {MTLS: true, Principal: "cluster.local/ns/fleet-system/sa/fleet-operator", Namespace: "fleet-system"},
+		"another client": {MTLS: true, Principal: "cluster.local/ns/shop/sa/checkout", Namespace: "shop"},
+	}
+	for name, req := range callers {
+		req.Port = 8080
+		assert.True(t, authzeval.Evaluate("STRICT", []authzeval.Policy{ap}, req).Allowed, "%s on 8080", name)
+	}
+	other := callers["another client"]
+	other.Port = 8081
+	assert.False(t, authzeval.Evaluate("STRICT", []authzeval.Policy{ap}, other).Allowed, "8081 stays limited to the peer identities")
+
+	// Ambient keeps the exclusion: the NetworkPolicy sees only HBONE there.
+	amb := authzeval.FromUnstructured(AmbientAuthorizationPolicy(f, params, v1alpha1.AllowAll), members)
+	shared := callers["a client sharing the fleet's ServiceAccount"]
+	shared.Port = 8080
+	assert.False(t, authzeval.Evaluate("STRICT", []authzeval.Policy{amb}, shared).Allowed, "ambient: peer identities stay off 8080")
+	other.Port = 8080
+	assert.True(t, authzeval.Evaluate("STRICT", []authzeval.Policy{amb}, other).Allowed)
 }

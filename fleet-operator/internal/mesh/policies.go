@@ -26,32 +26,51 @@ type Params struct {
 	TrustDomain string
 }
 
-// AuthorizationPolicy is the ALLOW policy FLEET-mesh. Port 8081 admits only
-// the fleet's and the operator's identities, or, while relaxed, any source
-// (unmeshed members have no identity; the NetworkPolicy still limits who can
-// connect). With AllowAll port 8080 is open to any caller but those two
-// identities, as outside the mesh; with Policies nothing admits 8080, so
-// Istio denies it until a policy of the user's own allows the caller.
+// AuthorizationPolicy is the ALLOW policy FLEET-mesh of a sidecar fleet.
+// Port 8081 admits only the fleet's and the operator's identities, or,
+// while relaxed, any source (unmeshed members have no identity; the
+// NetworkPolicy still limits who can connect). With AllowAll port 8080 is
+// open to any caller, as outside the mesh: in sidecar mode the
+// NetworkPolicy sees the real ports and already keeps members and the
+// operator on 8081. With Policies nothing admits 8080, so Istio denies it
+// until a policy of the user's own allows the caller.
 func AuthorizationPolicy(f *v1alpha1.CelldFleet, p Params, access v1alpha1.ApplicationAccess, relaxed bool) *unstructured.Unstructured {
-	peerIdentities := []string{
+	rules := []policy.Rule{peerRule(f, p, relaxed)}
+	if access != v1alpha1.Policies {
+		rules = append(rules, policy.Rule{Ports: []int{names.AppPort}})
+	}
+	return policy.AuthorizationPolicy(object(f), selector(f), policy.Allow, rules...)
+}
+
+// AmbientAuthorizationPolicy is FLEET-mesh of a fleet captured by an
+// ambient mesh (never relaxed: every member is captured at once). In
+// ambient the NetworkPolicy cannot tell the ports apart (everything arrives
+// on HBONE 15008), so with AllowAll the 8080 rule itself keeps the two
+// peer-port identities off 8080. A client that shares the fleet's
+// ServiceAccount is refused with them; the fleet reports such sharing
+// (AmbientSharedServiceAccount). notPrincipals also matches plaintext,
+// which PeerAuthentication governs.
+func AmbientAuthorizationPolicy(f *v1alpha1.CelldFleet, p Params, access v1alpha1.ApplicationAccess) *unstructured.Unstructured {
+	rules := []policy.Rule{peerRule(f, p, false)}
+	if access != v1alpha1.Policies {
+		rules = append(rules, policy.Rule{From: []policy.Source{{NotPrincipals: peerIdentities(f, p)}}, Ports: []int{names.AppPort}})
+	}
+	return policy.AuthorizationPolicy(object(f), selector(f), policy.Allow, rules...)
+}
+
+func peerIdentities(f *v1alpha1.CelldFleet, p Params) []string {
+	return []string{
 		policy.Principal(p.TrustDomain, f.Namespace, members.ServiceAccountName(f)),
 		policy.Principal(p.TrustDomain, p.OperatorNamespace, p.OperatorServiceAccount),
 	}
+}
+
+func peerRule(f *v1alpha1.CelldFleet, p Params, relaxed bool) policy.Rule {
 	peer := policy.Rule{Ports: []int{names.PeerPort}}
 	if !relaxed {
-		peer.From = []policy.Source{{Principals: peerIdentities}}
+		peer.From = []policy.Source{{Principals: peerIdentities(f, p)}}
 	}
-	rules := []policy.Rule{peer}
-	if access != v1alpha1.Policies {
-		// "Any caller, as outside the mesh": outside it the NetworkPolicy
-		// admits the members and the operator on 8081 only. In ambient it
-		// cannot tell the ports apart (everything arrives on HBONE 15008),
-		// so this rule keeps the two peer-port identities off 8080 itself.
-		// notPrincipals also matches plaintext, which PeerAuthentication
-		// governs.
-		rules = append(rules, policy.Rule{From: []policy.Source{{NotPrincipals: peerIdentities}}, Ports: []int{names.AppPort}})
-	}
-	return policy.AuthorizationPolicy(object(f), selector(f), policy.Allow, rules...)
+	return peer
 }
 
 // PeerAuthentication is FLEET-mesh: the peer port PERMISSIVE for the

@@ -393,7 +393,7 @@ func TestNetworkPolicyConnectivityRouting(t *testing.T) {
 	f.Spec.Routing = &v1alpha1.Routing{
 		Hostnames: []string{"app.example.com"},
 		Gateway:   &v1alpha1.GatewayRouting{Name: "public", Namespace: edge},
-		Source:    v1alpha1.RoutingSource{Namespace: edge, PodLabels: map[string]string{"app": "public-gateway"}},
+		Source:    v1alpha1.RoutingSource{Namespace: edge, PodLabels: map[string]v1alpha1.LabelValue{"app": "public-gateway"}},
 	}
 	policies := []*networkingv1.NetworkPolicy{
 		mustPolicy(t, f, network.Params{OperatorNamespace: operatorNS, OperatorPodLabels: operatorLabels}),

@@ -139,7 +139,7 @@ func NetworkPolicy(f *v1alpha1.CelldFleet, hbone bool) *networkingv1.NetworkPoli
 				Ports: ports,
 				From: []networkingv1.NetworkPolicyPeer{{
 					NamespaceSelector: policy.NamespaceNamed(src.Namespace),
-					PodSelector:       &metav1.LabelSelector{MatchLabels: maps.Clone(src.PodLabels)},
+					PodSelector:       &metav1.LabelSelector{MatchLabels: labelMap(src.PodLabels)},
 				}},
 			}},
 		},
@@ -154,4 +154,12 @@ func objectMeta(f *v1alpha1.CelldFleet, annotations map[string]string) metav1.Ob
 		Annotations:     annotations,
 		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(f, v1alpha1.GroupVersion.WithKind("CelldFleet"))},
 	}
+}
+
+func labelMap(in map[string]v1alpha1.LabelValue) map[string]string {
+	out := make(map[string]string, len(in))
+	for k, v := range in {
+		out[k] = string(v)
+	}
+	return out
 }

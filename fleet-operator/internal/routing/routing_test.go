@@ -24,7 +24,7 @@ func gatewayRouting() *v1alpha1.Routing {
 	return &v1alpha1.Routing{
 		Hostnames: []string{"app.example.com", "*.shop.example.com"},
 		Gateway:   &v1alpha1.GatewayRouting{Name: "public", Namespace: "edge", SectionName: "https"},
-		Source:    v1alpha1.RoutingSource{Namespace: "edge", PodLabels: map[string]string{"app": "public-gateway"}},
+		Source:    v1alpha1.RoutingSource{Namespace: "edge", PodLabels: map[string]v1alpha1.LabelValue{"app": "public-gateway"}},
 	}
 }
 
@@ -33,7 +33,7 @@ func ingressRouting() *v1alpha1.Routing {
 		Hostnames: []string{"app.example.com", "api.example.com"},
 		Ingress: &v1alpha1.IngressRouting{ClassName: "nginx", TLSSecretName: "app-tls",
 			Annotations: map[string]string{"cert-manager.io/cluster-issuer": "letsencrypt"}},
-		Source: v1alpha1.RoutingSource{Namespace: "ingress-nginx", PodLabels: map[string]string{"app.kubernetes.io/component": "controller"}},
+		Source: v1alpha1.RoutingSource{Namespace: "ingress-nginx", PodLabels: map[string]v1alpha1.LabelValue{"app.kubernetes.io/component": "controller"}},
 	}
 }
 
