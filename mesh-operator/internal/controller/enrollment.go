@@ -40,7 +40,7 @@ const ConditionMTLSCutover = "MTLSCutover"
 
 func cutoverSignal(dp v1alpha1.DataPlane) string {
 	if dp == v1alpha1.DataPlaneAmbient {
-		return "captured by ztunnel: annotation " + labels.IstioAmbientRedirection + "=enabled"
+		return "captured by ztunnel (annotation " + labels.IstioAmbientRedirection + "=enabled) or an " + enroll.ProxyContainer + " sidecar"
 	}
 	return "an " + enroll.ProxyContainer + " sidecar"
 }

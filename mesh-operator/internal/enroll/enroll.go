@@ -17,6 +17,7 @@ import (
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/shared/contract"
 	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/podmesh"
 	"github.com/ericdev/fleetmesh/shared/policy"
 )
 
@@ -32,7 +33,7 @@ const (
 	// ManagedBy is the app.kubernetes.io/managed-by value on the policies.
 	ManagedBy = "mesh-operator"
 	// ProxyContainer is the name of Istio's sidecar container.
-	ProxyContainer = "istio-proxy"
+	ProxyContainer = podmesh.ProxyContainer
 )
 
 // SecurityGroupVersion is the Istio security API the policies use.
@@ -97,18 +98,18 @@ func DataPlaneLabels(dp v1alpha1.DataPlane, revision string) map[string]string {
 }
 
 // WorkloadsReady is the STRICT cutover signal: every Pod of the namespace
-// that has not finished can already speak mTLS. With sidecars each such Pod
-// runs an istio-proxy container (a native sidecar init container with
-// restartPolicy Always, or a regular container); in ambient istio-cni has
-// annotated each one ambient.istio.io/redirection=enabled (ztunnel captures
-// it). A namespace without Pods is ready. The second result names the first
-// Pod that is not, for status and events.
+// that has not finished can already speak mTLS in data plane dp, as
+// shared/podmesh judges it (the fleet operator judges its members with the
+// same function): a Pod running Istio's proxy (native sidecar or regular
+// container) in either data plane, or, in ambient, a Pod istio-cni marked
+// redirected to ztunnel. A namespace without Pods is ready. The second
+// result names the first Pod that is not, for status and events.
 func WorkloadsReady(dp v1alpha1.DataPlane, pods []corev1.Pod) (bool, string) {
 	names := make([]string, 0, len(pods))
 	byName := map[string]*corev1.Pod{}
 	for i := range pods {
 		p := &pods[i]
-		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || p.DeletionTimestamp != nil {
+		if !podmesh.Running(p) {
 			continue
 		}
 		names = append(names, p.Name)
@@ -116,32 +117,11 @@ func WorkloadsReady(dp v1alpha1.DataPlane, pods []corev1.Pod) (bool, string) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		p := byName[n]
-		if dp == v1alpha1.DataPlaneAmbient {
-			if p.Annotations[labels.IstioAmbientRedirection] != "enabled" {
-				return false, n
-			}
-			continue
-		}
-		if !hasProxy(p) {
+		if !podmesh.MeshedIn(podmesh.DataPlane(dp), byName[n]) {
 			return false, n
 		}
 	}
 	return true, ""
-}
-
-func hasProxy(p *corev1.Pod) bool {
-	for _, c := range p.Spec.InitContainers {
-		if c.Name == ProxyContainer && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
-			return true
-		}
-	}
-	for _, c := range p.Spec.Containers {
-		if c.Name == ProxyContainer {
-			return true
-		}
-	}
-	return false
 }
 
 // MTLSDecision is the namespace-wide mode in force and why.

@@ -118,8 +118,15 @@ func TestWorkloadsReady(t *testing.T) {
 	assert.Equal(t, "z", who)
 	ok, _ = WorkloadsReady(v1alpha1.DataPlaneSidecar, []corev1.Pod{pod("a", corev1.PodRunning, plainInit)})
 	assert.False(t, ok, "an istio-proxy init container that is not a native sidecar is not a proxy")
-	ok, _ = WorkloadsReady(v1alpha1.DataPlaneAmbient, []corev1.Pod{pod("a", corev1.PodRunning, classic)})
-	assert.False(t, ok, "ambient needs ztunnel capture")
+	// Issue 15 item 5: a running sidecar speaks mTLS in either data plane,
+	// so sidecar Pods do not stall an ambient namespace.
+	ok, _ = WorkloadsReady(v1alpha1.DataPlaneAmbient, []corev1.Pod{pod("a", corev1.PodRunning, classic), pod("b", corev1.PodRunning, native)})
+	assert.True(t, ok, "a sidecar is meshed in an ambient namespace too")
+	ok, who = WorkloadsReady(v1alpha1.DataPlaneAmbient, []corev1.Pod{pod("a", corev1.PodRunning, native), pod("b", corev1.PodRunning, nil)})
+	assert.False(t, ok, "neither a proxy nor ztunnel capture")
+	assert.Equal(t, "b", who)
+	ok, _ = WorkloadsReady(v1alpha1.DataPlaneSidecar, []corev1.Pod{pod("a", corev1.PodRunning, captured)})
+	assert.False(t, ok, "without ztunnel a redirection mark carries nothing")
 	ok, _ = WorkloadsReady(v1alpha1.DataPlaneAmbient, []corev1.Pod{pod("a", corev1.PodRunning, captured)})
 	assert.True(t, ok)
 }
