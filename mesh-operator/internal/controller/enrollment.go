@@ -208,11 +208,12 @@ type nsResult struct {
 
 // reconcileEnrollment enrolls the namespaces asked for and releases the
 // others. It enrolls only while meshReady; with holdOnly (the mesh is not
-// Ready) it only releases namespaces that are no longer wanted (an opt-out
-// wins at any time; releasing moves towards plaintext, which is always
-// safe) and leaves the enrolled ones as they are. It returns how soon to
-// look again: at the end of a maintenance window, or soon while a cutover
-// is pending.
+// Ready) it only moves towards plaintext, which is always safe: it releases
+// namespaces that are no longer wanted (an opt-out wins at any time) and
+// relaxes enrolled ones to PERMISSIVE when the break-glass asks for it (a
+// maintenance window, mtls.mode permissive), and otherwise leaves them as
+// they are. It returns how soon to look again: at the end of a maintenance
+// window, or soon while a cutover is pending.
 func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v1alpha1.ServiceMesh, st *status, holdOnly bool) (time.Duration, error) {
 	if holdOnly && !controllerutil.ContainsFinalizer(mesh, EnrollFinalizer) {
 		return 0, nil // nothing was ever enrolled
@@ -263,22 +264,27 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 			continue
 		}
 		if holdOnly {
-			// Not Ready: an enrolled namespace stays as it is.
-			if slices.Contains(mesh.Status.EnrolledNamespaces, ns.Name) {
-				enrolled = append(enrolled, ns.Name)
+			// Not Ready: an enrolled namespace keeps its configuration; only
+			// the break-glass may relax its mTLS.
+			if !slices.Contains(mesh.Status.EnrolledNamespaces, ns.Name) {
+				continue
 			}
-			continue
-		}
-		if err := r.ensureNamedFinalizer(ctx, mesh, EnrollFinalizer); err != nil {
+			enrolled = append(enrolled, ns.Name)
+			if policies[ns.Name][policyKey(enroll.KindPeerAuthentication, enroll.PeerAuthenticationName)] == nil {
+				continue
+			}
+		} else if err := r.ensureNamedFinalizer(ctx, mesh, EnrollFinalizer); err != nil {
 			return 0, err
 		}
-		res, err := r.enrollNamespace(ctx, mesh, cp, ns, d, policies[ns.Name], now)
+		res, err := r.enrollNamespace(ctx, mesh, cp, ns, d, policies[ns.Name], now, !holdOnly)
 		paused = append(paused, res.paused...)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		enrolled = append(enrolled, ns.Name)
+		if !holdOnly {
+			enrolled = append(enrolled, ns.Name)
+		}
 		if !slices.Contains(mesh.Status.EnrolledNamespaces, ns.Name) {
 			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "NamespaceEnrolled", "Reconcile",
 				"Enrolled namespace %s (requested by %s) at %s mTLS.", ns.Name, d.Reason, strings.ToUpper(res.mode.Mode))
@@ -297,17 +303,12 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 	sort.Strings(enrolled)
 	sort.Strings(permissive)
 	sort.Strings(paused)
-	if holdOnly {
-		st.next.EnrolledNamespaces = enrolled
-		if len(errs) > 0 {
-			return 0, errors.Join(errs...)
-		}
-		return 0, nil
-	}
 	st.next.EnrolledNamespaces, st.next.PermissiveNamespaces, st.next.PausedObjects = enrolled, permissive, paused
 
 	sort.Strings(waiting)
 	switch {
+	case holdOnly:
+		// Pods are not looked at while held: the cutover stays as reported.
 	case len(waiting) > 0:
 		if len(waiting) > 5 {
 			waiting = append(waiting[:5], fmt.Sprintf("and %d more", len(waiting)-5))
@@ -366,18 +367,29 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 // enrollNamespace applies, in order: the data-plane label (with the
 // enrollment request when spec.enrollNamespaces asks for it), the
 // PeerAuthentication, the isolation policy, and only then the state labels
-// that describe them.
+// that describe them. With ready false (the control plane is not Ready) it
+// changes only what relaxes mTLS: the PeerAuthentication may go PERMISSIVE
+// (the baseline first) and the mtls state label follows; nothing else moves.
 func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alpha1.ServiceMesh, cp *v1alpha1.ControlPlaneStatus,
-	ns *corev1.Namespace, d enroll.Decision, live map[string]*unstructured.Unstructured, now time.Time) (nsResult, error) {
+	ns *corev1.Namespace, d enroll.Decision, live map[string]*unstructured.Unstructured, now time.Time, ready bool) (nsResult, error) {
 	var res nsResult
 	dp := mesh.Spec.DataPlane
 	base := enroll.DataPlaneLabels(dp, cp.Revision)
 	if d.WriteRequest {
 		base[labels.Mesh] = labels.MeshEnabled
 	}
+	owned := ownedLabels(ns)
+	if !ready {
+		// Held: what the operator applied stays, except what relaxes.
+		base = map[string]string{}
+		for k := range owned {
+			if !slices.Contains(contract.StateKeys(), k) {
+				base[k] = ns.Labels[k]
+			}
+		}
+	}
 	// Step 1: the data plane. State labels we already wrote stay as they
 	// are until what they will claim is in place.
-	owned := ownedLabels(ns)
 	step1 := maps.Clone(base)
 	for _, k := range contract.StateKeys() {
 		if v, ok := ns.Labels[k]; ok && owned[k] {
@@ -396,7 +408,7 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 	if pa != nil {
 		strictReady = pa.GetAnnotations()[labels.MeshStrictReady]
 	}
-	if strictReady == "" {
+	if strictReady == "" && ready {
 		pods := &corev1.PodList{}
 		if err := r.Reader.List(ctx, pods, client.InNamespace(ns.Name)); err != nil {
 			return res, fmt.Errorf("listing Pods in %s: %w", ns.Name, err)
@@ -407,8 +419,12 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 		}
 		res.blocker = blocker
 	}
-	res.mode = enroll.MTLSMode(mesh.Spec.MTLS, now, strictReady != "")
-	res.pending = strictReady == "" && mesh.Spec.MTLS.Mode != v1alpha1.MTLSPermissive
+	liveMode := ""
+	if pa != nil {
+		liveMode = enroll.ModeOf(pa)
+	}
+	res.mode = enroll.DecideMTLS(enroll.MTLSInputs{Spec: mesh.Spec.MTLS, Now: now, Ready: ready, Live: liveMode, CutOver: strictReady != ""})
+	res.pending = ready && strictReady == "" && mesh.Spec.MTLS.Mode != v1alpha1.MTLSPermissive
 	mtlsInForce := res.mode.Mode
 	paPaused := pa != nil && enroll.Paused(pa)
 	if paPaused {
@@ -443,6 +459,16 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 		if _, err := r.applyPolicy(ctx, mesh, pa, enroll.PeerAuthentication(ns.Name, res.mode.Mode, strictReady, owner)); err != nil {
 			return res, err
 		}
+	}
+
+	if !ready {
+		// Held: isolation and the baseline stay as they are (withdrawing the
+		// baseline above was the only change allowed); the mtls state
+		// label follows the PeerAuthentication.
+		if _, ok := ns.Labels[labels.MeshMTLS]; ok && owned[labels.MeshMTLS] {
+			step1[labels.MeshMTLS] = mtlsInForce
+		}
+		return res, r.applyNamespaceLabels(ctx, ns, step1)
 	}
 
 	// Step 3: isolation, admitting the edges workload operators declared.

@@ -3,6 +3,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -215,14 +216,13 @@ func (r *ServiceMeshReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	// Namespaces are enrolled only while the mesh is Ready at this
 	// generation; otherwise enrollment is held as it is (never tightened on
 	// a control plane that cannot be relied on), except that namespaces no
-	// longer wanted (opted out) are released.
-	if err == nil {
-		var wait time.Duration
-		wait, err = r.reconcileEnrollment(ctx, mesh, st, !meshReady(mesh, st))
-		if wait > 0 {
-			res.RequeueAfter = min(res.RequeueAfter, wait)
-		}
+	// longer wanted (opted out) are released and the break-glass relaxes
+	// mTLS: the safe direction is taken even when the control plane failed.
+	wait, eerr := r.reconcileEnrollment(ctx, mesh, st, err != nil || !meshReady(mesh, st))
+	if wait > 0 {
+		res.RequeueAfter = min(res.RequeueAfter, wait)
 	}
+	err = errors.Join(err, eerr)
 	if werr := r.writeStatus(ctx, mesh, st.next, st.warnReason, st.warnMessage); werr != nil && err == nil {
 		err = werr
 	}

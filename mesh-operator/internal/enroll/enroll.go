@@ -146,13 +146,38 @@ func Window(m v1alpha1.MTLS, now time.Time) (bool, time.Duration) {
 // its workloads have cut over (cutOver), unless spec.mtls.mode is
 // permissive or a maintenance window is open.
 func MTLSMode(m v1alpha1.MTLS, now time.Time, cutOver bool) MTLSDecision {
-	switch open, _ := Window(m, now); {
-	case m.Mode == v1alpha1.MTLSPermissive:
+	return DecideMTLS(MTLSInputs{Spec: m, Now: now, Ready: true, CutOver: cutOver})
+}
+
+// MTLSInputs is everything the mode of one enrolled namespace depends on.
+type MTLSInputs struct {
+	Spec v1alpha1.MTLS
+	Now  time.Time
+	// Ready: the control plane is Ready at the ServiceMesh's generation.
+	// Without it the mode may only relax (the safe direction): a namespace
+	// is never made STRICT where it is not already.
+	Ready bool
+	// Live is the mode of the live PeerAuthentication (a contract value;
+	// "" when there is none).
+	Live string
+	// CutOver: the namespace's own workloads met the cutover signal.
+	CutOver bool
+}
+
+// DecideMTLS decides the mode in force. Relaxing wins: the escape hatch
+// (mtls.mode permissive) and a maintenance window are honoured whatever
+// state the control plane is in; only the way back to STRICT waits for it
+// to be Ready.
+func DecideMTLS(in MTLSInputs) MTLSDecision {
+	switch open, _ := Window(in.Spec, in.Now); {
+	case in.Spec.Mode == v1alpha1.MTLSPermissive:
 		return MTLSDecision{contract.MTLSPermissive, "Configured"}
 	case open:
 		return MTLSDecision{contract.MTLSPermissive, "Maintenance"}
-	case !cutOver:
+	case !in.CutOver:
 		return MTLSDecision{contract.MTLSPermissive, "AwaitingCutover"}
+	case !in.Ready && in.Live != contract.MTLSStrict:
+		return MTLSDecision{contract.MTLSPermissive, "AwaitingReady"}
 	}
 	return MTLSDecision{contract.MTLSStrict, "Strict"}
 }

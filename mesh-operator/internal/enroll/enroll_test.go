@@ -177,3 +177,24 @@ func TestIsolationPolicyShape(t *testing.T) {
 	assert.True(t, Paused(&metav1.ObjectMeta{Annotations: map[string]string{labels.ReconcilePaused: "true"}}))
 	assert.False(t, Paused(&metav1.ObjectMeta{Annotations: map[string]string{labels.ReconcilePaused: "false"}}))
 }
+
+func TestDecideMTLSRelaxesWhileNotReady(t *testing.T) {
+	now := time.Now()
+	until := metav1.NewTime(now.Add(time.Hour))
+	strict := v1alpha1.MTLS{Mode: v1alpha1.MTLSStrict}
+	window := v1alpha1.MTLS{Mode: v1alpha1.MTLSStrict, MaintenanceUntil: &until}
+	permissive := v1alpha1.MTLS{Mode: v1alpha1.MTLSPermissive}
+	for _, tc := range []struct {
+		name string
+		in   MTLSInputs
+		want MTLSDecision
+	}{
+		{"not Ready, window open: relaxed", MTLSInputs{Spec: window, Now: now, Live: contract.MTLSStrict, CutOver: true}, MTLSDecision{contract.MTLSPermissive, "Maintenance"}},
+		{"not Ready, mode permissive: relaxed", MTLSInputs{Spec: permissive, Now: now, Live: contract.MTLSStrict, CutOver: true}, MTLSDecision{contract.MTLSPermissive, "Configured"}},
+		{"not Ready, STRICT stays STRICT", MTLSInputs{Spec: strict, Now: now, Live: contract.MTLSStrict, CutOver: true}, MTLSDecision{contract.MTLSStrict, "Strict"}},
+		{"not Ready, PERMISSIVE is not tightened", MTLSInputs{Spec: strict, Now: now, Live: contract.MTLSPermissive, CutOver: true}, MTLSDecision{contract.MTLSPermissive, "AwaitingReady"}},
+		{"Ready, PERMISSIVE is tightened", MTLSInputs{Spec: strict, Now: now, Ready: true, Live: contract.MTLSPermissive, CutOver: true}, MTLSDecision{contract.MTLSStrict, "Strict"}},
+	} {
+		assert.Equal(t, tc.want, DecideMTLS(tc.in), tc.name)
+	}
+}
