@@ -62,6 +62,11 @@ const ConditionMaintenanceWindow = "MaintenanceWindow"
 // (it would drop plaintext).
 const ConditionStrictIsolation = "StrictIsolation"
 
+// ConditionEnrollmentConflict is True while some namespace cannot be
+// enrolled because an object with the name of one of its policies belongs
+// to someone else; the message names each such object.
+const ConditionEnrollmentConflict = "EnrollmentConflict"
+
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=list
 // +kubebuilder:rbac:groups=security.istio.io,resources=peerauthentications;authorizationpolicies,verbs=get;list;create;patch;delete
@@ -242,7 +247,7 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 		return 0, err
 	}
 	protected := r.protectedNamespaces(cp)
-	var enrolled, permissive, paused, withheld []string
+	var enrolled, permissive, paused, withheld, conflicts []string
 	var errs []error
 	pending := false
 	var waiting []string
@@ -278,6 +283,11 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 		}
 		res, err := r.enrollNamespace(ctx, mesh, cp, ns, d, policies[ns.Name], now, !holdOnly)
 		paused = append(paused, res.paused...)
+		var conflict *enrollConflict
+		if errors.As(err, &conflict) {
+			conflicts = append(conflicts, fmt.Sprintf("%s %s/%s", conflict.err.Kind, conflict.err.Namespace, conflict.err.Name))
+			r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, "EnrollmentConflict", "Reconcile", "%s", err.Error())
+		}
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -318,6 +328,16 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 			cutoverSignal(mesh.Spec.DataPlane), strings.Join(waiting, ", ")))
 	default:
 		st.set(ConditionMTLSCutover, metav1.ConditionTrue, "CutOver", "Every enrolled namespace has passed the PERMISSIVE→STRICT cutover.")
+	}
+
+	sort.Strings(conflicts)
+	switch {
+	case len(conflicts) > 0:
+		st.set(ConditionEnrollmentConflict, metav1.ConditionTrue, "PolicyConflict", fmt.Sprintf(
+			"These objects have the names of the operator's per-namespace policies but belong to someone else, so their namespaces are not enrolled (their data-plane label was not applied, or was rolled back): %s. Rename or delete them, or opt the namespace out.",
+			strings.Join(conflicts, ", ")))
+	case !holdOnly:
+		st.set(ConditionEnrollmentConflict, metav1.ConditionFalse, "NoConflict", "No object of someone else stands in the way of an enrolled namespace's policies.")
 	}
 
 	sort.Strings(withheld)
@@ -364,17 +384,24 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 	return wait, nil
 }
 
-// enrollNamespace applies, in order: the data-plane label (with the
-// enrollment request when spec.enrollNamespaces asks for it), the
-// PeerAuthentication, the isolation policy, and only then the state labels
-// that describe them. With ready false (the control plane is not Ready) it
-// changes only what relaxes mTLS: the PeerAuthentication may go PERMISSIVE
-// (the baseline first) and the mtls state label follows; nothing else moves.
+// enrollNamespace configures one enrolled namespace: its policies first
+// (PeerAuthentication, isolation DENY, strict baseline), and only then the
+// namespace labels, the data-plane label (with the enrollment request when
+// spec.enrollNamespaces asks for it) together with the state labels that
+// describe what is in place. A namespace is therefore never captured by the
+// data plane without its configuration; when a policy cannot be applied
+// because an object of its name belongs to someone else, what the operator
+// applied there is rolled back (the data-plane label included) and the
+// conflict is returned.
+//
+// With ready false (the control plane is not Ready) it changes only what
+// relaxes mTLS: the PeerAuthentication may go PERMISSIVE (the baseline
+// first) and the mtls state label follows; nothing else moves.
 func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alpha1.ServiceMesh, cp *v1alpha1.ControlPlaneStatus,
 	ns *corev1.Namespace, d enroll.Decision, live map[string]*unstructured.Unstructured, now time.Time, ready bool) (nsResult, error) {
-	var res nsResult
 	dp := mesh.Spec.DataPlane
-	base := enroll.DataPlaneLabels(dp, cp.Revision)
+	dpLabels := enroll.DataPlaneLabels(dp, cp.Revision)
+	base := maps.Clone(dpLabels)
 	if d.WriteRequest {
 		base[labels.Mesh] = labels.MeshEnabled
 	}
@@ -388,19 +415,156 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 			}
 		}
 	}
-	// Step 1: the data plane. State labels we already wrote stay as they
-	// are until what they will claim is in place.
-	step1 := maps.Clone(base)
-	for _, k := range contract.StateKeys() {
-		if v, ok := ns.Labels[k]; ok && owned[k] {
-			step1[k] = v
+	// The cutover signal is read from Pods only once the data-plane label
+	// is on the namespace: Pods listed before it may have been created
+	// without injection or capture that is about to apply.
+	inPlace := ready && hasLabels(ns.Labels, dpLabels)
+
+	res, mtlsInForce, err := r.applyPolicies(ctx, mesh, cp, ns, live, now, ready, inPlace)
+	if err != nil {
+		var conflict *apply.ConflictError
+		if errors.As(err, &conflict) && ready {
+			if rerr := r.rollbackNamespace(ctx, mesh, ns, d); rerr != nil {
+				return res, errors.Join(err, rerr)
+			}
+			return res, &enrollConflict{namespace: ns.Name, err: conflict}
 		}
-	}
-	if err := r.applyNamespaceLabels(ctx, ns, step1); err != nil {
 		return res, err
 	}
+	if !ready {
+		// Held: the mtls state label follows the PeerAuthentication.
+		step := maps.Clone(base)
+		for _, k := range contract.StateKeys() {
+			if v, ok := ns.Labels[k]; ok && owned[k] {
+				step[k] = v
+			}
+		}
+		if _, ok := step[labels.MeshMTLS]; ok {
+			step[labels.MeshMTLS] = mtlsInForce
+		}
+		return res, r.applyNamespaceLabels(ctx, ns, step)
+	}
+	if err := r.applyEnrollmentLabels(ctx, mesh, cp, ns, base, mtlsInForce); err != nil {
+		return res, err
+	}
+	if inPlace || !res.pending {
+		return res, nil
+	}
+	// The data-plane label has just gone on: look at the Pods again, now
+	// that they tell the truth, so a namespace that is ready for STRICT
+	// does not wait for the next poll.
+	fresh, err := r.namespacePolicies(ctx, mesh, ns.Name)
+	if err != nil {
+		return res, err
+	}
+	res, mtlsInForce, err = r.applyPolicies(ctx, mesh, cp, ns, fresh, now, true, true)
+	if err != nil {
+		return res, err
+	}
+	return res, r.applyEnrollmentLabels(ctx, mesh, cp, ns, base, mtlsInForce)
+}
 
-	// Step 2: mTLS, PERMISSIVE until the workloads show they can take STRICT.
+// hasLabels: every label of want is on the object with the same value.
+func hasLabels(have, want map[string]string) bool {
+	for k, v := range want {
+		if have[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// enrollConflict is a namespace whose policies could not be applied
+// because an object of the same name belongs to someone else.
+type enrollConflict struct {
+	namespace string
+	err       *apply.ConflictError
+}
+
+func (e *enrollConflict) Error() string {
+	return fmt.Sprintf("namespace %s is not enrolled: %s", e.namespace, e.err.Error())
+}
+func (e *enrollConflict) Unwrap() error { return e.err }
+
+// applyEnrollmentLabels applies the namespace's labels: base (data plane,
+// request) and the state labels describing what is in force.
+func (r *ServiceMeshReconciler) applyEnrollmentLabels(ctx context.Context, mesh *v1alpha1.ServiceMesh, cp *v1alpha1.ControlPlaneStatus,
+	ns *corev1.Namespace, base map[string]string, mtlsInForce string) error {
+	sl, err := contract.Enrollment{DataPlane: contract.DataPlane(mesh.Spec.DataPlane), MTLS: mtlsInForce, Isolation: string(mesh.Spec.Isolation),
+		ControlPlane: cp.Namespace}.StateLabels()
+	if err != nil {
+		return err
+	}
+	want := maps.Clone(base)
+	maps.Copy(want, sl)
+	return r.applyNamespaceLabels(ctx, ns, want)
+}
+
+// namespacePolicies reads the operator's policies of one namespace by name.
+func (r *ServiceMeshReconciler) namespacePolicies(ctx context.Context, mesh *v1alpha1.ServiceMesh, namespace string) (map[string]*unstructured.Unstructured, error) {
+	out := map[string]*unstructured.Unstructured{}
+	for _, k := range ownPolicyKeys() {
+		kind, name, _ := strings.Cut(k, "/")
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(enroll.SecurityGroupVersion.WithKind(kind))
+		err := r.Reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, u)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading %s %s/%s: %w", kind, namespace, name, err)
+		}
+		if controlledBy(u, mesh) {
+			out[k] = u
+		}
+	}
+	return out, nil
+}
+
+// ownPolicyKeys are the operator's per-namespace policies, in the order
+// they are removed: the baseline first (it would drop plaintext without
+// STRICT), the PeerAuthentication last.
+func ownPolicyKeys() []string {
+	return []string{policyKey(enroll.KindAuthorizationPolicy, enroll.BaselinePolicyName),
+		policyKey(enroll.KindAuthorizationPolicy, enroll.IsolationPolicyName),
+		policyKey(enroll.KindPeerAuthentication, enroll.PeerAuthenticationName)}
+}
+
+// rollbackNamespace undoes a partial enrollment after a conflict: the
+// state labels and the data-plane label go first (nothing is captured
+// without configuration), then the operator's own policies of the
+// namespace; objects of others are left alone. Only the enrollment request
+// the operator wrote for spec.enrollNamespaces stays: it is still asked for.
+func (r *ServiceMeshReconciler) rollbackNamespace(ctx context.Context, mesh *v1alpha1.ServiceMesh, ns *corev1.Namespace, d enroll.Decision) error {
+	keep := map[string]string{}
+	if d.WriteRequest {
+		keep[labels.Mesh] = labels.MeshEnabled
+	}
+	if err := r.applyNamespaceLabels(ctx, ns, keep); err != nil {
+		return err
+	}
+	for _, k := range ownPolicyKeys() {
+		kind, name, _ := strings.Cut(k, "/")
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(enroll.SecurityGroupVersion.WithKind(kind))
+		u.SetNamespace(ns.Name)
+		u.SetName(name)
+		var conflict *apply.ConflictError
+		if _, err := r.applier().Delete(ctx, u, mesh); err != nil && !errors.As(err, &conflict) {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyPolicies applies the namespace's policies and returns the mode in
+// force. evaluate: the Pods may be read for the cutover signal. With ready
+// false only relaxing changes are made.
+func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha1.ServiceMesh, cp *v1alpha1.ControlPlaneStatus,
+	ns *corev1.Namespace, live map[string]*unstructured.Unstructured, now time.Time, ready, evaluate bool) (nsResult, string, error) {
+	var res nsResult
+	dp := mesh.Spec.DataPlane
+	// mTLS, PERMISSIVE until the workloads show they can take STRICT.
 	owner := enroll.Owner(mesh)
 	pa := live[policyKey(enroll.KindPeerAuthentication, enroll.PeerAuthenticationName)]
 	baseline := live[policyKey(enroll.KindAuthorizationPolicy, enroll.BaselinePolicyName)]
@@ -408,10 +572,10 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 	if pa != nil {
 		strictReady = pa.GetAnnotations()[labels.MeshStrictReady]
 	}
-	if strictReady == "" && ready {
+	if strictReady == "" && evaluate {
 		pods := &corev1.PodList{}
 		if err := r.Reader.List(ctx, pods, client.InNamespace(ns.Name)); err != nil {
-			return res, fmt.Errorf("listing Pods in %s: %w", ns.Name, err)
+			return res, "", fmt.Errorf("listing Pods in %s: %w", ns.Name, err)
 		}
 		ok, blocker := enroll.WorkloadsReady(dp, pods.Items)
 		if ok {
@@ -447,7 +611,7 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 	} else if wantBaseline == nil && baseline != nil {
 		deleted, err := r.applier().Delete(ctx, baseline, mesh)
 		if err != nil {
-			return res, err
+			return res, mtlsInForce, err
 		}
 		if deleted {
 			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "BaselineWithdrawn", "Reconcile",
@@ -457,21 +621,16 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 	}
 	if !paPaused {
 		if _, err := r.applyPolicy(ctx, mesh, pa, enroll.PeerAuthentication(ns.Name, res.mode.Mode, strictReady, owner)); err != nil {
-			return res, err
+			return res, mtlsInForce, err
 		}
 	}
-
 	if !ready {
 		// Held: isolation and the baseline stay as they are (withdrawing the
-		// baseline above was the only change allowed); the mtls state
-		// label follows the PeerAuthentication.
-		if _, ok := ns.Labels[labels.MeshMTLS]; ok && owned[labels.MeshMTLS] {
-			step1[labels.MeshMTLS] = mtlsInForce
-		}
-		return res, r.applyNamespaceLabels(ctx, ns, step1)
+		// baseline above was the only change allowed).
+		return res, mtlsInForce, nil
 	}
 
-	// Step 3: isolation, admitting the edges workload operators declared.
+	// Isolation, admitting the edges workload operators declared.
 	state, _ := contract.Parse(ns.Labels)
 	allowed := enroll.AllowedSources(ns.Name, []string{cp.Namespace}, state.Edges)
 	ap := live[policyKey(enroll.KindAuthorizationPolicy, enroll.IsolationPolicyName)]
@@ -481,19 +640,19 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 		res.paused = append(res.paused, fmt.Sprintf("%s/%s/%s", enroll.KindAuthorizationPolicy, ns.Name, ap.GetName()))
 	case desired == nil && ap != nil:
 		if _, err := r.applier().Delete(ctx, ap, mesh); err != nil {
-			return res, err
+			return res, mtlsInForce, err
 		}
 	case desired != nil:
 		if _, err := r.applyPolicy(ctx, mesh, ap, desired); err != nil {
-			return res, err
+			return res, mtlsInForce, err
 		}
 	}
 
-	// Step 3b: isolation strict's baseline, once STRICT is in force.
+	// Isolation strict's baseline, once STRICT is in force.
 	if wantBaseline != nil && !baselinePaused {
 		result, err := r.applyPolicy(ctx, mesh, baseline, wantBaseline)
 		if err != nil {
-			return res, err
+			return res, mtlsInForce, err
 		}
 		if result == apply.Created {
 			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "BaselineApplied", "Reconcile",
@@ -501,16 +660,7 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 				ns.Name, enroll.BaselinePolicyName)
 		}
 	}
-
-	// Step 4: the state labels, now that what they claim is applied.
-	sl, err := contract.Enrollment{DataPlane: contract.DataPlane(dp), MTLS: mtlsInForce, Isolation: string(mesh.Spec.Isolation),
-		ControlPlane: cp.Namespace}.StateLabels()
-	if err != nil {
-		return res, err
-	}
-	step2 := maps.Clone(base)
-	maps.Copy(step2, sl)
-	return res, r.applyNamespaceLabels(ctx, ns, step2)
+	return res, mtlsInForce, nil
 }
 
 // applyPolicy applies a managed policy. Server-side apply alone would keep
@@ -611,6 +761,7 @@ func (r *ServiceMeshReconciler) teardownEnrollment(ctx context.Context, mesh *v1
 	meta.RemoveStatusCondition(&st.next.Conditions, ConditionMaintenanceWindow)
 	meta.RemoveStatusCondition(&st.next.Conditions, ConditionMTLSCutover)
 	meta.RemoveStatusCondition(&st.next.Conditions, ConditionStrictIsolation)
+	meta.RemoveStatusCondition(&st.next.Conditions, ConditionEnrollmentConflict)
 	orig := mesh.DeepCopy()
 	controllerutil.RemoveFinalizer(mesh, EnrollFinalizer)
 	if err := r.Client.Patch(ctx, mesh, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
