@@ -205,6 +205,9 @@ type nsResult struct {
 	mode    enroll.MTLSDecision
 	pending bool   // still waiting for the STRICT cutover signal
 	blocker string // the first Pod that holds the cutover back
+	// edgeHeld: the namespace's own workloads are ready, a declared edge
+	// holds STRICT back (blocker names it).
+	edgeHeld bool
 	paused  []string
 	// baselineWithheld: isolation strict, but the mode in force is
 	// PERMISSIVE, so the allow-nothing baseline is absent.
@@ -249,7 +252,7 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 	protected := r.protectedNamespaces(cp)
 	var enrolled, permissive, paused, withheld, conflicts []string
 	var errs []error
-	pending := false
+	pending, ownWaiting := false, false
 	var waiting []string
 	for i := range nsList.Items {
 		ns := &nsList.Items[i]
@@ -306,7 +309,11 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 			withheld = append(withheld, fmt.Sprintf("%s (%s)", ns.Name, res.mode.Reason))
 		}
 		pending = pending || res.pending
-		if res.pending {
+		switch {
+		case res.pending && res.edgeHeld:
+			waiting = append(waiting, fmt.Sprintf("%s (%s)", ns.Name, res.blocker))
+		case res.pending:
+			ownWaiting = true
 			waiting = append(waiting, fmt.Sprintf("%s (Pod %s)", ns.Name, res.blocker))
 		}
 	}
@@ -319,6 +326,13 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 	switch {
 	case holdOnly:
 		// Pods are not looked at while held: the cutover stays as reported.
+	case len(waiting) > 0 && !ownWaiting:
+		if len(waiting) > 5 {
+			waiting = append(waiting[:5], fmt.Sprintf("and %d more", len(waiting)-5))
+		}
+		st.set(ConditionMTLSCutover, metav1.ConditionFalse, "AwaitingEdge", fmt.Sprintf(
+			"Held at PERMISSIVE: the workloads are meshed, but a declared edge namespace (allow-from label) still has a Pod that would call in plaintext, which STRICT would reject; mesh these callers (enroll their namespace, or give them a sidecar): %s.",
+			strings.Join(waiting, ", ")))
 	case len(waiting) > 0:
 		if len(waiting) > 5 {
 			waiting = append(waiting[:5], fmt.Sprintf("and %d more", len(waiting)-5))
@@ -587,8 +601,41 @@ func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha
 	if pa != nil {
 		liveMode = enroll.ModeOf(pa)
 	}
-	res.mode = enroll.DecideMTLS(enroll.MTLSInputs{Spec: mesh.Spec.MTLS, Now: now, Ready: ready, Live: liveMode, CutOver: strictReady != ""})
-	res.pending = ready && strictReady == "" && mesh.Spec.MTLS.Mode != v1alpha1.MTLSPermissive
+	// Declared edges hold STRICT back until their Pods are meshed: STRICT
+	// would reject the plaintext calls they were declared for. Only edges
+	// not yet accepted at a cutover are looked at, so a plaintext Pod that
+	// appears later in an accepted edge cannot switch STRICT off.
+	state, _ := contract.Parse(ns.Labels)
+	accepted := enroll.AcceptedEdges(pa)
+	newEdges := enroll.NewEdges(state.Edges, accepted)
+	edgeHolds := false
+	if ready && len(newEdges) > 0 {
+		if !evaluate {
+			edgeHolds = true // looked at once the data-plane label is on
+		} else {
+			edgePods := map[string][]corev1.Pod{}
+			for _, e := range newEdges {
+				pods := &corev1.PodList{}
+				if err := r.Reader.List(ctx, pods, client.InNamespace(e)); err != nil {
+					return res, "", fmt.Errorf("listing Pods in %s (a declared edge of %s): %w", e, ns.Name, err)
+				}
+				edgePods[e] = pods.Items
+			}
+			if e, who := enroll.EdgeHolder(dp, newEdges, edgePods); e != "" {
+				edgeHolds = true
+				if strictReady != "" {
+					res.blocker = fmt.Sprintf("edge %s: Pod %s", e, who)
+				}
+			}
+		}
+	}
+	res.mode = enroll.DecideMTLS(enroll.MTLSInputs{Spec: mesh.Spec.MTLS, Now: now, Ready: ready, Live: liveMode, CutOver: strictReady != "", EdgeHolds: edgeHolds})
+	res.pending = ready && (res.mode.Reason == "AwaitingCutover" || res.mode.Reason == "AwaitingEdge")
+	res.edgeHeld = res.mode.Reason == "AwaitingEdge"
+	if ready && res.mode.Mode == contract.MTLSStrict {
+		// Every declared edge was meshed (or accepted before) now.
+		accepted = slices.Clone(state.Edges)
+	}
 	mtlsInForce := res.mode.Mode
 	paPaused := pa != nil && enroll.Paused(pa)
 	if paPaused {
@@ -620,7 +667,7 @@ func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha
 		}
 	}
 	if !paPaused {
-		if _, err := r.applyPolicy(ctx, mesh, pa, enroll.PeerAuthentication(ns.Name, res.mode.Mode, strictReady, owner)); err != nil {
+		if _, err := r.applyPolicy(ctx, mesh, pa, enroll.PeerAuthentication(ns.Name, res.mode.Mode, strictReady, owner, accepted...)); err != nil {
 			return res, mtlsInForce, err
 		}
 	}
@@ -631,7 +678,6 @@ func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha
 	}
 
 	// Isolation, admitting the edges workload operators declared.
-	state, _ := contract.Parse(ns.Labels)
 	allowed := enroll.AllowedSources(ns.Name, []string{cp.Namespace}, state.Edges)
 	ap := live[policyKey(enroll.KindAuthorizationPolicy, enroll.IsolationPolicyName)]
 	desired := enroll.IsolationPolicy(ns.Name, mesh.Spec.Isolation, allowed, owner)

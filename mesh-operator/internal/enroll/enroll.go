@@ -8,6 +8,7 @@ package enroll
 import (
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -162,6 +163,9 @@ type MTLSInputs struct {
 	Live string
 	// CutOver: the namespace's own workloads met the cutover signal.
 	CutOver bool
+	// EdgeHolds: a declared edge namespace not yet accepted still has a
+	// Pod that would call in plaintext (see EdgeHolder).
+	EdgeHolds bool
 }
 
 // DecideMTLS decides the mode in force. Relaxing wins: the escape hatch
@@ -176,10 +180,51 @@ func DecideMTLS(in MTLSInputs) MTLSDecision {
 		return MTLSDecision{contract.MTLSPermissive, "Maintenance"}
 	case !in.CutOver:
 		return MTLSDecision{contract.MTLSPermissive, "AwaitingCutover"}
+	case in.EdgeHolds:
+		return MTLSDecision{contract.MTLSPermissive, "AwaitingEdge"}
 	case !in.Ready && in.Live != contract.MTLSStrict:
 		return MTLSDecision{contract.MTLSPermissive, "AwaitingReady"}
 	}
 	return MTLSDecision{contract.MTLSStrict, "Strict"}
+}
+
+// NewEdges are the declared edges (sorted) that were not accepted when the
+// namespace last went STRICT: only those may hold STRICT back.
+func NewEdges(declared, accepted []string) []string {
+	var out []string
+	for _, e := range declared {
+		if !slices.Contains(accepted, e) {
+			out = append(out, e)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// EdgeHolder is the first of the given edge namespaces that still has a
+// running Pod not meshed in data plane dp (podmesh's judgement, as for the
+// namespace's own Pods), and that Pod; "" when every edge is meshed.
+// STRICT would reject such a Pod's plaintext calls, which the edge was
+// declared for, so the cutover waits for it. pods holds each edge's Pods.
+func EdgeHolder(dp v1alpha1.DataPlane, edges []string, pods map[string][]corev1.Pod) (string, string) {
+	for _, e := range edges {
+		if ok, who := WorkloadsReady(dp, pods[e]); !ok {
+			return e, who
+		}
+	}
+	return "", ""
+}
+
+// AcceptedEdges reads the edges recorded on a live PeerAuthentication.
+func AcceptedEdges(pa *unstructured.Unstructured) []string {
+	if pa == nil {
+		return nil
+	}
+	v := pa.GetAnnotations()[labels.MeshStrictEdges]
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
 }
 
 // Owner is the controller reference every policy carries: the
@@ -197,14 +242,22 @@ func object(namespace, name string, owner metav1.OwnerReference) policy.Object {
 // PeerAuthentication is the namespace-wide mTLS policy (no selector).
 // strictReady, when set, is recorded in the labels.MeshStrictReady
 // annotation: the time the namespace first met the cutover signal.
-func PeerAuthentication(namespace, mode, strictReady string, owner metav1.OwnerReference) *unstructured.Unstructured {
+// acceptedEdges, when any, are recorded in labels.MeshStrictEdges.
+func PeerAuthentication(namespace, mode, strictReady string, owner metav1.OwnerReference, acceptedEdges ...string) *unstructured.Unstructured {
 	istioMode := policy.Permissive
 	if mode == contract.MTLSStrict {
 		istioMode = policy.Strict
 	}
 	u := policy.PeerAuthentication(object(namespace, PeerAuthenticationName, owner), nil, istioMode, nil)
+	ann := map[string]string{}
 	if strictReady != "" {
-		u.SetAnnotations(map[string]string{labels.MeshStrictReady: strictReady})
+		ann[labels.MeshStrictReady] = strictReady
+	}
+	if len(acceptedEdges) > 0 {
+		ann[labels.MeshStrictEdges] = strings.Join(acceptedEdges, ",")
+	}
+	if len(ann) > 0 {
+		u.SetAnnotations(ann)
 	}
 	return u
 }
