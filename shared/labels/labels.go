@@ -49,6 +49,10 @@ const (
 	// meshed when the namespace went STRICT. A newly declared edge holds
 	// STRICT back until it is meshed too; an accepted one no longer does.
 	MeshStrictEdges = MeshGroup + "/strict-edges"
+	// MeshMigratingFrom on the namespace-wide PeerAuthentication names the
+	// data plane a namespace is migrating away from (a change of the
+	// ServiceMesh's dataPlane); it goes once the namespace is STRICT again.
+	MeshMigratingFrom = MeshGroup + "/migrating-from"
 )
 
 // Values of the Mesh label.

@@ -67,6 +67,11 @@ const ConditionStrictIsolation = "StrictIsolation"
 // to someone else; the message names each such object.
 const ConditionEnrollmentConflict = "EnrollmentConflict"
 
+// ConditionDataPlaneMigration is True while a change of spec.dataPlane is
+// being rolled through the enrolled namespaces; the message gives each
+// namespace's progress and what keeps the old data plane.
+const ConditionDataPlaneMigration = "DataPlaneMigration"
+
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=list
 // +kubebuilder:rbac:groups=security.istio.io,resources=peerauthentications;authorizationpolicies,verbs=get;list;create;patch;delete
@@ -208,6 +213,9 @@ type nsResult struct {
 	// edgeHeld: the namespace's own workloads are ready, a declared edge
 	// holds STRICT back (blocker names it).
 	edgeHeld bool
+	// migration is the namespace's progress through a change of data
+	// plane ("" when it is not migrating).
+	migration string
 	paused  []string
 	// baselineWithheld: isolation strict, but the mode in force is
 	// PERMISSIVE, so the allow-nothing baseline is absent.
@@ -250,7 +258,7 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 		return 0, err
 	}
 	protected := r.protectedNamespaces(cp)
-	var enrolled, permissive, paused, withheld, conflicts []string
+	var enrolled, permissive, paused, withheld, conflicts, migrating []string
 	var errs []error
 	pending, ownWaiting := false, false
 	var waiting []string
@@ -298,6 +306,9 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 		if !holdOnly {
 			enrolled = append(enrolled, ns.Name)
 		}
+		if res.migration != "" {
+			migrating = append(migrating, res.migration)
+		}
 		if !slices.Contains(mesh.Status.EnrolledNamespaces, ns.Name) {
 			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "NamespaceEnrolled", "Reconcile",
 				"Enrolled namespace %s (requested by %s) at %s mTLS.", ns.Name, d.Reason, strings.ToUpper(res.mode.Mode))
@@ -342,6 +353,25 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 			cutoverSignal(mesh.Spec.DataPlane), strings.Join(waiting, ", ")))
 	default:
 		st.set(ConditionMTLSCutover, metav1.ConditionTrue, "CutOver", "Every enrolled namespace has passed the PERMISSIVE→STRICT cutover.")
+	}
+
+	sort.Strings(migrating)
+	switch {
+	case len(migrating) > 0:
+		if len(migrating) > 10 {
+			migrating = append(migrating[:10], fmt.Sprintf("and %d more", len(migrating)-10))
+		}
+		msg := fmt.Sprintf("Moving the enrolled namespaces to dataPlane %s: %s.", mesh.Spec.DataPlane, strings.Join(migrating, "; "))
+		if st.oldDataPlane != "" {
+			msg += " " + st.oldDataPlane
+		}
+		st.set(ConditionDataPlaneMigration, metav1.ConditionTrue, "Migrating", msg)
+	case st.oldDataPlane != "":
+		st.set(ConditionDataPlaneMigration, metav1.ConditionTrue, "ReleasingOldDataPlane", fmt.Sprintf(
+			"Every enrolled namespace is on dataPlane %s. %s", mesh.Spec.DataPlane, st.oldDataPlane))
+	case !holdOnly:
+		st.set(ConditionDataPlaneMigration, metav1.ConditionFalse, "Settled", fmt.Sprintf(
+			"No data-plane migration in progress: every enrolled namespace is configured for %s.", mesh.Spec.DataPlane))
 	}
 
 	sort.Strings(conflicts)
@@ -586,6 +616,18 @@ func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha
 	if pa != nil {
 		strictReady = pa.GetAnnotations()[labels.MeshStrictReady]
 	}
+	// A change of data plane: the namespace was configured for another one.
+	// Its cutover, and the edges accepted with it, no longer count: STRICT
+	// returns only once its workloads are meshed the new way.
+	applied := enroll.AppliedDataPlane(ns.Labels, ownedLabels(ns))
+	migrating := applied != "" && applied != dp
+	migratingFrom := ""
+	if pa != nil {
+		migratingFrom = pa.GetAnnotations()[labels.MeshMigratingFrom]
+	}
+	if migrating {
+		strictReady, migratingFrom = "", string(applied)
+	}
 	if strictReady == "" && evaluate {
 		pods := &corev1.PodList{}
 		if err := r.Reader.List(ctx, pods, client.InNamespace(ns.Name)); err != nil {
@@ -607,6 +649,9 @@ func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha
 	// appears later in an accepted edge cannot switch STRICT off.
 	state, _ := contract.Parse(ns.Labels)
 	accepted := enroll.AcceptedEdges(pa)
+	if migrating {
+		accepted = nil
+	}
 	newEdges := enroll.NewEdges(state.Edges, accepted)
 	edgeHolds := false
 	if ready && len(newEdges) > 0 {
@@ -629,12 +674,32 @@ func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha
 			}
 		}
 	}
-	res.mode = enroll.DecideMTLS(enroll.MTLSInputs{Spec: mesh.Spec.MTLS, Now: now, Ready: ready, Live: liveMode, CutOver: strictReady != "", EdgeHolds: edgeHolds})
-	res.pending = ready && (res.mode.Reason == "AwaitingCutover" || res.mode.Reason == "AwaitingEdge")
+	res.mode = enroll.DecideMTLS(enroll.MTLSInputs{Spec: mesh.Spec.MTLS, Now: now, Ready: ready, Live: liveMode, CutOver: strictReady != "",
+		EdgeHolds: edgeHolds, Migrating: migrating})
+	res.pending = ready && (res.mode.Reason == "AwaitingCutover" || res.mode.Reason == "AwaitingEdge" || res.mode.Reason == "Migrating")
 	res.edgeHeld = res.mode.Reason == "AwaitingEdge"
 	if ready && res.mode.Mode == contract.MTLSStrict {
-		// Every declared edge was meshed (or accepted before) now.
+		// Every declared edge was meshed (or accepted before) now, and a
+		// migration is over for this namespace.
 		accepted = slices.Clone(state.Edges)
+		migratingFrom = ""
+	}
+	switch {
+	case migrating && ready:
+		res.migration = fmt.Sprintf("%s: PERMISSIVE, relabelled for %s next", ns.Name, dp)
+	case migrating:
+		res.migration = fmt.Sprintf("%s: PERMISSIVE, relabelled for %s once the control plane is Ready", ns.Name, dp)
+	case migratingFrom != "" && res.mode.Mode != contract.MTLSStrict:
+		who := res.blocker
+		switch {
+		case !ready:
+			who = "the control plane to be Ready"
+		case who == "":
+			who = "the next check"
+		case !res.edgeHeld:
+			who = "Pod " + who
+		}
+		res.migration = fmt.Sprintf("%s: on %s, STRICT once its workloads are meshed that way (waiting for: %s)", ns.Name, dp, who)
 	}
 	mtlsInForce := res.mode.Mode
 	paPaused := pa != nil && enroll.Paused(pa)
@@ -667,7 +732,16 @@ func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha
 		}
 	}
 	if !paPaused {
-		if _, err := r.applyPolicy(ctx, mesh, pa, enroll.PeerAuthentication(ns.Name, res.mode.Mode, strictReady, owner, accepted...)); err != nil {
+		desiredPA := enroll.PeerAuthentication(ns.Name, res.mode.Mode, strictReady, owner, accepted...)
+		if migratingFrom != "" {
+			ann := desiredPA.GetAnnotations()
+			if ann == nil {
+				ann = map[string]string{}
+			}
+			ann[labels.MeshMigratingFrom] = migratingFrom
+			desiredPA.SetAnnotations(ann)
+		}
+		if _, err := r.applyPolicy(ctx, mesh, pa, desiredPA); err != nil {
 			return res, mtlsInForce, err
 		}
 	}
@@ -707,6 +781,25 @@ func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha
 		}
 	}
 	return res, mtlsInForce, nil
+}
+
+// migrationPending: some namespace the operator configured is configured
+// for another data plane than spec.dataPlane.
+func (r *ServiceMeshReconciler) migrationPending(ctx context.Context, mesh *v1alpha1.ServiceMesh) (bool, error) {
+	if !controllerutil.ContainsFinalizer(mesh, EnrollFinalizer) {
+		return false, nil
+	}
+	nsList := &corev1.NamespaceList{}
+	if err := r.Client.List(ctx, nsList, client.HasLabels{labels.MeshDataPlane}); err != nil {
+		return false, fmt.Errorf("listing namespaces: %w", err)
+	}
+	for i := range nsList.Items {
+		ns := &nsList.Items[i]
+		if dp := enroll.AppliedDataPlane(ns.Labels, ownedLabels(ns)); dp != "" && dp != mesh.Spec.DataPlane {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // applyPolicy applies a managed policy. Server-side apply alone would keep
@@ -808,6 +901,7 @@ func (r *ServiceMeshReconciler) teardownEnrollment(ctx context.Context, mesh *v1
 	meta.RemoveStatusCondition(&st.next.Conditions, ConditionMTLSCutover)
 	meta.RemoveStatusCondition(&st.next.Conditions, ConditionStrictIsolation)
 	meta.RemoveStatusCondition(&st.next.Conditions, ConditionEnrollmentConflict)
+	meta.RemoveStatusCondition(&st.next.Conditions, ConditionDataPlaneMigration)
 	orig := mesh.DeepCopy()
 	controllerutil.RemoveFinalizer(mesh, EnrollFinalizer)
 	if err := r.Client.Patch(ctx, mesh, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {

@@ -212,6 +212,15 @@ func (r *ServiceMeshReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		fmt.Sprintf("Licensed to %s until %s.", lic.Licensee, lic.NotAfter.UTC().Format(time.RFC3339)))
 	licenseWait := license.NextCheck(lic, now)
 
+	// A change of data plane relaxes the enrolled namespaces first, before
+	// the new data plane's components are installed or the old ones change.
+	if pending, err := r.migrationPending(ctx, mesh); err != nil {
+		return ctrl.Result{}, err
+	} else if pending {
+		if _, err := r.reconcileEnrollment(ctx, mesh, st, true); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	res, err := r.reconcileControlPlane(ctx, mesh, st)
 	// Namespaces are enrolled only while the mesh is Ready at this
 	// generation; otherwise enrollment is held as it is (never tightened on

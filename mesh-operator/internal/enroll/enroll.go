@@ -166,6 +166,11 @@ type MTLSInputs struct {
 	// EdgeHolds: a declared edge namespace not yet accepted still has a
 	// Pod that would call in plaintext (see EdgeHolder).
 	EdgeHolds bool
+	// Migrating: the data plane the namespace was configured for is not
+	// the ServiceMesh's dataPlane any more. Its workloads must be meshed
+	// the new way before STRICT returns, so it goes PERMISSIVE first
+	// (relaxing: allowed even while the control plane is not Ready).
+	Migrating bool
 }
 
 // DecideMTLS decides the mode in force. Relaxing wins: the escape hatch
@@ -178,6 +183,8 @@ func DecideMTLS(in MTLSInputs) MTLSDecision {
 		return MTLSDecision{contract.MTLSPermissive, "Configured"}
 	case open:
 		return MTLSDecision{contract.MTLSPermissive, "Maintenance"}
+	case in.Migrating:
+		return MTLSDecision{contract.MTLSPermissive, "Migrating"}
 	case !in.CutOver:
 		return MTLSDecision{contract.MTLSPermissive, "AwaitingCutover"}
 	case in.EdgeHolds:
@@ -213,6 +220,20 @@ func EdgeHolder(dp v1alpha1.DataPlane, edges []string, pods map[string][]corev1.
 		}
 	}
 	return "", ""
+}
+
+// AppliedDataPlane is the data plane the operator last configured the
+// namespace for: its mesh-dataplane state label, when the operator holds it
+// (owned: the label keys its field manager applies). "" when none.
+func AppliedDataPlane(nsLabels map[string]string, owned map[string]bool) v1alpha1.DataPlane {
+	if !owned[labels.MeshDataPlane] {
+		return ""
+	}
+	switch dp := v1alpha1.DataPlane(nsLabels[labels.MeshDataPlane]); dp {
+	case v1alpha1.DataPlaneAmbient, v1alpha1.DataPlaneSidecar:
+		return dp
+	}
+	return ""
 }
 
 // AcceptedEdges reads the edges recorded on a live PeerAuthentication.

@@ -198,3 +198,15 @@ func TestDecideMTLSRelaxesWhileNotReady(t *testing.T) {
 		assert.Equal(t, tc.want, DecideMTLS(tc.in), tc.name)
 	}
 }
+
+func TestDecideMTLSMigrating(t *testing.T) {
+	now := time.Now()
+	strict := v1alpha1.MTLS{Mode: v1alpha1.MTLSStrict}
+	for _, ready := range []bool{true, false} {
+		assert.Equal(t, MTLSDecision{contract.MTLSPermissive, "Migrating"},
+			DecideMTLS(MTLSInputs{Spec: strict, Now: now, Ready: ready, Live: contract.MTLSStrict, CutOver: true, Migrating: true}), "ready=%v", ready)
+	}
+	assert.Equal(t, v1alpha1.DataPlaneAmbient, AppliedDataPlane(map[string]string{labels.MeshDataPlane: "ambient"}, map[string]bool{labels.MeshDataPlane: true}))
+	assert.Equal(t, v1alpha1.DataPlane(""), AppliedDataPlane(map[string]string{labels.MeshDataPlane: "ambient"}, nil), "a label the operator does not hold says nothing")
+	assert.Equal(t, v1alpha1.DataPlane(""), AppliedDataPlane(map[string]string{labels.MeshDataPlane: "bogus"}, map[string]bool{labels.MeshDataPlane: true}))
+}
