@@ -216,7 +216,7 @@ type nsResult struct {
 	// migration is the namespace's progress through a change of data
 	// plane ("" when it is not migrating).
 	migration string
-	paused  []string
+	paused    []string
 	// baselineWithheld: isolation strict, but the mode in force is
 	// PERMISSIVE, so the allow-nothing baseline is absent.
 	baselineWithheld bool
