@@ -275,10 +275,19 @@ func TestDataPlaneMigrationIntegration(t *testing.T) {
 				v.add(w, "%s was relabelled (%s → %s) while STRICT", n, prev, dp)
 			}
 			prevDP[n] = dp
+			// Each running Pod calls its neighbours as it really can at this
+			// state: mTLS with a proxy, or redirected while ztunnel runs;
+			// plaintext otherwise. authzeval judges the call under the live
+			// policies: none may be refused (the namespace has no
+			// AuthorizationPolicy that denies its own Pods, so a refusal
+			// means STRICT met an unmeshed workload).
+			plane := podmesh.DataPlaneSidecar
+			if up {
+				plane = podmesh.DataPlaneAmbient
+			}
 			for _, p := range w.pods(n) {
-				meshed := podmesh.HasProxy(&p) || (podmesh.Redirected(&p) && up)
-				if w.paMode(n) == "STRICT" && !meshed {
-					v.add(w, "%s is STRICT while Pod %s is not meshed", n, p.Name)
+				if d := w.judge(n, map[string]string{"app": "app"}, caller(&p, plane, 8080)); !d.Allowed {
+					v.add(w, "%s refuses its own Pod %s (%s, meshed: %v): %s", n, p.Name, podmesh.Of(&p), podmesh.MeshedIn(plane, &p), d.Why)
 				}
 				if podmesh.Redirected(&p) && !up {
 					v.add(w, "Pod %s/%s is still redirected but ztunnel is gone", n, p.Name)
