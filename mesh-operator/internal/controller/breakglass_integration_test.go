@@ -128,11 +128,15 @@ func TestBreakGlassWhileNotReadyIntegration(t *testing.T) {
 	setSpec(func(s *v1alpha1.ServiceMeshSpec) { s.MTLS.MaintenanceUntil, s.MTLS.Mode = nil, v1alpha1.MTLSPermissive })
 	m = reconcile()
 	assert.Equal(t, "permissive", paMode("pay"))
+	assert.Equal(t, []string{"pay", "shop"}, m.Status.PermissiveNamespaces)
+	assert.Equal(t, "NoWindow", meta.FindStatusCondition(m.Status.Conditions, ConditionMaintenanceWindow).Reason)
 
 	// Back to strict while the control plane is still not Ready: tightening waits.
 	setSpec(func(s *v1alpha1.ServiceMeshSpec) { s.MTLS.Mode = v1alpha1.MTLSStrict })
 	clock.Advance(2 * time.Hour)
 	m = reconcile()
+	require.NotEqual(t, PhaseReady, m.Status.Phase)
+	assert.Equal(t, []string{"pay", "shop"}, m.Status.PermissiveNamespaces)
 	for _, n := range []string{"pay", "shop"} {
 		assert.Equal(t, "permissive", paMode(n), "%s: not tightened before Ready", n)
 	}

@@ -135,6 +135,7 @@ func TestEdgeAwareCutoverIntegration(t *testing.T) {
 	deletePod("late-src", "client")
 	m = reconcile()
 	assert.Equal(t, "strict", paMode("shop"))
+	assert.Equal(t, "CutOver", cutover(m).Reason)
 
 	member0 := func(w *world) map[string]string { return member }
 	sources := map[string]string{"fleet-system": "8081", "gateways": "8080", "late-src": "8080"}
