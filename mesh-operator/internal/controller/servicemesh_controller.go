@@ -214,12 +214,11 @@ func (r *ServiceMeshReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 
 	// A change of data plane relaxes the enrolled namespaces first, before
 	// the new data plane's components are installed or the old ones change.
-	if pending, err := r.migrationPending(ctx, mesh); err != nil {
-		return ctrl.Result{}, err
-	} else if pending {
-		if _, err := r.reconcileEnrollment(ctx, mesh, st, true); err != nil {
-			return ctrl.Result{}, err
-		}
+	// A failure here is reported with the rest; the control plane is still
+	// reconciled.
+	pending, preErr := r.migrationPending(ctx, mesh)
+	if pending {
+		_, preErr = r.reconcileEnrollment(ctx, mesh, st, true)
 	}
 	res, err := r.reconcileControlPlane(ctx, mesh, st)
 	// Namespaces are enrolled only while the mesh is Ready at this
@@ -231,7 +230,7 @@ func (r *ServiceMeshReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if wait > 0 {
 		res.RequeueAfter = min(res.RequeueAfter, wait)
 	}
-	err = errors.Join(err, eerr)
+	err = errors.Join(preErr, err, eerr)
 	if werr := r.writeStatus(ctx, mesh, st.next, st.warnReason, st.warnMessage); werr != nil && err == nil {
 		err = werr
 	}
