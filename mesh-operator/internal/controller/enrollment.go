@@ -27,6 +27,7 @@ import (
 	"github.com/ericdev/fleetmesh/shared/apply"
 	"github.com/ericdev/fleetmesh/shared/contract"
 	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/podmesh"
 )
 
 // EnrollFinalizer holds a ServiceMesh that has enrolled namespaces until it
@@ -464,6 +465,15 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 	// without injection or capture that is about to apply.
 	inPlace := ready && hasLabels(ns.Labels, dpLabels)
 
+	// What the mesh-dataplane state label may claim, read before the labels
+	// change: see stateDataPlane.
+	stateDP, heldBy := dp, ""
+	if ready {
+		var err error
+		if stateDP, heldBy, err = r.stateDataPlane(ctx, mesh, ns); err != nil {
+			return nsResult{}, err
+		}
+	}
 	res, mtlsInForce, err := r.applyPolicies(ctx, mesh, cp, ns, live, now, ready, inPlace)
 	if err != nil {
 		var conflict *apply.ConflictError
@@ -488,8 +498,12 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 		}
 		return res, r.applyNamespaceLabels(ctx, ns, step)
 	}
-	if err := r.applyEnrollmentLabels(ctx, mesh, cp, ns, base, mtlsInForce); err != nil {
+	if err := r.applyEnrollmentLabels(ctx, mesh, cp, ns, base, stateDP, mtlsInForce); err != nil {
 		return res, err
+	}
+	if heldBy != "" {
+		res.migration = fmt.Sprintf("%s: relabelled for %s, PERMISSIVE; its state label says %s until istio-cni releases Pod %s",
+			ns.Name, dp, stateDP, heldBy)
 	}
 	if inPlace || !res.pending {
 		return res, nil
@@ -501,11 +515,38 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 	if err != nil {
 		return res, err
 	}
+	migration := res.migration
 	res, mtlsInForce, err = r.applyPolicies(ctx, mesh, cp, ns, fresh, now, true, true)
 	if err != nil {
 		return res, err
 	}
-	return res, r.applyEnrollmentLabels(ctx, mesh, cp, ns, base, mtlsInForce)
+	if heldBy != "" {
+		res.migration = migration
+	}
+	return res, r.applyEnrollmentLabels(ctx, mesh, cp, ns, base, stateDP, mtlsInForce)
+}
+
+// stateDataPlane is the data plane the namespace's mesh-dataplane state
+// label may claim: spec.dataPlane, except that a namespace leaving ambient
+// keeps saying ambient while istio-cni still redirects one of its running
+// Pods to ztunnel (named in the second result). The label tells workload
+// operators what is in place, and a fleet closes its HBONE port when it
+// reads sidecar: that must not happen while ztunnel still delivers there.
+func (r *ServiceMeshReconciler) stateDataPlane(ctx context.Context, mesh *v1alpha1.ServiceMesh, ns *corev1.Namespace) (v1alpha1.DataPlane, string, error) {
+	dp := mesh.Spec.DataPlane
+	if dp == v1alpha1.DataPlaneAmbient || enroll.AppliedDataPlane(ns.Labels, ownedLabels(ns)) != v1alpha1.DataPlaneAmbient {
+		return dp, "", nil
+	}
+	pods := &corev1.PodList{}
+	if err := r.Reader.List(ctx, pods, client.InNamespace(ns.Name)); err != nil {
+		return dp, "", fmt.Errorf("listing Pods in %s: %w", ns.Name, err)
+	}
+	for i := range pods.Items {
+		if p := &pods.Items[i]; podmesh.Running(p) && podmesh.Redirected(p) {
+			return v1alpha1.DataPlaneAmbient, p.Name, nil
+		}
+	}
+	return dp, "", nil
 }
 
 // hasLabels: every label of want is on the object with the same value.
@@ -533,8 +574,8 @@ func (e *enrollConflict) Unwrap() error { return e.err }
 // applyEnrollmentLabels applies the namespace's labels: base (data plane,
 // request) and the state labels describing what is in force.
 func (r *ServiceMeshReconciler) applyEnrollmentLabels(ctx context.Context, mesh *v1alpha1.ServiceMesh, cp *v1alpha1.ControlPlaneStatus,
-	ns *corev1.Namespace, base map[string]string, mtlsInForce string) error {
-	sl, err := contract.Enrollment{DataPlane: contract.DataPlane(mesh.Spec.DataPlane), MTLS: mtlsInForce, Isolation: string(mesh.Spec.Isolation),
+	ns *corev1.Namespace, base map[string]string, stateDP v1alpha1.DataPlane, mtlsInForce string) error {
+	sl, err := contract.Enrollment{DataPlane: contract.DataPlane(stateDP), MTLS: mtlsInForce, Isolation: string(mesh.Spec.Isolation),
 		ControlPlane: cp.Namespace}.StateLabels()
 	if err != nil {
 		return err
@@ -686,9 +727,9 @@ func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha
 	}
 	switch {
 	case migrating && ready:
-		res.migration = fmt.Sprintf("%s: PERMISSIVE, relabelled for %s next", ns.Name, dp)
+		res.migration = fmt.Sprintf("%s: PERMISSIVE, moving to %s now", ns.Name, dp)
 	case migrating:
-		res.migration = fmt.Sprintf("%s: PERMISSIVE, relabelled for %s once the control plane is Ready", ns.Name, dp)
+		res.migration = fmt.Sprintf("%s: PERMISSIVE, moves to %s once the control plane is Ready", ns.Name, dp)
 	case migratingFrom != "" && res.mode.Mode != contract.MTLSStrict:
 		who := res.blocker
 		switch {

@@ -292,6 +292,12 @@ func TestDataPlaneMigrationIntegration(t *testing.T) {
 				if podmesh.Redirected(&p) && !up {
 					v.add(w, "Pod %s/%s is still redirected but ztunnel is gone", n, p.Name)
 				}
+				// The state label tells workload operators what is in place: a
+				// fleet closes HBONE when it reads sidecar, so it must not say
+				// sidecar while ztunnel still captures a Pod there.
+				if podmesh.Redirected(&p) && up && w.nsLabels(n)[labels.MeshDataPlane] == "sidecar" {
+					v.add(w, "%s says mesh-dataplane=sidecar while Pod %s is still redirected to ztunnel", n, p.Name)
+				}
 			}
 		}
 	})
