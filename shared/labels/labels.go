@@ -44,6 +44,15 @@ const (
 	// (the permissive-to-strict cutover); from then on STRICT is the
 	// namespace's resting mode.
 	MeshStrictReady = MeshGroup + "/strict-ready"
+	// MeshStrictEdges on the namespace-wide PeerAuthentication lists
+	// (comma-separated) the declared edge namespaces whose Pods were all
+	// meshed when the namespace went STRICT. A newly declared edge holds
+	// STRICT back until it is meshed too; an accepted one no longer does.
+	MeshStrictEdges = MeshGroup + "/strict-edges"
+	// MeshMigratingFrom on the namespace-wide PeerAuthentication names the
+	// data plane a namespace is migrating away from (a change of the
+	// ServiceMesh's dataPlane); it goes once the namespace is STRICT again.
+	MeshMigratingFrom = MeshGroup + "/migrating-from"
 )
 
 // Values of the Mesh label.

@@ -16,10 +16,11 @@ import (
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
 	"github.com/ericdev/fleetmesh/shared/contract"
 	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/podmesh"
 )
 
 // ProxyContainer is the name Istio gives the injected proxy.
-const ProxyContainer = "istio-proxy"
+const ProxyContainer = podmesh.ProxyContainer
 
 // PodIdentityAgentRanges are kept out of the proxy: the EKS Pod Identity
 // Agent is plain HTTP on the node and must be reached directly.
@@ -129,21 +130,10 @@ func Decide(o Observation) State {
 	}
 }
 
-// HasProxy reports whether the Pod runs an injected proxy, as a regular
-// container or as a native sidecar (an init container that keeps running).
-func HasProxy(p *corev1.Pod) bool {
-	for _, c := range p.Spec.Containers {
-		if c.Name == ProxyContainer {
-			return true
-		}
-	}
-	for _, c := range p.Spec.InitContainers {
-		if c.Name == ProxyContainer && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
-			return true
-		}
-	}
-	return false
-}
+// HasProxy reports whether the Pod runs an injected proxy. It is
+// shared/podmesh's answer, so this operator and the mesh operator judge the
+// same Pod alike.
+func HasProxy(p *corev1.Pod) bool { return podmesh.HasProxy(p) }
 
 // TemplateMode says how the member template treats injection.
 type TemplateMode int

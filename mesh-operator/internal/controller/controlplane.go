@@ -22,6 +22,7 @@ import (
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/sailinstall"
 	"github.com/ericdev/fleetmesh/shared/apply"
 	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/podmesh"
 )
 
 // +kubebuilder:rbac:groups=sailoperator.io,resources=istios,verbs=get;list;create;patch;delete
@@ -64,7 +65,7 @@ func (r *ServiceMeshReconciler) reconcileControlPlane(ctx context.Context, mesh 
 	case detect.ActionInstallSail:
 		rd, actErr = r.installSail(ctx, mesh)
 	case detect.ActionApply:
-		rd, actErr = r.applyControlPlane(ctx, mesh, o)
+		rd, actErr = r.applyControlPlane(ctx, mesh, o, st)
 	case detect.ActionObserve:
 		rd, actErr = r.observeControlPlane(ctx, mesh, plan, o)
 	case detect.ActionHold:
@@ -261,8 +262,24 @@ func crdMeta(name string) *metav1.PartialObjectMetadata {
 }
 
 // applyControlPlane applies the owned Sail CRs and reads their readiness.
-func (r *ServiceMeshReconciler) applyControlPlane(ctx context.Context, mesh *v1alpha1.ServiceMesh, o *observed) (readiness, error) {
-	d := sail.Build(sail.Params{Owner: mesh, Version: mesh.Spec.Version, DataPlane: mesh.Spec.DataPlane, OpenShift: o.facts.OpenShift()})
+// During a migration away from ambient the ambient control plane (istiod's
+// ambient profile, IstioCNI, ZTunnel; it serves sidecars too) is kept until
+// nothing is captured by ztunnel any more: removing it earlier would cut
+// every Pod still redirected to it.
+func (r *ServiceMeshReconciler) applyControlPlane(ctx context.Context, mesh *v1alpha1.ServiceMesh, o *observed, st *status) (readiness, error) {
+	dp := mesh.Spec.DataPlane
+	if dp != v1alpha1.DataPlaneAmbient {
+		held, err := r.ambientInUse(ctx, mesh)
+		if err != nil {
+			return readiness{controlPlane: r.managedControlPlane(mesh, o.istios[sail.IstioName])}, err
+		}
+		if held != "" {
+			dp = v1alpha1.DataPlaneAmbient
+			st.oldDataPlane = fmt.Sprintf("The ambient data plane (ZTunnel/%s, IstioCNI/%s, istiod's ambient profile) is kept until nothing is captured by ztunnel any more: %s.",
+				sail.ZTunnelName, sail.IstioCNIName, held)
+		}
+	}
+	d := sail.Build(sail.Params{Owner: mesh, Version: mesh.Spec.Version, DataPlane: dp, OpenShift: o.facts.OpenShift()})
 	rd := readiness{controlPlane: r.managedControlPlane(mesh, o.istios[sail.IstioName])}
 	for _, obj := range d.Objects() {
 		rd.controlPlane.Resources = append(rd.controlPlane.Resources, obj.GetObjectKind().GroupVersionKind().Kind+"/"+obj.GetName())
@@ -330,6 +347,38 @@ func (r *ServiceMeshReconciler) applyControlPlane(ctx context.Context, mesh *v1a
 	rd.ready, rd.reason = true, "SailResourcesReady"
 	rd.msg = fmt.Sprintf("%s are Ready.", strings.Join(rd.controlPlane.Resources, ", "))
 	return rd, nil
+}
+
+// ambientInUse says what still needs the operator's ambient data plane
+// once spec.dataPlane has left ambient ("" when nothing does, or when the
+// operator owns no ZTunnel): a namespace still labelled for ambient capture
+// (by anyone), or a running Pod istio-cni still redirects to ztunnel. The
+// cluster-wide Pod list is read only while such a ZTunnel exists.
+func (r *ServiceMeshReconciler) ambientInUse(ctx context.Context, mesh *v1alpha1.ServiceMesh) (string, error) {
+	zt, err := r.getSail(ctx, sail.KindZTunnel, sail.ZTunnelName)
+	if err != nil || zt == nil || !controlledBy(zt, mesh) || zt.GetDeletionTimestamp() != nil {
+		return "", err
+	}
+	nsList := &corev1.NamespaceList{}
+	if err := r.Client.List(ctx, nsList, client.MatchingLabels{labels.IstioDataPlaneMode: "ambient"}); err != nil {
+		return "", fmt.Errorf("listing ambient namespaces: %w", err)
+	}
+	for _, ns := range nsList.Items {
+		if ns.DeletionTimestamp == nil {
+			return fmt.Sprintf("namespace %s is still labelled %s=ambient", ns.Name, labels.IstioDataPlaneMode), nil
+		}
+	}
+	pods := &corev1.PodList{}
+	if err := r.Reader.List(ctx, pods); err != nil {
+		return "", fmt.Errorf("listing Pods for ztunnel capture: %w", err)
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if podmesh.Running(p) && podmesh.Redirected(p) {
+			return fmt.Sprintf("Pod %s/%s is still redirected to ztunnel", p.Namespace, p.Name), nil
+		}
+	}
+	return "", nil
 }
 
 func resourcesOf(d sail.Desired) []string {

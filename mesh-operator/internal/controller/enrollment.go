@@ -27,6 +27,7 @@ import (
 	"github.com/ericdev/fleetmesh/shared/apply"
 	"github.com/ericdev/fleetmesh/shared/contract"
 	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/podmesh"
 )
 
 // EnrollFinalizer holds a ServiceMesh that has enrolled namespaces until it
@@ -40,7 +41,7 @@ const ConditionMTLSCutover = "MTLSCutover"
 
 func cutoverSignal(dp v1alpha1.DataPlane) string {
 	if dp == v1alpha1.DataPlaneAmbient {
-		return "captured by ztunnel: annotation " + labels.IstioAmbientRedirection + "=enabled"
+		return "captured by ztunnel (annotation " + labels.IstioAmbientRedirection + "=enabled) or an " + enroll.ProxyContainer + " sidecar"
 	}
 	return "an " + enroll.ProxyContainer + " sidecar"
 }
@@ -61,6 +62,16 @@ const ConditionMaintenanceWindow = "MaintenanceWindow"
 // False while some are at PERMISSIVE mTLS and the baseline is withheld there
 // (it would drop plaintext).
 const ConditionStrictIsolation = "StrictIsolation"
+
+// ConditionEnrollmentConflict is True while some namespace cannot be
+// enrolled because an object with the name of one of its policies belongs
+// to someone else; the message names each such object.
+const ConditionEnrollmentConflict = "EnrollmentConflict"
+
+// ConditionDataPlaneMigration is True while a change of spec.dataPlane is
+// being rolled through the enrolled namespaces; the message gives each
+// namespace's progress and what keeps the old data plane.
+const ConditionDataPlaneMigration = "DataPlaneMigration"
 
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=list
@@ -200,7 +211,13 @@ type nsResult struct {
 	mode    enroll.MTLSDecision
 	pending bool   // still waiting for the STRICT cutover signal
 	blocker string // the first Pod that holds the cutover back
-	paused  []string
+	// edgeHeld: the namespace's own workloads are ready, a declared edge
+	// holds STRICT back (blocker names it).
+	edgeHeld bool
+	// migration is the namespace's progress through a change of data
+	// plane ("" when it is not migrating).
+	migration string
+	paused    []string
 	// baselineWithheld: isolation strict, but the mode in force is
 	// PERMISSIVE, so the allow-nothing baseline is absent.
 	baselineWithheld bool
@@ -208,11 +225,12 @@ type nsResult struct {
 
 // reconcileEnrollment enrolls the namespaces asked for and releases the
 // others. It enrolls only while meshReady; with holdOnly (the mesh is not
-// Ready) it only releases namespaces that are no longer wanted (an opt-out
-// wins at any time; releasing moves towards plaintext, which is always
-// safe) and leaves the enrolled ones as they are. It returns how soon to
-// look again: at the end of a maintenance window, or soon while a cutover
-// is pending.
+// Ready) it only moves towards plaintext, which is always safe: it releases
+// namespaces that are no longer wanted (an opt-out wins at any time) and
+// relaxes enrolled ones to PERMISSIVE when the break-glass asks for it (a
+// maintenance window, mtls.mode permissive), and otherwise leaves them as
+// they are. It returns how soon to look again: at the end of a maintenance
+// window, or soon while a cutover is pending.
 func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v1alpha1.ServiceMesh, st *status, holdOnly bool) (time.Duration, error) {
 	if holdOnly && !controllerutil.ContainsFinalizer(mesh, EnrollFinalizer) {
 		return 0, nil // nothing was ever enrolled
@@ -241,9 +259,9 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 		return 0, err
 	}
 	protected := r.protectedNamespaces(cp)
-	var enrolled, permissive, paused, withheld []string
+	var enrolled, permissive, paused, withheld, conflicts, migrating []string
 	var errs []error
-	pending := false
+	pending, ownWaiting := false, false
 	var waiting []string
 	for i := range nsList.Items {
 		ns := &nsList.Items[i]
@@ -263,22 +281,35 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 			continue
 		}
 		if holdOnly {
-			// Not Ready: an enrolled namespace stays as it is.
-			if slices.Contains(mesh.Status.EnrolledNamespaces, ns.Name) {
-				enrolled = append(enrolled, ns.Name)
+			// Not Ready: an enrolled namespace keeps its configuration; only
+			// the break-glass may relax its mTLS.
+			if !slices.Contains(mesh.Status.EnrolledNamespaces, ns.Name) {
+				continue
 			}
-			continue
-		}
-		if err := r.ensureNamedFinalizer(ctx, mesh, EnrollFinalizer); err != nil {
+			enrolled = append(enrolled, ns.Name)
+			if policies[ns.Name][policyKey(enroll.KindPeerAuthentication, enroll.PeerAuthenticationName)] == nil {
+				continue
+			}
+		} else if err := r.ensureNamedFinalizer(ctx, mesh, EnrollFinalizer); err != nil {
 			return 0, err
 		}
-		res, err := r.enrollNamespace(ctx, mesh, cp, ns, d, policies[ns.Name], now)
+		res, err := r.enrollNamespace(ctx, mesh, cp, ns, d, policies[ns.Name], now, !holdOnly)
 		paused = append(paused, res.paused...)
+		var conflict *enrollConflict
+		if errors.As(err, &conflict) {
+			conflicts = append(conflicts, fmt.Sprintf("%s %s/%s", conflict.err.Kind, conflict.err.Namespace, conflict.err.Name))
+			r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, "EnrollmentConflict", "Reconcile", "%s", err.Error())
+		}
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		enrolled = append(enrolled, ns.Name)
+		if !holdOnly {
+			enrolled = append(enrolled, ns.Name)
+		}
+		if res.migration != "" {
+			migrating = append(migrating, res.migration)
+		}
 		if !slices.Contains(mesh.Status.EnrolledNamespaces, ns.Name) {
 			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "NamespaceEnrolled", "Reconcile",
 				"Enrolled namespace %s (requested by %s) at %s mTLS.", ns.Name, d.Reason, strings.ToUpper(res.mode.Mode))
@@ -290,24 +321,30 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 			withheld = append(withheld, fmt.Sprintf("%s (%s)", ns.Name, res.mode.Reason))
 		}
 		pending = pending || res.pending
-		if res.pending {
+		switch {
+		case res.pending && res.edgeHeld:
+			waiting = append(waiting, fmt.Sprintf("%s (%s)", ns.Name, res.blocker))
+		case res.pending:
+			ownWaiting = true
 			waiting = append(waiting, fmt.Sprintf("%s (Pod %s)", ns.Name, res.blocker))
 		}
 	}
 	sort.Strings(enrolled)
 	sort.Strings(permissive)
 	sort.Strings(paused)
-	if holdOnly {
-		st.next.EnrolledNamespaces = enrolled
-		if len(errs) > 0 {
-			return 0, errors.Join(errs...)
-		}
-		return 0, nil
-	}
 	st.next.EnrolledNamespaces, st.next.PermissiveNamespaces, st.next.PausedObjects = enrolled, permissive, paused
 
 	sort.Strings(waiting)
 	switch {
+	case holdOnly:
+		// Pods are not looked at while held: the cutover stays as reported.
+	case len(waiting) > 0 && !ownWaiting:
+		if len(waiting) > 5 {
+			waiting = append(waiting[:5], fmt.Sprintf("and %d more", len(waiting)-5))
+		}
+		st.set(ConditionMTLSCutover, metav1.ConditionFalse, "AwaitingEdge", fmt.Sprintf(
+			"Held at PERMISSIVE: the workloads are meshed, but a declared edge namespace (allow-from label) still has a Pod that would call in plaintext, which STRICT would reject; mesh these callers (enroll their namespace, or give them a sidecar): %s.",
+			strings.Join(waiting, ", ")))
 	case len(waiting) > 0:
 		if len(waiting) > 5 {
 			waiting = append(waiting[:5], fmt.Sprintf("and %d more", len(waiting)-5))
@@ -317,6 +354,35 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 			cutoverSignal(mesh.Spec.DataPlane), strings.Join(waiting, ", ")))
 	default:
 		st.set(ConditionMTLSCutover, metav1.ConditionTrue, "CutOver", "Every enrolled namespace has passed the PERMISSIVE→STRICT cutover.")
+	}
+
+	sort.Strings(migrating)
+	switch {
+	case len(migrating) > 0:
+		if len(migrating) > 10 {
+			migrating = append(migrating[:10], fmt.Sprintf("and %d more", len(migrating)-10))
+		}
+		msg := fmt.Sprintf("Moving the enrolled namespaces to dataPlane %s: %s.", mesh.Spec.DataPlane, strings.Join(migrating, "; "))
+		if st.oldDataPlane != "" {
+			msg += " " + st.oldDataPlane
+		}
+		st.set(ConditionDataPlaneMigration, metav1.ConditionTrue, "Migrating", msg)
+	case st.oldDataPlane != "":
+		st.set(ConditionDataPlaneMigration, metav1.ConditionTrue, "ReleasingOldDataPlane", fmt.Sprintf(
+			"Every enrolled namespace is on dataPlane %s. %s", mesh.Spec.DataPlane, st.oldDataPlane))
+	case !holdOnly:
+		st.set(ConditionDataPlaneMigration, metav1.ConditionFalse, "Settled", fmt.Sprintf(
+			"No data-plane migration in progress: every enrolled namespace is configured for %s.", mesh.Spec.DataPlane))
+	}
+
+	sort.Strings(conflicts)
+	switch {
+	case len(conflicts) > 0:
+		st.set(ConditionEnrollmentConflict, metav1.ConditionTrue, "PolicyConflict", fmt.Sprintf(
+			"These objects have the names of the operator's per-namespace policies but belong to someone else, so their namespaces are not enrolled (their data-plane label was not applied, or was rolled back): %s. Rename or delete them, or opt the namespace out.",
+			strings.Join(conflicts, ", ")))
+	case !holdOnly:
+		st.set(ConditionEnrollmentConflict, metav1.ConditionFalse, "NoConflict", "No object of someone else stands in the way of an enrolled namespace's policies.")
 	}
 
 	sort.Strings(withheld)
@@ -363,32 +429,227 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 	return wait, nil
 }
 
-// enrollNamespace applies, in order: the data-plane label (with the
-// enrollment request when spec.enrollNamespaces asks for it), the
-// PeerAuthentication, the isolation policy, and only then the state labels
-// that describe them.
+// enrollNamespace configures one enrolled namespace: its policies first
+// (PeerAuthentication, isolation DENY, strict baseline), and only then the
+// namespace labels, the data-plane label (with the enrollment request when
+// spec.enrollNamespaces asks for it) together with the state labels that
+// describe what is in place. A namespace is therefore never captured by the
+// data plane without its configuration; when a policy cannot be applied
+// because an object of its name belongs to someone else, what the operator
+// applied there is rolled back (the data-plane label included) and the
+// conflict is returned.
+//
+// With ready false (the control plane is not Ready) it changes only what
+// relaxes mTLS: the PeerAuthentication may go PERMISSIVE (the baseline
+// first) and the mtls state label follows; nothing else moves.
 func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alpha1.ServiceMesh, cp *v1alpha1.ControlPlaneStatus,
-	ns *corev1.Namespace, d enroll.Decision, live map[string]*unstructured.Unstructured, now time.Time) (nsResult, error) {
-	var res nsResult
+	ns *corev1.Namespace, d enroll.Decision, live map[string]*unstructured.Unstructured, now time.Time, ready bool) (nsResult, error) {
 	dp := mesh.Spec.DataPlane
-	base := enroll.DataPlaneLabels(dp, cp.Revision)
+	dpLabels := enroll.DataPlaneLabels(dp, cp.Revision)
+	base := maps.Clone(dpLabels)
 	if d.WriteRequest {
 		base[labels.Mesh] = labels.MeshEnabled
 	}
-	// Step 1: the data plane. State labels we already wrote stay as they
-	// are until what they will claim is in place.
 	owned := ownedLabels(ns)
-	step1 := maps.Clone(base)
-	for _, k := range contract.StateKeys() {
-		if v, ok := ns.Labels[k]; ok && owned[k] {
-			step1[k] = v
+	if !ready {
+		// Held: what the operator applied stays, except what relaxes.
+		base = map[string]string{}
+		for k := range owned {
+			if !slices.Contains(contract.StateKeys(), k) {
+				base[k] = ns.Labels[k]
+			}
 		}
 	}
-	if err := r.applyNamespaceLabels(ctx, ns, step1); err != nil {
+	// The cutover signal is read from Pods only once the data-plane label
+	// is on the namespace: Pods listed before it may have been created
+	// without injection or capture that is about to apply.
+	inPlace := ready && hasLabels(ns.Labels, dpLabels)
+
+	// What the mesh-dataplane state label may claim, read before the labels
+	// change: see stateDataPlane.
+	stateDP, heldBy := dp, ""
+	if ready {
+		var err error
+		if stateDP, heldBy, err = r.stateDataPlane(ctx, mesh, ns); err != nil {
+			return nsResult{}, err
+		}
+	}
+	res, mtlsInForce, err := r.applyPolicies(ctx, mesh, cp, ns, live, now, ready, inPlace)
+	if err != nil {
+		var conflict *apply.ConflictError
+		if errors.As(err, &conflict) && ready {
+			if rerr := r.rollbackNamespace(ctx, mesh, ns, d); rerr != nil {
+				return res, errors.Join(err, rerr)
+			}
+			return res, &enrollConflict{namespace: ns.Name, err: conflict}
+		}
 		return res, err
 	}
+	if !ready {
+		// Held: the mtls state label follows the PeerAuthentication.
+		step := maps.Clone(base)
+		for _, k := range contract.StateKeys() {
+			if v, ok := ns.Labels[k]; ok && owned[k] {
+				step[k] = v
+			}
+		}
+		if _, ok := step[labels.MeshMTLS]; ok {
+			step[labels.MeshMTLS] = mtlsInForce
+		}
+		return res, r.applyNamespaceLabels(ctx, ns, step)
+	}
+	if err := r.applyEnrollmentLabels(ctx, mesh, cp, ns, base, stateDP, mtlsInForce); err != nil {
+		return res, err
+	}
+	if heldBy != "" {
+		res.migration = fmt.Sprintf("%s: relabelled for %s, PERMISSIVE; its state label says %s until istio-cni releases Pod %s",
+			ns.Name, dp, stateDP, heldBy)
+	}
+	if inPlace || !res.pending {
+		return res, nil
+	}
+	// The data-plane label has just gone on: look at the Pods again, now
+	// that they tell the truth, so a namespace that is ready for STRICT
+	// does not wait for the next poll.
+	fresh, err := r.namespacePolicies(ctx, mesh, ns.Name)
+	if err != nil {
+		return res, err
+	}
+	migration := res.migration
+	res, mtlsInForce, err = r.applyPolicies(ctx, mesh, cp, ns, fresh, now, true, true)
+	if err != nil {
+		return res, err
+	}
+	if heldBy != "" {
+		res.migration = migration
+	}
+	return res, r.applyEnrollmentLabels(ctx, mesh, cp, ns, base, stateDP, mtlsInForce)
+}
 
-	// Step 2: mTLS, PERMISSIVE until the workloads show they can take STRICT.
+// stateDataPlane is the data plane the namespace's mesh-dataplane state
+// label may claim: spec.dataPlane, except that a namespace leaving ambient
+// keeps saying ambient while istio-cni still redirects one of its running
+// Pods to ztunnel (named in the second result). The label tells workload
+// operators what is in place, and a fleet closes its HBONE port when it
+// reads sidecar: that must not happen while ztunnel still delivers there.
+func (r *ServiceMeshReconciler) stateDataPlane(ctx context.Context, mesh *v1alpha1.ServiceMesh, ns *corev1.Namespace) (v1alpha1.DataPlane, string, error) {
+	dp := mesh.Spec.DataPlane
+	if dp == v1alpha1.DataPlaneAmbient || enroll.AppliedDataPlane(ns.Labels, ownedLabels(ns)) != v1alpha1.DataPlaneAmbient {
+		return dp, "", nil
+	}
+	pods := &corev1.PodList{}
+	if err := r.Reader.List(ctx, pods, client.InNamespace(ns.Name)); err != nil {
+		return dp, "", fmt.Errorf("listing Pods in %s: %w", ns.Name, err)
+	}
+	for i := range pods.Items {
+		if p := &pods.Items[i]; podmesh.Running(p) && podmesh.Redirected(p) {
+			return v1alpha1.DataPlaneAmbient, p.Name, nil
+		}
+	}
+	return dp, "", nil
+}
+
+// hasLabels: every label of want is on the object with the same value.
+func hasLabels(have, want map[string]string) bool {
+	for k, v := range want {
+		if have[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// enrollConflict is a namespace whose policies could not be applied
+// because an object of the same name belongs to someone else.
+type enrollConflict struct {
+	namespace string
+	err       *apply.ConflictError
+}
+
+func (e *enrollConflict) Error() string {
+	return fmt.Sprintf("namespace %s is not enrolled: %s", e.namespace, e.err.Error())
+}
+func (e *enrollConflict) Unwrap() error { return e.err }
+
+// applyEnrollmentLabels applies the namespace's labels: base (data plane,
+// request) and the state labels describing what is in force.
+func (r *ServiceMeshReconciler) applyEnrollmentLabels(ctx context.Context, mesh *v1alpha1.ServiceMesh, cp *v1alpha1.ControlPlaneStatus,
+	ns *corev1.Namespace, base map[string]string, stateDP v1alpha1.DataPlane, mtlsInForce string) error {
+	sl, err := contract.Enrollment{DataPlane: contract.DataPlane(stateDP), MTLS: mtlsInForce, Isolation: string(mesh.Spec.Isolation),
+		ControlPlane: cp.Namespace}.StateLabels()
+	if err != nil {
+		return err
+	}
+	want := maps.Clone(base)
+	maps.Copy(want, sl)
+	return r.applyNamespaceLabels(ctx, ns, want)
+}
+
+// namespacePolicies reads the operator's policies of one namespace by name.
+func (r *ServiceMeshReconciler) namespacePolicies(ctx context.Context, mesh *v1alpha1.ServiceMesh, namespace string) (map[string]*unstructured.Unstructured, error) {
+	out := map[string]*unstructured.Unstructured{}
+	for _, k := range ownPolicyKeys() {
+		kind, name, _ := strings.Cut(k, "/")
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(enroll.SecurityGroupVersion.WithKind(kind))
+		err := r.Reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, u)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading %s %s/%s: %w", kind, namespace, name, err)
+		}
+		if controlledBy(u, mesh) {
+			out[k] = u
+		}
+	}
+	return out, nil
+}
+
+// ownPolicyKeys are the operator's per-namespace policies, in the order
+// they are removed: the baseline first (it would drop plaintext without
+// STRICT), the PeerAuthentication last.
+func ownPolicyKeys() []string {
+	return []string{policyKey(enroll.KindAuthorizationPolicy, enroll.BaselinePolicyName),
+		policyKey(enroll.KindAuthorizationPolicy, enroll.IsolationPolicyName),
+		policyKey(enroll.KindPeerAuthentication, enroll.PeerAuthenticationName)}
+}
+
+// rollbackNamespace undoes a partial enrollment after a conflict: the
+// state labels and the data-plane label go first (nothing is captured
+// without configuration), then the operator's own policies of the
+// namespace; objects of others are left alone. Only the enrollment request
+// the operator wrote for spec.enrollNamespaces stays: it is still asked for.
+func (r *ServiceMeshReconciler) rollbackNamespace(ctx context.Context, mesh *v1alpha1.ServiceMesh, ns *corev1.Namespace, d enroll.Decision) error {
+	keep := map[string]string{}
+	if d.WriteRequest {
+		keep[labels.Mesh] = labels.MeshEnabled
+	}
+	if err := r.applyNamespaceLabels(ctx, ns, keep); err != nil {
+		return err
+	}
+	for _, k := range ownPolicyKeys() {
+		kind, name, _ := strings.Cut(k, "/")
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(enroll.SecurityGroupVersion.WithKind(kind))
+		u.SetNamespace(ns.Name)
+		u.SetName(name)
+		var conflict *apply.ConflictError
+		if _, err := r.applier().Delete(ctx, u, mesh); err != nil && !errors.As(err, &conflict) {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyPolicies applies the namespace's policies and returns the mode in
+// force. evaluate: the Pods may be read for the cutover signal. With ready
+// false only relaxing changes are made.
+func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha1.ServiceMesh, cp *v1alpha1.ControlPlaneStatus,
+	ns *corev1.Namespace, live map[string]*unstructured.Unstructured, now time.Time, ready, evaluate bool) (nsResult, string, error) {
+	var res nsResult
+	dp := mesh.Spec.DataPlane
+	// mTLS, PERMISSIVE until the workloads show they can take STRICT.
 	owner := enroll.Owner(mesh)
 	pa := live[policyKey(enroll.KindPeerAuthentication, enroll.PeerAuthenticationName)]
 	baseline := live[policyKey(enroll.KindAuthorizationPolicy, enroll.BaselinePolicyName)]
@@ -396,10 +657,22 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 	if pa != nil {
 		strictReady = pa.GetAnnotations()[labels.MeshStrictReady]
 	}
-	if strictReady == "" {
+	// A change of data plane: the namespace was configured for another one.
+	// Its cutover, and the edges accepted with it, no longer count: STRICT
+	// returns only once its workloads are meshed the new way.
+	applied := enroll.AppliedDataPlane(ns.Labels, ownedLabels(ns))
+	migrating := applied != "" && applied != dp
+	migratingFrom := ""
+	if pa != nil {
+		migratingFrom = pa.GetAnnotations()[labels.MeshMigratingFrom]
+	}
+	if migrating {
+		strictReady, migratingFrom = "", string(applied)
+	}
+	if strictReady == "" && evaluate {
 		pods := &corev1.PodList{}
 		if err := r.Reader.List(ctx, pods, client.InNamespace(ns.Name)); err != nil {
-			return res, fmt.Errorf("listing Pods in %s: %w", ns.Name, err)
+			return res, "", fmt.Errorf("listing Pods in %s: %w", ns.Name, err)
 		}
 		ok, blocker := enroll.WorkloadsReady(dp, pods.Items)
 		if ok {
@@ -407,8 +680,68 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 		}
 		res.blocker = blocker
 	}
-	res.mode = enroll.MTLSMode(mesh.Spec.MTLS, now, strictReady != "")
-	res.pending = strictReady == "" && mesh.Spec.MTLS.Mode != v1alpha1.MTLSPermissive
+	liveMode := ""
+	if pa != nil {
+		liveMode = enroll.ModeOf(pa)
+	}
+	// Declared edges hold STRICT back until their Pods are meshed: STRICT
+	// would reject the plaintext calls they were declared for. Only edges
+	// not yet accepted at a cutover are looked at, so a plaintext Pod that
+	// appears later in an accepted edge cannot switch STRICT off.
+	state, _ := contract.Parse(ns.Labels)
+	accepted := enroll.AcceptedEdges(pa)
+	if migrating {
+		accepted = nil
+	}
+	newEdges := enroll.NewEdges(state.Edges, accepted)
+	edgeHolds := false
+	if ready && len(newEdges) > 0 {
+		if !evaluate {
+			edgeHolds = true // looked at once the data-plane label is on
+		} else {
+			edgePods := map[string][]corev1.Pod{}
+			for _, e := range newEdges {
+				pods := &corev1.PodList{}
+				if err := r.Reader.List(ctx, pods, client.InNamespace(e)); err != nil {
+					return res, "", fmt.Errorf("listing Pods in %s (a declared edge of %s): %w", e, ns.Name, err)
+				}
+				edgePods[e] = pods.Items
+			}
+			if e, who := enroll.EdgeHolder(dp, newEdges, edgePods); e != "" {
+				edgeHolds = true
+				if strictReady != "" {
+					res.blocker = fmt.Sprintf("edge %s: Pod %s", e, who)
+				}
+			}
+		}
+	}
+	res.mode = enroll.DecideMTLS(enroll.MTLSInputs{Spec: mesh.Spec.MTLS, Now: now, Ready: ready, Live: liveMode, CutOver: strictReady != "",
+		EdgeHolds: edgeHolds, Migrating: migrating})
+	res.pending = ready && (res.mode.Reason == "AwaitingCutover" || res.mode.Reason == "AwaitingEdge" || res.mode.Reason == "Migrating")
+	res.edgeHeld = res.mode.Reason == "AwaitingEdge"
+	if ready && res.mode.Mode == contract.MTLSStrict {
+		// Every declared edge was meshed (or accepted before) now, and a
+		// migration is over for this namespace.
+		accepted = slices.Clone(state.Edges)
+		migratingFrom = ""
+	}
+	switch {
+	case migrating && ready:
+		res.migration = fmt.Sprintf("%s: PERMISSIVE, moving to %s now", ns.Name, dp)
+	case migrating:
+		res.migration = fmt.Sprintf("%s: PERMISSIVE, moves to %s once the control plane is Ready", ns.Name, dp)
+	case migratingFrom != "" && res.mode.Mode != contract.MTLSStrict:
+		who := res.blocker
+		switch {
+		case !ready:
+			who = "the control plane to be Ready"
+		case who == "":
+			who = "the next check"
+		case !res.edgeHeld:
+			who = "Pod " + who
+		}
+		res.migration = fmt.Sprintf("%s: on %s, STRICT once its workloads are meshed that way (waiting for: %s)", ns.Name, dp, who)
+	}
 	mtlsInForce := res.mode.Mode
 	paPaused := pa != nil && enroll.Paused(pa)
 	if paPaused {
@@ -431,7 +764,7 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 	} else if wantBaseline == nil && baseline != nil {
 		deleted, err := r.applier().Delete(ctx, baseline, mesh)
 		if err != nil {
-			return res, err
+			return res, mtlsInForce, err
 		}
 		if deleted {
 			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "BaselineWithdrawn", "Reconcile",
@@ -440,13 +773,26 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 		}
 	}
 	if !paPaused {
-		if _, err := r.applyPolicy(ctx, mesh, pa, enroll.PeerAuthentication(ns.Name, res.mode.Mode, strictReady, owner)); err != nil {
-			return res, err
+		desiredPA := enroll.PeerAuthentication(ns.Name, res.mode.Mode, strictReady, owner, accepted...)
+		if migratingFrom != "" {
+			ann := desiredPA.GetAnnotations()
+			if ann == nil {
+				ann = map[string]string{}
+			}
+			ann[labels.MeshMigratingFrom] = migratingFrom
+			desiredPA.SetAnnotations(ann)
+		}
+		if _, err := r.applyPolicy(ctx, mesh, pa, desiredPA); err != nil {
+			return res, mtlsInForce, err
 		}
 	}
+	if !ready {
+		// Held: isolation and the baseline stay as they are (withdrawing the
+		// baseline above was the only change allowed).
+		return res, mtlsInForce, nil
+	}
 
-	// Step 3: isolation, admitting the edges workload operators declared.
-	state, _ := contract.Parse(ns.Labels)
+	// Isolation, admitting the edges workload operators declared.
 	allowed := enroll.AllowedSources(ns.Name, []string{cp.Namespace}, state.Edges)
 	ap := live[policyKey(enroll.KindAuthorizationPolicy, enroll.IsolationPolicyName)]
 	desired := enroll.IsolationPolicy(ns.Name, mesh.Spec.Isolation, allowed, owner)
@@ -455,19 +801,19 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 		res.paused = append(res.paused, fmt.Sprintf("%s/%s/%s", enroll.KindAuthorizationPolicy, ns.Name, ap.GetName()))
 	case desired == nil && ap != nil:
 		if _, err := r.applier().Delete(ctx, ap, mesh); err != nil {
-			return res, err
+			return res, mtlsInForce, err
 		}
 	case desired != nil:
 		if _, err := r.applyPolicy(ctx, mesh, ap, desired); err != nil {
-			return res, err
+			return res, mtlsInForce, err
 		}
 	}
 
-	// Step 3b: isolation strict's baseline, once STRICT is in force.
+	// Isolation strict's baseline, once STRICT is in force.
 	if wantBaseline != nil && !baselinePaused {
 		result, err := r.applyPolicy(ctx, mesh, baseline, wantBaseline)
 		if err != nil {
-			return res, err
+			return res, mtlsInForce, err
 		}
 		if result == apply.Created {
 			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "BaselineApplied", "Reconcile",
@@ -475,16 +821,26 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 				ns.Name, enroll.BaselinePolicyName)
 		}
 	}
+	return res, mtlsInForce, nil
+}
 
-	// Step 4: the state labels, now that what they claim is applied.
-	sl, err := contract.Enrollment{DataPlane: contract.DataPlane(dp), MTLS: mtlsInForce, Isolation: string(mesh.Spec.Isolation),
-		ControlPlane: cp.Namespace}.StateLabels()
-	if err != nil {
-		return res, err
+// migrationPending: some namespace the operator configured is configured
+// for another data plane than spec.dataPlane.
+func (r *ServiceMeshReconciler) migrationPending(ctx context.Context, mesh *v1alpha1.ServiceMesh) (bool, error) {
+	if !controllerutil.ContainsFinalizer(mesh, EnrollFinalizer) {
+		return false, nil
 	}
-	step2 := maps.Clone(base)
-	maps.Copy(step2, sl)
-	return res, r.applyNamespaceLabels(ctx, ns, step2)
+	nsList := &corev1.NamespaceList{}
+	if err := r.Client.List(ctx, nsList, client.HasLabels{labels.MeshDataPlane}); err != nil {
+		return false, fmt.Errorf("listing namespaces: %w", err)
+	}
+	for i := range nsList.Items {
+		ns := &nsList.Items[i]
+		if dp := enroll.AppliedDataPlane(ns.Labels, ownedLabels(ns)); dp != "" && dp != mesh.Spec.DataPlane {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // applyPolicy applies a managed policy. Server-side apply alone would keep
@@ -585,6 +941,8 @@ func (r *ServiceMeshReconciler) teardownEnrollment(ctx context.Context, mesh *v1
 	meta.RemoveStatusCondition(&st.next.Conditions, ConditionMaintenanceWindow)
 	meta.RemoveStatusCondition(&st.next.Conditions, ConditionMTLSCutover)
 	meta.RemoveStatusCondition(&st.next.Conditions, ConditionStrictIsolation)
+	meta.RemoveStatusCondition(&st.next.Conditions, ConditionEnrollmentConflict)
+	meta.RemoveStatusCondition(&st.next.Conditions, ConditionDataPlaneMigration)
 	orig := mesh.DeepCopy()
 	controllerutil.RemoveFinalizer(mesh, EnrollFinalizer)
 	if err := r.Client.Patch(ctx, mesh, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {

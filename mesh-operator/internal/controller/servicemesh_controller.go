@@ -3,6 +3,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -211,18 +212,25 @@ func (r *ServiceMeshReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		fmt.Sprintf("Licensed to %s until %s.", lic.Licensee, lic.NotAfter.UTC().Format(time.RFC3339)))
 	licenseWait := license.NextCheck(lic, now)
 
+	// A change of data plane relaxes the enrolled namespaces first, before
+	// the new data plane's components are installed or the old ones change.
+	// A failure here is reported with the rest; the control plane is still
+	// reconciled.
+	pending, preErr := r.migrationPending(ctx, mesh)
+	if pending {
+		_, preErr = r.reconcileEnrollment(ctx, mesh, st, true)
+	}
 	res, err := r.reconcileControlPlane(ctx, mesh, st)
 	// Namespaces are enrolled only while the mesh is Ready at this
 	// generation; otherwise enrollment is held as it is (never tightened on
 	// a control plane that cannot be relied on), except that namespaces no
-	// longer wanted (opted out) are released.
-	if err == nil {
-		var wait time.Duration
-		wait, err = r.reconcileEnrollment(ctx, mesh, st, !meshReady(mesh, st))
-		if wait > 0 {
-			res.RequeueAfter = min(res.RequeueAfter, wait)
-		}
+	// longer wanted (opted out) are released and the break-glass relaxes
+	// mTLS: the safe direction is taken even when the control plane failed.
+	wait, eerr := r.reconcileEnrollment(ctx, mesh, st, err != nil || !meshReady(mesh, st))
+	if wait > 0 {
+		res.RequeueAfter = min(res.RequeueAfter, wait)
 	}
+	err = errors.Join(preErr, err, eerr)
 	if werr := r.writeStatus(ctx, mesh, st.next, st.warnReason, st.warnMessage); werr != nil && err == nil {
 		err = werr
 	}

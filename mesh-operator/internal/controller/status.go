@@ -16,6 +16,9 @@ type status struct {
 	next *v1alpha1.ServiceMeshStatus
 	// warnReason/warnMessage become a Warning event when they are new.
 	warnReason, warnMessage string
+	// oldDataPlane says what keeps the old data plane's components during
+	// a dataPlane migration ("" when nothing does).
+	oldDataPlane string
 }
 
 func newStatus(mesh *v1alpha1.ServiceMesh, now time.Time) *status {

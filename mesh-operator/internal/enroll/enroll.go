@@ -8,6 +8,7 @@ package enroll
 import (
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +18,7 @@ import (
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/shared/contract"
 	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/podmesh"
 	"github.com/ericdev/fleetmesh/shared/policy"
 )
 
@@ -32,7 +34,7 @@ const (
 	// ManagedBy is the app.kubernetes.io/managed-by value on the policies.
 	ManagedBy = "mesh-operator"
 	// ProxyContainer is the name of Istio's sidecar container.
-	ProxyContainer = "istio-proxy"
+	ProxyContainer = podmesh.ProxyContainer
 )
 
 // SecurityGroupVersion is the Istio security API the policies use.
@@ -97,18 +99,18 @@ func DataPlaneLabels(dp v1alpha1.DataPlane, revision string) map[string]string {
 }
 
 // WorkloadsReady is the STRICT cutover signal: every Pod of the namespace
-// that has not finished can already speak mTLS. With sidecars each such Pod
-// runs an istio-proxy container (a native sidecar init container with
-// restartPolicy Always, or a regular container); in ambient istio-cni has
-// annotated each one ambient.istio.io/redirection=enabled (ztunnel captures
-// it). A namespace without Pods is ready. The second result names the first
-// Pod that is not, for status and events.
+// that has not finished can already speak mTLS in data plane dp, as
+// shared/podmesh judges it (the fleet operator judges its members with the
+// same function): a Pod running Istio's proxy (native sidecar or regular
+// container) in either data plane, or, in ambient, a Pod istio-cni marked
+// redirected to ztunnel. A namespace without Pods is ready. The second
+// result names the first Pod that is not, for status and events.
 func WorkloadsReady(dp v1alpha1.DataPlane, pods []corev1.Pod) (bool, string) {
 	names := make([]string, 0, len(pods))
 	byName := map[string]*corev1.Pod{}
 	for i := range pods {
 		p := &pods[i]
-		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || p.DeletionTimestamp != nil {
+		if !podmesh.Running(p) {
 			continue
 		}
 		names = append(names, p.Name)
@@ -116,32 +118,11 @@ func WorkloadsReady(dp v1alpha1.DataPlane, pods []corev1.Pod) (bool, string) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		p := byName[n]
-		if dp == v1alpha1.DataPlaneAmbient {
-			if p.Annotations[labels.IstioAmbientRedirection] != "enabled" {
-				return false, n
-			}
-			continue
-		}
-		if !hasProxy(p) {
+		if !podmesh.MeshedIn(podmesh.DataPlane(dp), byName[n]) {
 			return false, n
 		}
 	}
 	return true, ""
-}
-
-func hasProxy(p *corev1.Pod) bool {
-	for _, c := range p.Spec.InitContainers {
-		if c.Name == ProxyContainer && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
-			return true
-		}
-	}
-	for _, c := range p.Spec.Containers {
-		if c.Name == ProxyContainer {
-			return true
-		}
-	}
-	return false
 }
 
 // MTLSDecision is the namespace-wide mode in force and why.
@@ -166,15 +147,105 @@ func Window(m v1alpha1.MTLS, now time.Time) (bool, time.Duration) {
 // its workloads have cut over (cutOver), unless spec.mtls.mode is
 // permissive or a maintenance window is open.
 func MTLSMode(m v1alpha1.MTLS, now time.Time, cutOver bool) MTLSDecision {
-	switch open, _ := Window(m, now); {
-	case m.Mode == v1alpha1.MTLSPermissive:
+	return DecideMTLS(MTLSInputs{Spec: m, Now: now, Ready: true, CutOver: cutOver})
+}
+
+// MTLSInputs is everything the mode of one enrolled namespace depends on.
+type MTLSInputs struct {
+	Spec v1alpha1.MTLS
+	Now  time.Time
+	// Ready: the control plane is Ready at the ServiceMesh's generation.
+	// Without it the mode may only relax (the safe direction): a namespace
+	// is never made STRICT where it is not already.
+	Ready bool
+	// Live is the mode of the live PeerAuthentication (a contract value;
+	// "" when there is none).
+	Live string
+	// CutOver: the namespace's own workloads met the cutover signal.
+	CutOver bool
+	// EdgeHolds: a declared edge namespace not yet accepted still has a
+	// Pod that would call in plaintext (see EdgeHolder).
+	EdgeHolds bool
+	// Migrating: the data plane the namespace was configured for is not
+	// the ServiceMesh's dataPlane any more. Its workloads must be meshed
+	// the new way before STRICT returns, so it goes PERMISSIVE first
+	// (relaxing: allowed even while the control plane is not Ready).
+	Migrating bool
+}
+
+// DecideMTLS decides the mode in force. Relaxing wins: the escape hatch
+// (mtls.mode permissive) and a maintenance window are honoured whatever
+// state the control plane is in; only the way back to STRICT waits for it
+// to be Ready.
+func DecideMTLS(in MTLSInputs) MTLSDecision {
+	switch open, _ := Window(in.Spec, in.Now); {
+	case in.Spec.Mode == v1alpha1.MTLSPermissive:
 		return MTLSDecision{contract.MTLSPermissive, "Configured"}
 	case open:
 		return MTLSDecision{contract.MTLSPermissive, "Maintenance"}
-	case !cutOver:
+	case in.Migrating:
+		return MTLSDecision{contract.MTLSPermissive, "Migrating"}
+	case !in.CutOver:
 		return MTLSDecision{contract.MTLSPermissive, "AwaitingCutover"}
+	case in.EdgeHolds:
+		return MTLSDecision{contract.MTLSPermissive, "AwaitingEdge"}
+	case !in.Ready && in.Live != contract.MTLSStrict:
+		return MTLSDecision{contract.MTLSPermissive, "AwaitingReady"}
 	}
 	return MTLSDecision{contract.MTLSStrict, "Strict"}
+}
+
+// NewEdges are the declared edges (sorted) that were not accepted when the
+// namespace last went STRICT: only those may hold STRICT back.
+func NewEdges(declared, accepted []string) []string {
+	var out []string
+	for _, e := range declared {
+		if !slices.Contains(accepted, e) {
+			out = append(out, e)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// EdgeHolder is the first of the given edge namespaces that still has a
+// running Pod not meshed in data plane dp (podmesh's judgement, as for the
+// namespace's own Pods), and that Pod; "" when every edge is meshed.
+// STRICT would reject such a Pod's plaintext calls, which the edge was
+// declared for, so the cutover waits for it. pods holds each edge's Pods.
+func EdgeHolder(dp v1alpha1.DataPlane, edges []string, pods map[string][]corev1.Pod) (string, string) {
+	for _, e := range edges {
+		if ok, who := WorkloadsReady(dp, pods[e]); !ok {
+			return e, who
+		}
+	}
+	return "", ""
+}
+
+// AppliedDataPlane is the data plane the operator last configured the
+// namespace for: its mesh-dataplane state label, when the operator holds it
+// (owned: the label keys its field manager applies). "" when none.
+func AppliedDataPlane(nsLabels map[string]string, owned map[string]bool) v1alpha1.DataPlane {
+	if !owned[labels.MeshDataPlane] {
+		return ""
+	}
+	switch dp := v1alpha1.DataPlane(nsLabels[labels.MeshDataPlane]); dp {
+	case v1alpha1.DataPlaneAmbient, v1alpha1.DataPlaneSidecar:
+		return dp
+	}
+	return ""
+}
+
+// AcceptedEdges reads the edges recorded on a live PeerAuthentication.
+func AcceptedEdges(pa *unstructured.Unstructured) []string {
+	if pa == nil {
+		return nil
+	}
+	v := pa.GetAnnotations()[labels.MeshStrictEdges]
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
 }
 
 // Owner is the controller reference every policy carries: the
@@ -192,14 +263,22 @@ func object(namespace, name string, owner metav1.OwnerReference) policy.Object {
 // PeerAuthentication is the namespace-wide mTLS policy (no selector).
 // strictReady, when set, is recorded in the labels.MeshStrictReady
 // annotation: the time the namespace first met the cutover signal.
-func PeerAuthentication(namespace, mode, strictReady string, owner metav1.OwnerReference) *unstructured.Unstructured {
+// acceptedEdges, when any, are recorded in labels.MeshStrictEdges.
+func PeerAuthentication(namespace, mode, strictReady string, owner metav1.OwnerReference, acceptedEdges ...string) *unstructured.Unstructured {
 	istioMode := policy.Permissive
 	if mode == contract.MTLSStrict {
 		istioMode = policy.Strict
 	}
 	u := policy.PeerAuthentication(object(namespace, PeerAuthenticationName, owner), nil, istioMode, nil)
+	ann := map[string]string{}
 	if strictReady != "" {
-		u.SetAnnotations(map[string]string{labels.MeshStrictReady: strictReady})
+		ann[labels.MeshStrictReady] = strictReady
+	}
+	if len(acceptedEdges) > 0 {
+		ann[labels.MeshStrictEdges] = strings.Join(acceptedEdges, ",")
+	}
+	if len(ann) > 0 {
+		u.SetAnnotations(ann)
 	}
 	return u
 }

@@ -118,8 +118,15 @@ func TestWorkloadsReady(t *testing.T) {
 	assert.Equal(t, "z", who)
 	ok, _ = WorkloadsReady(v1alpha1.DataPlaneSidecar, []corev1.Pod{pod("a", corev1.PodRunning, plainInit)})
 	assert.False(t, ok, "an istio-proxy init container that is not a native sidecar is not a proxy")
-	ok, _ = WorkloadsReady(v1alpha1.DataPlaneAmbient, []corev1.Pod{pod("a", corev1.PodRunning, classic)})
-	assert.False(t, ok, "ambient needs ztunnel capture")
+	// Issue 15 item 5: a running sidecar speaks mTLS in either data plane,
+	// so sidecar Pods do not stall an ambient namespace.
+	ok, _ = WorkloadsReady(v1alpha1.DataPlaneAmbient, []corev1.Pod{pod("a", corev1.PodRunning, classic), pod("b", corev1.PodRunning, native)})
+	assert.True(t, ok, "a sidecar is meshed in an ambient namespace too")
+	ok, who = WorkloadsReady(v1alpha1.DataPlaneAmbient, []corev1.Pod{pod("a", corev1.PodRunning, native), pod("b", corev1.PodRunning, nil)})
+	assert.False(t, ok, "neither a proxy nor ztunnel capture")
+	assert.Equal(t, "b", who)
+	ok, _ = WorkloadsReady(v1alpha1.DataPlaneSidecar, []corev1.Pod{pod("a", corev1.PodRunning, captured)})
+	assert.False(t, ok, "without ztunnel a redirection mark carries nothing")
 	ok, _ = WorkloadsReady(v1alpha1.DataPlaneAmbient, []corev1.Pod{pod("a", corev1.PodRunning, captured)})
 	assert.True(t, ok)
 }
@@ -169,4 +176,37 @@ func TestIsolationPolicyShape(t *testing.T) {
 	assert.True(t, *ref.Controller)
 	assert.True(t, Paused(&metav1.ObjectMeta{Annotations: map[string]string{labels.ReconcilePaused: "true"}}))
 	assert.False(t, Paused(&metav1.ObjectMeta{Annotations: map[string]string{labels.ReconcilePaused: "false"}}))
+}
+
+func TestDecideMTLSRelaxesWhileNotReady(t *testing.T) {
+	now := time.Now()
+	until := metav1.NewTime(now.Add(time.Hour))
+	strict := v1alpha1.MTLS{Mode: v1alpha1.MTLSStrict}
+	window := v1alpha1.MTLS{Mode: v1alpha1.MTLSStrict, MaintenanceUntil: &until}
+	permissive := v1alpha1.MTLS{Mode: v1alpha1.MTLSPermissive}
+	for _, tc := range []struct {
+		name string
+		in   MTLSInputs
+		want MTLSDecision
+	}{
+		{"not Ready, window open: relaxed", MTLSInputs{Spec: window, Now: now, Live: contract.MTLSStrict, CutOver: true}, MTLSDecision{contract.MTLSPermissive, "Maintenance"}},
+		{"not Ready, mode permissive: relaxed", MTLSInputs{Spec: permissive, Now: now, Live: contract.MTLSStrict, CutOver: true}, MTLSDecision{contract.MTLSPermissive, "Configured"}},
+		{"not Ready, STRICT stays STRICT", MTLSInputs{Spec: strict, Now: now, Live: contract.MTLSStrict, CutOver: true}, MTLSDecision{contract.MTLSStrict, "Strict"}},
+		{"not Ready, PERMISSIVE is not tightened", MTLSInputs{Spec: strict, Now: now, Live: contract.MTLSPermissive, CutOver: true}, MTLSDecision{contract.MTLSPermissive, "AwaitingReady"}},
+		{"Ready, PERMISSIVE is tightened", MTLSInputs{Spec: strict, Now: now, Ready: true, Live: contract.MTLSPermissive, CutOver: true}, MTLSDecision{contract.MTLSStrict, "Strict"}},
+	} {
+		assert.Equal(t, tc.want, DecideMTLS(tc.in), tc.name)
+	}
+}
+
+func TestDecideMTLSMigrating(t *testing.T) {
+	now := time.Now()
+	strict := v1alpha1.MTLS{Mode: v1alpha1.MTLSStrict}
+	for _, ready := range []bool{true, false} {
+		assert.Equal(t, MTLSDecision{contract.MTLSPermissive, "Migrating"},
+			DecideMTLS(MTLSInputs{Spec: strict, Now: now, Ready: ready, Live: contract.MTLSStrict, CutOver: true, Migrating: true}), "ready=%v", ready)
+	}
+	assert.Equal(t, v1alpha1.DataPlaneAmbient, AppliedDataPlane(map[string]string{labels.MeshDataPlane: "ambient"}, map[string]bool{labels.MeshDataPlane: true}))
+	assert.Equal(t, v1alpha1.DataPlane(""), AppliedDataPlane(map[string]string{labels.MeshDataPlane: "ambient"}, nil), "a label the operator does not hold says nothing")
+	assert.Equal(t, v1alpha1.DataPlane(""), AppliedDataPlane(map[string]string{labels.MeshDataPlane: "bogus"}, map[string]bool{labels.MeshDataPlane: true}))
 }

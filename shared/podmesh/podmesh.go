@@ -1,0 +1,96 @@
+// Package podmesh answers "is this Pod meshed, and how" once, for both
+// operators: the mesh operator's STRICT cutover and the fleet operator's
+// view of its members must never disagree about the same Pod.
+//
+// A Pod is meshed by a sidecar when it runs Istio's proxy container (a
+// regular container, or a native sidecar: an init container with
+// restartPolicy Always); it is meshed by ambient when istio-cni has marked
+// it redirected to ztunnel. A sidecar speaks mTLS whatever the namespace's
+// data plane is (istio-cni does not capture a Pod that has one), so it
+// counts in both; ambient redirection counts only where ztunnel runs, that
+// is in an ambient data plane.
+package podmesh
+
+import (
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/ericdev/fleetmesh/shared/labels"
+)
+
+// ProxyContainer is the name Istio gives the injected proxy.
+const ProxyContainer = "istio-proxy"
+
+// How a Pod is meshed.
+type How string
+
+const (
+	// None: the Pod speaks plaintext.
+	None How = ""
+	// Sidecar: the Pod runs Istio's proxy.
+	Sidecar How = "sidecar"
+	// Ambient: istio-cni redirects the Pod's traffic to ztunnel.
+	Ambient How = "ambient"
+)
+
+// DataPlane is a data plane as both operators spell it ("ambient" or
+// "sidecar", the values of the mesh-dataplane state label).
+type DataPlane string
+
+// Data planes.
+const (
+	DataPlaneAmbient DataPlane = "ambient"
+	DataPlaneSidecar DataPlane = "sidecar"
+)
+
+// HasProxy reports whether the Pod runs an injected proxy, as a regular
+// container or as a native sidecar (an init container that keeps running;
+// an init container named istio-proxy that exits is no proxy).
+func HasProxy(p *corev1.Pod) bool {
+	for _, c := range p.Spec.Containers {
+		if c.Name == ProxyContainer {
+			return true
+		}
+	}
+	for _, c := range p.Spec.InitContainers {
+		if c.Name == ProxyContainer && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			return true
+		}
+	}
+	return false
+}
+
+// Redirected reports whether istio-cni marked the Pod captured by ztunnel.
+func Redirected(p *corev1.Pod) bool {
+	return p.Annotations[labels.IstioAmbientRedirection] == "enabled"
+}
+
+// Of says how the Pod is meshed. A proxy wins over a redirection mark:
+// istio-cni leaves Pods with a sidecar alone, so such a mark is stale.
+func Of(p *corev1.Pod) How {
+	switch {
+	case HasProxy(p):
+		return Sidecar
+	case Redirected(p):
+		return Ambient
+	}
+	return None
+}
+
+// MeshedIn reports whether the Pod speaks mTLS in a mesh whose data plane is
+// dp: a sidecar in either data plane, ambient redirection only in ambient
+// (without ztunnel a redirection mark carries nothing).
+func MeshedIn(dp DataPlane, p *corev1.Pod) bool {
+	switch Of(p) {
+	case Sidecar:
+		return true
+	case Ambient:
+		return dp == DataPlaneAmbient
+	}
+	return false
+}
+
+// Running reports whether the Pod still takes part in traffic: not
+// finished and not being deleted. Only such Pods hold a cutover back.
+func Running(p *corev1.Pod) bool {
+	return p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed && p.DeletionTimestamp == nil
+}

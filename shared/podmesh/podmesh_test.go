@@ -1,0 +1,56 @@
+package podmesh
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ericdev/fleetmesh/shared/labels"
+)
+
+func TestMeshed(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	app := corev1.Container{Name: "app"}
+	native := &corev1.Pod{Spec: corev1.PodSpec{InitContainers: []corev1.Container{{Name: ProxyContainer, RestartPolicy: &always}}, Containers: []corev1.Container{app}}}
+	classic := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{app, {Name: ProxyContainer}}}}
+	initOnly := &corev1.Pod{Spec: corev1.PodSpec{InitContainers: []corev1.Container{{Name: ProxyContainer}}, Containers: []corev1.Container{app}}}
+	redirected := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{labels.IstioAmbientRedirection: "enabled"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{app}}}
+	disabledMark := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{labels.IstioAmbientRedirection: "disabled"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{app}}}
+	plain := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{app}}}
+	sidecarAndMark := native.DeepCopy()
+	sidecarAndMark.Annotations = redirected.Annotations
+
+	for _, tc := range []struct {
+		name             string
+		pod              *corev1.Pod
+		how              How
+		ambient, sidecar bool
+	}{
+		{"native sidecar", native, Sidecar, true, true},
+		{"classic sidecar", classic, Sidecar, true, true},
+		{"an init container that exits is no proxy", initOnly, None, false, false},
+		{"ambient redirection", redirected, Ambient, true, false},
+		{"redirection disabled", disabledMark, None, false, false},
+		{"plaintext", plain, None, false, false},
+		{"a proxy wins over a stale mark", sidecarAndMark, Sidecar, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.how, Of(tc.pod))
+			assert.Equal(t, tc.ambient, MeshedIn(DataPlaneAmbient, tc.pod), "in ambient")
+			assert.Equal(t, tc.sidecar, MeshedIn(DataPlaneSidecar, tc.pod), "in sidecar")
+		})
+	}
+}
+
+func TestRunning(t *testing.T) {
+	now := metav1.Now()
+	assert.True(t, Running(&corev1.Pod{}))
+	assert.True(t, Running(&corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning}}))
+	assert.False(t, Running(&corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodSucceeded}}))
+	assert.False(t, Running(&corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed}}))
+	assert.False(t, Running(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now}}))
+}
