@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -11,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,7 +32,11 @@ const (
 	istiodAppValue   = "istiod"
 	istiodContainer  = "discovery"
 	defaultIstioNSes = sail.IstioNamespace
+	// maistraVersion is the served version of OSSM 2.x's ServiceMeshControlPlane.
+	maistraVersion = "v2"
 )
+
+// +kubebuilder:rbac:groups=maistra.io,resources=servicemeshcontrolplanes,verbs=list
 
 // observed is what one reconcile read: the facts detection decides on, plus
 // the live objects readiness is judged from.
@@ -76,6 +82,20 @@ func (r *ServiceMeshReconciler) observe(ctx context.Context, mesh *v1alpha1.Serv
 		case !apierrors.IsNotFound(err):
 			return nil, fmt.Errorf("reading %s/%s: %w", ciliumNamespace, ciliumConfigMap, err)
 		}
+	}
+
+	if o.facts.Maistra() {
+		// Only a ServiceMeshControlPlane shows OSSM 2 in use: its CRDs
+		// outlive an uninstall.
+		list := &metav1.PartialObjectMetadataList{}
+		list.SetGroupVersionKind(schema.GroupVersionKind{Group: detect.GroupMaistra, Version: maistraVersion, Kind: "ServiceMeshControlPlaneList"})
+		if err := r.Reader.List(ctx, list); err != nil {
+			return nil, fmt.Errorf("listing Maistra ServiceMeshControlPlanes: %w", err)
+		}
+		for _, smcp := range list.Items {
+			o.facts.MaistraControlPlanes = append(o.facts.MaistraControlPlanes, smcp.Namespace+"/"+smcp.Name)
+		}
+		sort.Strings(o.facts.MaistraControlPlanes)
 	}
 
 	if o.facts.SailAPI() {
