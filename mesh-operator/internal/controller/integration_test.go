@@ -127,7 +127,8 @@ func TestIntegration(t *testing.T) {
 	require.NoError(t, reg.Register(licMetrics))
 	cfg := Config{OperatorNamespace: "mesh-system", LicenseSecret: "license", Keys: []ed25519.PublicKey{pub},
 		SailInstall: true, SailNamespace: "sail-operator", HelmTimeout: time.Minute,
-		SailChart: sailinstall.ChartSource{Repository: repo.URL, Name: "sail-operator", Version: "1.30.0"}}
+		// The test repository is plain http on 127.0.0.1: allowed only explicitly.
+		SailChart: sailinstall.ChartSource{Repository: repo.URL, Name: "sail-operator", Version: "1.30.0", InsecureHTTP: true}}
 	r := &ServiceMeshReconciler{
 		Client: opClient, Reader: opClient, Discovery: dc, HTTP: repo.Client(),
 		Helm:   &sailinstall.Helm{Config: asOperator, Namespace: cfg.SailNamespace, ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute},

@@ -46,6 +46,11 @@ const (
 	ConditionPreconditionNotMet = "PreconditionNotMet"
 	ConditionPreviewLocked      = "PreviewLocked"
 	ConditionRefused            = "Refused"
+	// ConditionSailTeardown reports, while the ServiceMesh is deleted, what
+	// became of the Sail Operator installation it held: uninstalled, kept
+	// (other holders, or Sail resources the operator does not own), and
+	// which recorded CRD names it refused to delete.
+	ConditionSailTeardown = "SailTeardown"
 	// ConditionReconciling and ConditionStalled follow kstatus.
 	ConditionReconciling = "Reconciling"
 	ConditionStalled     = "Stalled"
