@@ -24,6 +24,9 @@ const (
 	// SailReleaseName is the Helm release (and Deployment) name of a Sail
 	// Operator the mesh operator installs.
 	SailReleaseName = "sail-operator"
+	// DefaultCNIReleaseTimeout bounds how long a teardown waits for
+	// istio-cni to release the Pods of namespaces that left the mesh.
+	DefaultCNIReleaseTimeout = 2 * time.Minute
 )
 
 // Config is the operator-wide configuration that comes from flags (set by the chart).
@@ -43,6 +46,9 @@ type Config struct {
 	SailNamespace string
 	// HelmTimeout bounds one Helm install or uninstall.
 	HelmTimeout time.Duration
+	// CNIReleaseTimeout bounds the teardown's wait for istio-cni to release
+	// Pods (0: DefaultCNIReleaseTimeout).
+	CNIReleaseTimeout time.Duration
 
 	keyOptions license.KeyOptions
 	// KeyWarning is set when a test key was configured for a release build.
@@ -59,6 +65,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.SailChart.InsecureHTTP, "sail-chart-insecure-http", false, "allow fetching the Sail Operator chart over plain http (test repositories only: the chart gets escalate and bind, and over http its digest proves nothing)")
 	fs.StringVar(&c.SailNamespace, "sail-namespace", DefaultSailNamespace, "namespace the Sail Operator is installed into")
 	fs.DurationVar(&c.HelmTimeout, "sail-install-timeout", 5*time.Minute, "upper bound for one Helm install or uninstall of the Sail Operator")
+	fs.DurationVar(&c.CNIReleaseTimeout, "cni-release-timeout", DefaultCNIReleaseTimeout, "at teardown, how long ZTunnel and IstioCNI wait for istio-cni to release the Pods of namespaces that left the mesh")
 	c.keyOptions.BindFlags(fs)
 }
 

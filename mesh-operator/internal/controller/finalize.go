@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -66,6 +67,13 @@ func (r *ServiceMeshReconciler) finalize(ctx context.Context, mesh *v1alpha1.Ser
 		return ctrl.Result{}, err
 	}
 	if _, ok := res[sail.Group]; ok {
+		msg, err := r.awaitCNIRelease(ctx, mesh)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if msg != "" {
+			return progress(ReasonWaitingForCNIRelease, msg)
+		}
 		var waiting []string
 		// ZTunnel and IstioCNI first: they follow the Istio.
 		for _, kind := range []string{sail.KindZTunnel, sail.KindIstioCNI, sail.KindIstio} {
@@ -111,6 +119,91 @@ func (r *ServiceMeshReconciler) finalize(ctx context.Context, mesh *v1alpha1.Ser
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	return ctrl.Result{}, nil
+}
+
+// ReasonWaitingForCNIRelease: the teardown holds ZTunnel and IstioCNI
+// while istio-cni still redirects Pods of namespaces that left the mesh.
+const ReasonWaitingForCNIRelease = "WaitingForCNIRelease"
+
+// maxListed bounds how many Pods a message names.
+const maxListed = 10
+
+// awaitCNIRelease returns why ZTunnel and IstioCNI must stay for now, or ""
+// when they may go. Namespaces leave the mesh first, but istio-cni removes
+// a Pod's traffic redirection only after it sees the label go: deleting
+// ztunnel (and istio-cni) before that leaves those Pods redirected to a
+// ztunnel that no longer exists, cut off. The wait is bounded (from the
+// deletion of the ServiceMesh): a node whose istio-cni is gone never
+// answers, and the teardown must end.
+func (r *ServiceMeshReconciler) awaitCNIRelease(ctx context.Context, mesh *v1alpha1.ServiceMesh) (string, error) {
+	held := false
+	for _, kind := range []string{sail.KindZTunnel, sail.KindIstioCNI} {
+		u := &metav1.PartialObjectMetadata{}
+		u.SetGroupVersionKind(sail.GVK(kind))
+		err := r.Reader.Get(ctx, types.NamespacedName{Name: "default"}, u)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return "", fmt.Errorf("reading %s default: %w", kind, err)
+		}
+		held = held || (err == nil && controlledBy(u, mesh) && u.DeletionTimestamp == nil)
+	}
+	if !held {
+		return "", nil
+	}
+	pods, err := r.strandedPods(ctx)
+	if err != nil || len(pods) == 0 {
+		return "", err
+	}
+	timeout := r.Config.CNIReleaseTimeout
+	if timeout <= 0 {
+		timeout = DefaultCNIReleaseTimeout
+	}
+	deadline := mesh.DeletionTimestamp.Add(timeout)
+	if r.Now().After(deadline) {
+		r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, "CNIReleaseTimedOut", "Delete",
+			"Removing ZTunnel and IstioCNI after waiting %s: istio-cni still redirects %d Pods of namespaces that left the mesh (%s); restart them to restore their traffic.",
+			timeout, len(pods), listed(pods))
+		return "", nil
+	}
+	return fmt.Sprintf("waiting until %s for istio-cni to release %d Pods of namespaces that left the mesh (annotation %s=enabled) before ZTunnel and IstioCNI are removed: %s.",
+		deadline.UTC().Format(time.RFC3339), len(pods), labels.IstioAmbientRedirection, listed(pods)), nil
+}
+
+// strandedPods are the Pods istio-cni still redirects although neither they
+// nor their namespace ask for ambient any more, as namespace/name.
+// Namespaces that still ask for it (a user's own label) are not ours to
+// wait for.
+func (r *ServiceMeshReconciler) strandedPods(ctx context.Context) ([]string, error) {
+	nsList := &corev1.NamespaceList{}
+	if err := r.Client.List(ctx, nsList); err != nil {
+		return nil, fmt.Errorf("listing namespaces: %w", err)
+	}
+	ambient := map[string]bool{}
+	for _, ns := range nsList.Items {
+		ambient[ns.Name] = ns.Labels[labels.IstioDataPlaneMode] == string(v1alpha1.DataPlaneAmbient)
+	}
+	// Metadata only: the annotation is all that is read.
+	pods := &metav1.PartialObjectMetadataList{}
+	pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
+	if err := r.Reader.List(ctx, pods); err != nil {
+		return nil, fmt.Errorf("listing Pods: %w", err)
+	}
+	var out []string
+	for _, p := range pods.Items {
+		if p.Annotations[labels.IstioAmbientRedirection] != "enabled" || ambient[p.Namespace] ||
+			p.Labels[labels.IstioDataPlaneMode] == string(v1alpha1.DataPlaneAmbient) {
+			continue
+		}
+		out = append(out, p.Namespace+"/"+p.Name)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func listed(names []string) string {
+	if len(names) <= maxListed {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:maxListed], ", "), len(names)-maxListed)
 }
 
 // deleteOwnedSail deletes the Sail CR of kind that this ServiceMesh
