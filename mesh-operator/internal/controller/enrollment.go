@@ -164,6 +164,17 @@ func (r *ServiceMeshReconciler) applyNamespaceLabels(ctx context.Context, ns *co
 	return nil
 }
 
+// applyEnrolledLabels applies the labels of an enrolled namespace, unless
+// the namespace carries the reconcile-paused annotation: then the labels
+// the operator owns there are held as they are (hand edits included).
+// Leaving the mesh strips them regardless, as it deletes paused policies.
+func (r *ServiceMeshReconciler) applyEnrolledLabels(ctx context.Context, ns *corev1.Namespace, want map[string]string) error {
+	if enroll.Paused(ns) {
+		return nil
+	}
+	return r.applyNamespaceLabels(ctx, ns, want)
+}
+
 // policyKey names a managed policy within its namespace: Kind/name.
 func policyKey(kind, name string) string { return kind + "/" + name }
 
@@ -274,6 +285,9 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 		}
 		res, err := r.enrollNamespace(ctx, mesh, cp, ns, d, policies[ns.Name], now)
 		paused = append(paused, res.paused...)
+		if enroll.Paused(ns) {
+			paused = append(paused, "Namespace/"+ns.Name)
+		}
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -384,7 +398,7 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 			step1[k] = v
 		}
 	}
-	if err := r.applyNamespaceLabels(ctx, ns, step1); err != nil {
+	if err := r.applyEnrolledLabels(ctx, ns, step1); err != nil {
 		return res, err
 	}
 
@@ -484,7 +498,7 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 	}
 	step2 := maps.Clone(base)
 	maps.Copy(step2, sl)
-	return res, r.applyNamespaceLabels(ctx, ns, step2)
+	return res, r.applyEnrolledLabels(ctx, ns, step2)
 }
 
 // applyPolicy applies a managed policy. Server-side apply alone would keep

@@ -228,6 +228,7 @@ func (r *ServiceMeshReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			res.RequeueAfter = min(res.RequeueAfter, wait)
 		}
 	}
+	st.mergeSailPaused()
 	if werr := r.writeStatus(ctx, mesh, st.next, st.warnReason, st.warnMessage); werr != nil && err == nil {
 		err = werr
 	}
