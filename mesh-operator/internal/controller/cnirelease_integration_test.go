@@ -113,7 +113,8 @@ func TestCNIReleaseIntegration(t *testing.T) {
 	assert.Nil(t, getSail(sail.KindZTunnel).GetDeletionTimestamp())
 
 	// The wait is bounded: past it the teardown goes on, with a warning.
-	b.clock.Advance(DefaultCNIReleaseTimeout + time.Second)
+	// (The deletion time is the API server's; the reconciler's clock is the test's.)
+	b.clock.Advance(m.DeletionTimestamp.Add(DefaultCNIReleaseTimeout).Sub(b.clock.Now()) + time.Second)
 	_, m = b.reconcile(t)
 	require.NotNil(t, m)
 	for _, kind := range []string{sail.KindZTunnel, sail.KindIstioCNI} {
