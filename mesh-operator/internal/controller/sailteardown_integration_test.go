@@ -122,14 +122,14 @@ func TestSailTeardownIntegration(t *testing.T) {
 		return !exists(crd) || crd.DeletionTimestamp != nil
 	}
 	holders := func() *corev1.ConfigMap {
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "sail-operator", Name: sailinstall.RecordName}}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: b.r.Config.SailNamespace, Name: sailinstall.RecordName}}
 		if !exists(cm) {
 			return nil
 		}
 		return cm
 	}
 	sailDeployment := func() bool {
-		return exists(&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "sail-operator", Name: "sail-operator"}})
+		return exists(&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: b.r.Config.SailNamespace, Name: "sail-operator"}})
 	}
 	reconcile := func() *v1alpha1.ServiceMesh {
 		t.Helper()
@@ -313,6 +313,42 @@ func TestSailTeardownIntegration(t *testing.T) {
 		require.NotEmpty(t, warned)
 		assert.True(t, strings.HasPrefix(warned[0], corev1.EventTypeWarning), warned[0])
 		assert.Contains(t, warned[0], "widgets.example.com")
+		release()
+	})
+
+	t.Run("a holders record newer than the CRDs it names cannot have them deleted", func(t *testing.T) {
+		// A fresh install: record first, then the chart's CRDs. (The first
+		// install's namespace stays Terminating: no namespace controller here.)
+		b.r.Config.SailNamespace = "sail-operator-2"
+		b.r.Helm = &sailinstall.Helm{Config: b.asOperator, Namespace: b.r.Config.SailNamespace, ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}
+		createMesh()
+		eventually(t, 30*time.Second, "the Sail API in discovery again", func() bool {
+			b.reconcile(t)
+			_, err := b.discovery.ServerResourcesForGroupVersion("sailoperator.io/v1")
+			return err == nil
+		})
+		rec := holders()
+		require.NotNil(t, rec)
+		crds := rec.Annotations[sailinstall.AnnotationCRDs]
+		require.Contains(t, crds, "istios.sailoperator.io")
+		// Someone replaces the record: the same content, created later
+		// than the CRDs it names, so it cannot vouch for them.
+		time.Sleep(1100 * time.Millisecond) // creation timestamps have second granularity
+		require.NoError(t, admin.Delete(ctx, rec))
+		require.NoError(t, admin.Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Namespace: rec.Namespace, Name: rec.Name, Labels: rec.Labels, Annotations: rec.Annotations},
+			Data:       rec.Data,
+		}))
+
+		deleteHeld()
+		m := tornDown()
+		assert.False(t, sailDeployment(), "the release is uninstalled")
+		for _, n := range strings.Split(crds, ",") {
+			assert.False(t, crdGone(n), "CRD %s, older than the record, survives", n)
+		}
+		c := teardownCond(m)
+		assert.Equal(t, "UntrustedCRDsIgnored", c.Reason)
+		assert.Contains(t, c.Message, "istios.sailoperator.io")
 		release()
 	})
 }
