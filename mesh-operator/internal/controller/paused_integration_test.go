@@ -92,4 +92,39 @@ func TestReconcilePausedIntegration(t *testing.T) {
 		assert.Equal(t, "enabled", nsLabels()[labels.IstioInjection], "handed back: reverted")
 		assert.NotContains(t, m.Status.PausedObjects, "Namespace/paused-app")
 	})
+
+	t.Run("a paused ZTunnel is not removed when the data plane no longer needs it", func(t *testing.T) {
+		setDataPlane := func(dp v1alpha1.DataPlane) {
+			t.Helper()
+			m := &v1alpha1.ServiceMesh{}
+			require.NoError(t, admin.Get(ctx, client.ObjectKey{Name: "cluster"}, m))
+			m.Spec.DataPlane = dp
+			require.NoError(t, admin.Update(ctx, m))
+		}
+		ztunnel := func() *unstructured.Unstructured {
+			u := &unstructured.Unstructured{}
+			u.SetGroupVersionKind(sail.GVK(sail.KindZTunnel))
+			if err := admin.Get(ctx, client.ObjectKey{Name: sail.ZTunnelName}, u); err != nil {
+				return nil
+			}
+			return u
+		}
+		setDataPlane(v1alpha1.DataPlaneAmbient)
+		b.reconcile(t)
+		z := ztunnel()
+		require.NotNil(t, z, "ambient creates the ZTunnel")
+		patch(z, `{"metadata":{"annotations":{"`+labels.ReconcilePaused+`":"true"}}}`)
+		setDataPlane(v1alpha1.DataPlaneSidecar)
+		fake.sync(sail.KindIstio, sail.KindIstioCNI, sail.KindZTunnel)
+		_, m := b.reconcile(t)
+		z = ztunnel()
+		require.NotNil(t, z)
+		assert.Nil(t, z.GetDeletionTimestamp(), "a paused ZTunnel stays")
+		assert.Contains(t, m.Status.PausedObjects, "ZTunnel/default")
+
+		patch(z, `{"metadata":{"annotations":{"`+labels.ReconcilePaused+`":null}}}`)
+		b.reconcile(t)
+		z = ztunnel()
+		assert.True(t, z == nil || z.GetDeletionTimestamp() != nil, "handed back: removed")
+	})
 }
