@@ -10,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -32,9 +33,11 @@ const (
 	istiodAppValue   = "istiod"
 	istiodContainer  = "discovery"
 	defaultIstioNSes = sail.IstioNamespace
-	// maistraVersion is the served version of OSSM 2.x's ServiceMeshControlPlane.
-	maistraVersion = "v2"
 )
+
+// maistraVersions are the versions ServiceMeshControlPlane was served in
+// (OSSM 2.x serves v2, older releases v1 only).
+var maistraVersions = []string{"v2", "v1"}
 
 // +kubebuilder:rbac:groups=maistra.io,resources=servicemeshcontrolplanes,verbs=list
 
@@ -87,9 +90,16 @@ func (r *ServiceMeshReconciler) observe(ctx context.Context, mesh *v1alpha1.Serv
 	if o.facts.Maistra() {
 		// Only a ServiceMeshControlPlane shows OSSM 2 in use: its CRDs
 		// outlive an uninstall.
-		list := &metav1.PartialObjectMetadataList{}
-		list.SetGroupVersionKind(schema.GroupVersionKind{Group: detect.GroupMaistra, Version: maistraVersion, Kind: "ServiceMeshControlPlaneList"})
-		if err := r.Reader.List(ctx, list); err != nil {
+		var list *metav1.PartialObjectMetadataList
+		var err error
+		for _, v := range maistraVersions {
+			list = &metav1.PartialObjectMetadataList{}
+			list.SetGroupVersionKind(schema.GroupVersionKind{Group: detect.GroupMaistra, Version: v, Kind: "ServiceMeshControlPlaneList"})
+			if err = r.Reader.List(ctx, list); !meta.IsNoMatchError(err) {
+				break
+			}
+		}
+		if err != nil {
 			return nil, fmt.Errorf("listing Maistra ServiceMeshControlPlanes: %w", err)
 		}
 		for _, smcp := range list.Items {
