@@ -13,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	releasev1 "helm.sh/helm/v4/pkg/release/v1"
+	"helm.sh/helm/v4/pkg/storage/driver"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -23,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
@@ -349,6 +352,57 @@ func TestSailTeardownIntegration(t *testing.T) {
 		c := teardownCond(m)
 		assert.Equal(t, "UntrustedCRDsIgnored", c.Reason)
 		assert.Contains(t, c.Message, "istios.sailoperator.io")
+		release()
+		// Clean up by hand, so the next step installs afresh.
+		for _, n := range strings.Split(crds, ",") {
+			require.NoError(t, client.IgnoreNotFound(admin.Delete(ctx, &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: n}})))
+		}
+		// (The group stays served: the planted istiorevisions CRD survives.)
+		eventually(t, 30*time.Second, "the Sail Istio API to disappear", func() bool {
+			fake.sync() // Sail's finalizers on what is left
+			l, err := b.discovery.ServerResourcesForGroupVersion("sailoperator.io/v1")
+			if err != nil {
+				return true
+			}
+			for _, r := range l.APIResources {
+				if r.Name == "istios" {
+					return false
+				}
+			}
+			return true
+		})
+	})
+
+	t.Run("a forged Helm release record cannot make the uninstall delete an object the release does not own", func(t *testing.T) {
+		// Helm keeps the release, and the manifest an uninstall deletes, in
+		// a ConfigMap of the Sail namespace: anyone who may write ConfigMaps
+		// there can add to it. Helm 4 deletes only objects annotated as this
+		// release's; this guards that the operator keeps relying on a Helm
+		// that does.
+		b.r.Config.SailNamespace = "sail-operator-3"
+		b.r.Helm = &sailinstall.Helm{Config: b.asOperator, Namespace: b.r.Config.SailNamespace, ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}
+		createMesh()
+		eventually(t, 30*time.Second, "the Sail Operator installed again", func() bool {
+			b.reconcile(t)
+			return sailDeployment()
+		})
+		victim := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "victim"}, Data: map[string]string{"k": "v"}}
+		require.NoError(t, admin.Create(ctx, victim))
+		cs, err := kubernetes.NewForConfig(b.env.Config)
+		require.NoError(t, err)
+		store := driver.NewConfigMaps(cs.CoreV1().ConfigMaps(b.r.Config.SailNamespace))
+		key := "sh.helm.release.v1." + SailReleaseName + ".v1"
+		stored, err := store.Get(key)
+		require.NoError(t, err)
+		rel := stored.(*releasev1.Release)
+		rel.Manifest += "\n---\n# Source: sail-operator/templates/planted.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: victim\n  namespace: default\n"
+		require.NoError(t, store.Update(key, rel))
+
+		deleteHeld()
+		m := tornDown()
+		assert.True(t, exists(victim), "the planted ConfigMap survives")
+		assert.False(t, sailDeployment(), "the release itself is uninstalled")
+		assert.Equal(t, "SailOperatorUninstalled", teardownCond(m).Reason)
 		release()
 	})
 }
