@@ -174,6 +174,17 @@ func TestOperatorsTogether(t *testing.T) {
 	t.Run("deleting the ServiceMesh: fleet keeps running in its no-mesh form, no label left behind", func(t *testing.T) {
 		before := podUIDs(t, f)
 		require.NoError(t, k8s.Delete(ctx, sm))
+		// Play istio-cni again: once the namespace has left ambient it stops
+		// redirecting the Pods. Until then the mesh operator keeps ZTunnel
+		// and IstioCNI (WaitingForCNIRelease).
+		waitTrue(t, time.Minute, func() (bool, string) {
+			l := nsLabels(t, togetherNS)
+			return l["istio.io/dataplane-mode"] == "", fmt.Sprintf("labels %v; mesh %s", l, meshSummary(t))
+		})
+		for _, p := range memberPods(t, f) {
+			patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"ambient.istio.io/redirection":null}}}`))
+			require.NoError(t, k8s.Patch(ctx, &p, patch))
+		}
 		waitTrue(t, 3*time.Minute, func() (bool, string) {
 			err := k8s.Get(ctx, client.ObjectKey{Name: "cluster"}, &meshv1.ServiceMesh{})
 			return client.IgnoreNotFound(err) == nil && err != nil, "ServiceMesh still there: " + meshSummary(t)

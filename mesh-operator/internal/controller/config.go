@@ -17,9 +17,16 @@ const (
 	DefaultSailChartRepository = "https://istio-ecosystem.github.io/sail-operator"
 	DefaultSailChartName       = "sail-operator"
 	DefaultSailNamespace       = "sail-operator"
+	// DefaultSailChartVersion is the Sail Operator chart version this
+	// release is tested with (the integration tests install a chart of this
+	// version), installed unless --sail-chart-version says otherwise.
+	DefaultSailChartVersion = "1.30.0"
 	// SailReleaseName is the Helm release (and Deployment) name of a Sail
 	// Operator the mesh operator installs.
 	SailReleaseName = "sail-operator"
+	// DefaultCNIReleaseTimeout bounds how long a teardown waits for
+	// istio-cni to release the Pods of namespaces that left the mesh.
+	DefaultCNIReleaseTimeout = 2 * time.Minute
 )
 
 // Config is the operator-wide configuration that comes from flags (set by the chart).
@@ -39,6 +46,9 @@ type Config struct {
 	SailNamespace string
 	// HelmTimeout bounds one Helm install or uninstall.
 	HelmTimeout time.Duration
+	// CNIReleaseTimeout bounds the teardown's wait for istio-cni to release
+	// Pods (0: DefaultCNIReleaseTimeout).
+	CNIReleaseTimeout time.Duration
 
 	keyOptions license.KeyOptions
 	// KeyWarning is set when a test key was configured for a release build.
@@ -51,9 +61,11 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.SailInstall, "sail-install", true, "let mode managed install the Sail Operator from its Helm chart when it is absent (needs the installer RBAC, see docs/servicemesh.md)")
 	fs.StringVar(&c.SailChart.Repository, "sail-chart-repository", DefaultSailChartRepository, "Helm chart repository (serving index.yaml) holding the Sail Operator chart, e.g. an internal mirror; a URL ending in .tgz is used as the chart archive itself")
 	fs.StringVar(&c.SailChart.Name, "sail-chart-name", DefaultSailChartName, "name of the Sail Operator chart in the repository")
-	fs.StringVar(&c.SailChart.Version, "sail-chart-version", "", "Sail Operator chart version to install; empty takes the newest stable version in the repository (pin it for reproducible installs)")
+	fs.StringVar(&c.SailChart.Version, "sail-chart-version", DefaultSailChartVersion, "Sail Operator chart version to install; the default is the version this release is tested with; empty takes the newest stable version in the repository")
+	fs.BoolVar(&c.SailChart.InsecureHTTP, "sail-chart-insecure-http", false, "allow fetching the Sail Operator chart over plain http (test repositories only: the chart gets escalate and bind, and over http its digest proves nothing)")
 	fs.StringVar(&c.SailNamespace, "sail-namespace", DefaultSailNamespace, "namespace the Sail Operator is installed into")
 	fs.DurationVar(&c.HelmTimeout, "sail-install-timeout", 5*time.Minute, "upper bound for one Helm install or uninstall of the Sail Operator")
+	fs.DurationVar(&c.CNIReleaseTimeout, "cni-release-timeout", DefaultCNIReleaseTimeout, "at teardown, how long ZTunnel and IstioCNI wait for istio-cni to release the Pods of namespaces that left the mesh")
 	c.keyOptions.BindFlags(fs)
 }
 
@@ -65,7 +77,11 @@ func (c *Config) Validate() error {
 	if c.SailInstall {
 		u, err := url.Parse(c.SailChart.Repository)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("--sail-chart-repository must be an http(s) URL, got %q", c.SailChart.Repository)
+			return fmt.Errorf("--sail-chart-repository must be an https URL, got %q", c.SailChart.Repository)
+		}
+		if u.Scheme == "http" && !c.SailChart.InsecureHTTP {
+			return fmt.Errorf("--sail-chart-repository %q is plain http, which lets anyone on the path replace the chart the operator installs with escalate and bind: "+
+				"use https, or set --sail-chart-insecure-http (test repositories only)", c.SailChart.Repository)
 		}
 		if c.SailChart.Name == "" || c.SailNamespace == "" {
 			return fmt.Errorf("--sail-chart-name and --sail-namespace must not be empty")

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/detect"
+	"github.com/ericdev/fleetmesh/mesh-operator/internal/enroll"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/sail"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/sailinstall"
 	"github.com/ericdev/fleetmesh/shared/apply"
@@ -37,6 +38,8 @@ type readiness struct {
 	controlPlane   *v1alpha1.ControlPlaneStatus
 	blockedReason  string // set when acting found something only the user can fix
 	blockedMessage string
+	// paused are the owned Sail CRs left alone for reconcile-paused, as Kind/name.
+	paused []string
 }
 
 func (r *ServiceMeshReconciler) reconcileControlPlane(ctx context.Context, mesh *v1alpha1.ServiceMesh, st *status) (ctrl.Result, error) {
@@ -77,6 +80,7 @@ func (r *ServiceMeshReconciler) reconcileControlPlane(ctx context.Context, mesh 
 	}
 	st.next.SailOperator = sailSt
 	st.next.ControlPlane = rd.controlPlane
+	st.sailPaused = rd.paused
 
 	if rd.ready {
 		st.set(ConditionControlPlaneReady, metav1.ConditionTrue, rd.reason, rd.msg)
@@ -301,19 +305,35 @@ func (r *ServiceMeshReconciler) applyControlPlane(ctx context.Context, mesh *v1a
 			return rd, err
 		}
 	}
+	// Sail CRs of ours that carry the reconcile-paused annotation are
+	// neither changed nor removed (their readiness is still judged).
+	paused := map[string]bool{}
+	for _, kind := range []string{sail.KindIstio, sail.KindIstioCNI, sail.KindZTunnel} {
+		live, err := r.getSail(ctx, kind, "default")
+		if err != nil {
+			return rd, err
+		}
+		if live != nil && controlledBy(live, mesh) && enroll.Paused(live) {
+			paused[kind] = true
+			rd.paused = append(rd.paused, kind+"/"+live.GetName())
+		}
+	}
 	// A component the data plane no longer needs (ambient to sidecar) goes.
-	if d.ZTunnel == nil {
+	if d.ZTunnel == nil && !paused[sail.KindZTunnel] {
 		if _, err := r.deleteOwnedSail(ctx, mesh, sail.KindZTunnel); err != nil {
 			return rd, err
 		}
 	}
-	if d.CNI == nil {
+	if d.CNI == nil && !paused[sail.KindIstioCNI] {
 		if _, err := r.deleteOwnedSail(ctx, mesh, sail.KindIstioCNI); err != nil {
 			return rd, err
 		}
 	}
 	applier := r.applier()
 	for _, obj := range d.Objects() {
+		if paused[obj.GetObjectKind().GroupVersionKind().Kind] {
+			continue
+		}
 		if _, err := applier.Apply(ctx, obj, mesh); err != nil {
 			var conflict *apply.ConflictError
 			if errors.As(err, &conflict) {

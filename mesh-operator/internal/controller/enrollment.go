@@ -175,6 +175,17 @@ func (r *ServiceMeshReconciler) applyNamespaceLabels(ctx context.Context, ns *co
 	return nil
 }
 
+// applyEnrolledLabels applies the labels of an enrolled namespace, unless
+// the namespace carries the reconcile-paused annotation: then the labels
+// the operator owns there are held as they are (hand edits included).
+// Leaving the mesh strips them regardless, as it deletes paused policies.
+func (r *ServiceMeshReconciler) applyEnrolledLabels(ctx context.Context, ns *corev1.Namespace, want map[string]string) error {
+	if enroll.Paused(ns) {
+		return nil
+	}
+	return r.applyNamespaceLabels(ctx, ns, want)
+}
+
 // policyKey names a managed policy within its namespace: Kind/name.
 func policyKey(kind, name string) string { return kind + "/" + name }
 
@@ -295,6 +306,9 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 		}
 		res, err := r.enrollNamespace(ctx, mesh, cp, ns, d, policies[ns.Name], now, !holdOnly)
 		paused = append(paused, res.paused...)
+		if enroll.Paused(ns) {
+			paused = append(paused, "Namespace/"+ns.Name)
+		}
 		var conflict *enrollConflict
 		if errors.As(err, &conflict) {
 			conflicts = append(conflicts, fmt.Sprintf("%s %s/%s", conflict.err.Kind, conflict.err.Namespace, conflict.err.Name))
@@ -496,7 +510,7 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 		if _, ok := step[labels.MeshMTLS]; ok {
 			step[labels.MeshMTLS] = mtlsInForce
 		}
-		return res, r.applyNamespaceLabels(ctx, ns, step)
+		return res, r.applyEnrolledLabels(ctx, ns, step)
 	}
 	if err := r.applyEnrollmentLabels(ctx, mesh, cp, ns, base, stateDP, mtlsInForce); err != nil {
 		return res, err
@@ -582,7 +596,7 @@ func (r *ServiceMeshReconciler) applyEnrollmentLabels(ctx context.Context, mesh 
 	}
 	want := maps.Clone(base)
 	maps.Copy(want, sl)
-	return r.applyNamespaceLabels(ctx, ns, want)
+	return r.applyEnrolledLabels(ctx, ns, want)
 }
 
 // namespacePolicies reads the operator's policies of one namespace by name.

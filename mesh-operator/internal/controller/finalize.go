@@ -2,11 +2,16 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -62,6 +67,13 @@ func (r *ServiceMeshReconciler) finalize(ctx context.Context, mesh *v1alpha1.Ser
 		return ctrl.Result{}, err
 	}
 	if _, ok := res[sail.Group]; ok {
+		msg, err := r.awaitCNIRelease(ctx, mesh)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if msg != "" {
+			return progress(ReasonWaitingForCNIRelease, msg)
+		}
 		var waiting []string
 		// ZTunnel and IstioCNI first: they follow the Istio.
 		for _, kind := range []string{sail.KindZTunnel, sail.KindIstioCNI, sail.KindIstio} {
@@ -82,8 +94,23 @@ func (r *ServiceMeshReconciler) finalize(ctx context.Context, mesh *v1alpha1.Ser
 			return ctrl.Result{}, err
 		}
 	}
-	if err := r.releaseSail(ctx, mesh); err != nil {
+	reason, msg, err := r.releaseSail(ctx, mesh)
+	if err != nil {
+		var reasoned *reasonedError
+		if errors.As(err, &reasoned) {
+			st.set(ConditionSailTeardown, metav1.ConditionFalse, reasoned.reason, err.Error())
+			_, _ = progress(reasoned.reason, err.Error())
+		}
 		return ctrl.Result{}, err
+	}
+	if reason != "" {
+		// The last word on the Sail installation, written before the
+		// finalizer goes (and with it, usually, the object).
+		st.set(ConditionSailTeardown, metav1.ConditionTrue, reason, msg)
+		st.set(ConditionReady, metav1.ConditionFalse, "Deleting", "The ServiceMesh is being deleted: "+msg)
+		if err := r.patchStatus(ctx, mesh, st.next); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
 	}
 
 	orig := mesh.DeepCopy()
@@ -92,6 +119,91 @@ func (r *ServiceMeshReconciler) finalize(ctx context.Context, mesh *v1alpha1.Ser
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	return ctrl.Result{}, nil
+}
+
+// ReasonWaitingForCNIRelease: the teardown holds ZTunnel and IstioCNI
+// while istio-cni still redirects Pods of namespaces that left the mesh.
+const ReasonWaitingForCNIRelease = "WaitingForCNIRelease"
+
+// maxListed bounds how many Pods a message names.
+const maxListed = 10
+
+// awaitCNIRelease returns why ZTunnel and IstioCNI must stay for now, or ""
+// when they may go. Namespaces leave the mesh first, but istio-cni removes
+// a Pod's traffic redirection only after it sees the label go: deleting
+// ztunnel (and istio-cni) before that leaves those Pods redirected to a
+// ztunnel that no longer exists, cut off. The wait is bounded (from the
+// deletion of the ServiceMesh): a node whose istio-cni is gone never
+// answers, and the teardown must end.
+func (r *ServiceMeshReconciler) awaitCNIRelease(ctx context.Context, mesh *v1alpha1.ServiceMesh) (string, error) {
+	held := false
+	for _, kind := range []string{sail.KindZTunnel, sail.KindIstioCNI} {
+		u := &metav1.PartialObjectMetadata{}
+		u.SetGroupVersionKind(sail.GVK(kind))
+		err := r.Reader.Get(ctx, types.NamespacedName{Name: "default"}, u)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return "", fmt.Errorf("reading %s default: %w", kind, err)
+		}
+		held = held || (err == nil && controlledBy(u, mesh) && u.DeletionTimestamp == nil)
+	}
+	if !held {
+		return "", nil
+	}
+	pods, err := r.strandedPods(ctx)
+	if err != nil || len(pods) == 0 {
+		return "", err
+	}
+	timeout := r.Config.CNIReleaseTimeout
+	if timeout <= 0 {
+		timeout = DefaultCNIReleaseTimeout
+	}
+	deadline := mesh.DeletionTimestamp.Add(timeout)
+	if r.Now().After(deadline) {
+		r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, "CNIReleaseTimedOut", "Delete",
+			"Removing ZTunnel and IstioCNI after waiting %s: istio-cni still redirects %d Pods of namespaces that left the mesh (%s); restart them to restore their traffic.",
+			timeout, len(pods), listed(pods))
+		return "", nil
+	}
+	return fmt.Sprintf("waiting until %s for istio-cni to release %d Pods of namespaces that left the mesh (annotation %s=enabled) before ZTunnel and IstioCNI are removed: %s.",
+		deadline.UTC().Format(time.RFC3339), len(pods), labels.IstioAmbientRedirection, listed(pods)), nil
+}
+
+// strandedPods are the Pods istio-cni still redirects although neither they
+// nor their namespace ask for ambient any more, as namespace/name.
+// Namespaces that still ask for it (a user's own label) are not ours to
+// wait for.
+func (r *ServiceMeshReconciler) strandedPods(ctx context.Context) ([]string, error) {
+	nsList := &corev1.NamespaceList{}
+	if err := r.Client.List(ctx, nsList); err != nil {
+		return nil, fmt.Errorf("listing namespaces: %w", err)
+	}
+	ambient := map[string]bool{}
+	for _, ns := range nsList.Items {
+		ambient[ns.Name] = ns.Labels[labels.IstioDataPlaneMode] == string(v1alpha1.DataPlaneAmbient)
+	}
+	// Metadata only: the annotation is all that is read.
+	pods := &metav1.PartialObjectMetadataList{}
+	pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
+	if err := r.Reader.List(ctx, pods); err != nil {
+		return nil, fmt.Errorf("listing Pods: %w", err)
+	}
+	var out []string
+	for _, p := range pods.Items {
+		if p.Annotations[labels.IstioAmbientRedirection] != "enabled" || ambient[p.Namespace] ||
+			p.Labels[labels.IstioDataPlaneMode] == string(v1alpha1.DataPlaneAmbient) {
+			continue
+		}
+		out = append(out, p.Namespace+"/"+p.Name)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func listed(names []string) string {
+	if len(names) <= maxListed {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:maxListed], ", "), len(names)-maxListed)
 }
 
 // deleteOwnedSail deletes the Sail CR of kind that this ServiceMesh
@@ -131,15 +243,26 @@ func (r *ServiceMeshReconciler) deleteOwnedNamespace(ctx context.Context, name s
 	return client.IgnoreNotFound(r.Client.Delete(ctx, ns, client.Preconditions{UID: &uid}))
 }
 
+// Reasons of ConditionSailTeardown.
+const (
+	ReasonSailOperatorKept        = "SailOperatorKept"
+	ReasonSailInUse               = "SailInUse"
+	ReasonSailOperatorUninstalled = "SailOperatorUninstalled"
+	ReasonUntrustedCRDsIgnored    = "UntrustedCRDsIgnored"
+)
+
 // releaseSail leaves the Sail holders record. The last holder out
-// uninstalls: the Helm release, then the CRDs the install created, then the
-// record, then the namespace if it was created for the install. Each step is
-// idempotent and the record goes last, so an interrupted teardown resumes.
-func (r *ServiceMeshReconciler) releaseSail(ctx context.Context, mesh *v1alpha1.ServiceMesh) error {
+// uninstalls, unless Sail resources the operator does not own still need
+// the Sail Operator: the Helm release, then the CRDs the install created,
+// then the record, then the namespace if it was created for the install.
+// Each step is idempotent and the record goes last, so an interrupted
+// teardown resumes. It returns the SailTeardown reason and message to
+// report ("" when the operator held no part of the installation).
+func (r *ServiceMeshReconciler) releaseSail(ctx context.Context, mesh *v1alpha1.ServiceMesh) (string, string, error) {
 	ns := r.Config.SailNamespace
 	rec, err := r.records().Get(ctx, ns)
 	if err != nil || rec == nil || !rec.Holds(sailinstall.HolderKey) {
-		return err
+		return "", "", err
 	}
 	var others []string
 	for _, h := range rec.Holders {
@@ -149,35 +272,132 @@ func (r *ServiceMeshReconciler) releaseSail(ctx context.Context, mesh *v1alpha1.
 	}
 	if len(others) > 0 {
 		if err := r.records().Leave(ctx, ns, sailinstall.HolderKey); err != nil {
-			return err
+			return "", "", err
 		}
-		r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "SailOperatorKept", "Delete",
-			"Left the Sail Operator installed in %s: still held by %s.", ns, strings.Join(others, ", "))
-		return nil
+		msg := fmt.Sprintf("Left the Sail Operator installed in %s: still held by %s.", ns, strings.Join(others, ", "))
+		r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, ReasonSailOperatorKept, "Delete", "%s", msg)
+		return ReasonSailOperatorKept, msg, nil
 	}
+	// A user's own Istio (or IstioCNI, ZTunnel) next to ours runs on the
+	// same Sail Operator: uninstalling it would strand that mesh, and
+	// deleting the CRDs would delete it. Our key stays in the record, so
+	// a later last holder still uninstalls once they are gone.
+	users, err := r.foreignSailResources(ctx, mesh)
+	if err != nil {
+		return "", "", err
+	}
+	if len(users) > 0 {
+		msg := fmt.Sprintf("Kept the Sail Operator in %s and its CRDs: %s, which this ServiceMesh does not own, still use it. "+
+			"The holders record %s/%s keeps the operator's key, so the next ServiceMesh to be deleted after they are gone uninstalls it.",
+			ns, strings.Join(users, ", "), ns, sailinstall.RecordName)
+		r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, ReasonSailInUse, "Delete", "%s", msg)
+		return ReasonSailInUse, msg, nil
+	}
+	// The record says which CRDs the install created, but anyone who may
+	// write ConfigMaps in its namespace may edit it: only the chart's own
+	// CRDs of the Sail API groups, created after the record, are deleted.
+	ch, err := r.loadChart(ctx)
+	if err != nil {
+		return "", "", withReason("SailChartUnavailable", fmt.Errorf("the Sail chart is needed to check which CRDs the holders record may name, so the uninstall waits: %w", err))
+	}
+	chartCRDs, err := sailinstall.CRDNames(ch)
+	if err != nil {
+		return "", "", err
+	}
+	remove, ignored := sailinstall.RemovableCRDs(rec.CRDs, chartCRDs)
 	if err := r.Helm.Uninstall(); err != nil {
-		return err
+		return "", "", err
 	}
-	for _, name := range rec.CRDs {
-		if err := client.IgnoreNotFound(r.Client.Delete(ctx, crdMeta(name))); err != nil {
-			return fmt.Errorf("deleting CRD %s: %w", name, err)
+	removed := 0
+	for _, name := range remove {
+		crd := crdMeta(name)
+		err := r.Reader.Get(ctx, types.NamespacedName{Name: name}, crd)
+		if apierrors.IsNotFound(err) {
+			continue
 		}
+		if err != nil {
+			return "", "", fmt.Errorf("reading CRD %s: %w", name, err)
+		}
+		if crd.CreationTimestamp.Before(&rec.Created) {
+			// It existed before the record, so before the install.
+			ignored = append(ignored, name)
+			continue
+		}
+		uid := crd.UID
+		if err := client.IgnoreNotFound(r.Client.Delete(ctx, crd, client.Preconditions{UID: &uid})); err != nil {
+			return "", "", fmt.Errorf("deleting CRD %s: %w", name, err)
+		}
+		removed++
 	}
 	// Our key stays in the record until the record itself goes, so a
 	// teardown interrupted above still finds it and resumes.
 	if err := r.records().DeleteIfOnly(ctx, rec, sailinstall.HolderKey); err != nil {
-		return fmt.Errorf("a holder joined the Sail holders record during the uninstall: %w", err)
+		return "", "", fmt.Errorf("a holder joined the Sail holders record during the uninstall: %w", err)
 	}
 	nsObj := &corev1.Namespace{}
 	if err := r.Reader.Get(ctx, types.NamespacedName{Name: ns}, nsObj); err == nil && nsObj.Labels[labels.ManagedBy] == sail.ManagedBy && nsObj.DeletionTimestamp == nil {
 		uid := nsObj.UID
 		if err := client.IgnoreNotFound(r.Client.Delete(ctx, nsObj, client.Preconditions{UID: &uid})); err != nil {
-			return err
+			return "", "", err
 		}
 	} else if client.IgnoreNotFound(err) != nil {
+		return "", "", err
+	}
+	msg := fmt.Sprintf("Uninstalled the Sail Operator from %s and removed %d CRDs it had created.", ns, removed)
+	r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, ReasonSailOperatorUninstalled, "Delete", "%s", msg)
+	if len(ignored) > 0 {
+		sort.Strings(ignored)
+		warn := fmt.Sprintf("Did not delete CRDs %s named in the holders record %s/%s: they are not CRDs of the Sail API groups that the Sail chart ships, "+
+			"created by its install. Anyone who may write ConfigMaps in %s can edit that record; check who added them.",
+			strings.Join(ignored, ", "), ns, sailinstall.RecordName, ns)
+		r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, ReasonUntrustedCRDsIgnored, "Delete", "%s", warn)
+		return ReasonUntrustedCRDsIgnored, msg + " " + warn, nil
+	}
+	return ReasonSailOperatorUninstalled, msg, nil
+}
+
+// +kubebuilder:rbac:groups=sailoperator.io,resources=istios;istiocnis;ztunnels,verbs=list
+
+// foreignSailResources lists the Istio, IstioCNI and ZTunnel resources this
+// ServiceMesh does not control, as Kind/name.
+func (r *ServiceMeshReconciler) foreignSailResources(ctx context.Context, mesh *v1alpha1.ServiceMesh) ([]string, error) {
+	res, err := r.servedResources()
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := res[sail.Group]; !ok {
+		return nil, nil
+	}
+	var out []string
+	for _, kind := range []string{sail.KindIstio, sail.KindIstioCNI, sail.KindZTunnel} {
+		list := &metav1.PartialObjectMetadataList{}
+		list.SetGroupVersionKind(sail.GVK(kind + "List"))
+		if err := r.Reader.List(ctx, list); err != nil {
+			if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
+				continue
+			}
+			return nil, fmt.Errorf("listing Sail %s resources: %w", kind, err)
+		}
+		for i := range list.Items {
+			if !controlledBy(&list.Items[i], mesh) {
+				out = append(out, kind+"/"+list.Items[i].Name)
+			}
+		}
+	}
+	return out, nil
+}
+
+// patchStatus writes next as the status and keeps mesh current, so a
+// following optimistic-lock patch of mesh does not conflict with it.
+func (r *ServiceMeshReconciler) patchStatus(ctx context.Context, mesh *v1alpha1.ServiceMesh, next *v1alpha1.ServiceMeshStatus) error {
+	if equality.Semantic.DeepEqual(&mesh.Status, next) {
+		return nil
+	}
+	updated := mesh.DeepCopy()
+	updated.Status = *next
+	if err := r.Client.Status().Patch(ctx, updated, client.MergeFrom(mesh)); err != nil {
 		return err
 	}
-	r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "SailOperatorUninstalled", "Delete",
-		"Uninstalled the Sail Operator from %s and removed %d CRDs it had created.", ns, len(rec.CRDs))
+	*mesh = *updated
 	return nil
 }

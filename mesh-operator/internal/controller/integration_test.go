@@ -26,6 +26,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -126,7 +127,8 @@ func TestIntegration(t *testing.T) {
 	require.NoError(t, reg.Register(licMetrics))
 	cfg := Config{OperatorNamespace: "mesh-system", LicenseSecret: "license", Keys: []ed25519.PublicKey{pub},
 		SailInstall: true, SailNamespace: "sail-operator", HelmTimeout: time.Minute,
-		SailChart: sailinstall.ChartSource{Repository: repo.URL, Name: "sail-operator", Version: "1.30.0"}}
+		// The test repository is plain http on 127.0.0.1: allowed only explicitly.
+		SailChart: sailinstall.ChartSource{Repository: repo.URL, Name: "sail-operator", Version: "1.30.0", InsecureHTTP: true}}
 	r := &ServiceMeshReconciler{
 		Client: opClient, Reader: opClient, Discovery: dc, HTTP: repo.Client(),
 		Helm:   &sailinstall.Helm{Config: asOperator, Namespace: cfg.SailNamespace, ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute},
@@ -556,23 +558,57 @@ func TestIntegration(t *testing.T) {
 		assert.True(t, exists(dep), "adopted istiod left intact")
 	})
 
-	t.Run("OpenShift Service Mesh 2.x (Maistra) is deferred with a clear status", func(t *testing.T) {
+	t.Run("OpenShift Service Mesh 2.x (Maistra) is deferred only while its control plane runs and no Sail Istio exists", func(t *testing.T) {
 		installCRDs(t, admin, filepath.Join("testdata", "crds", "maistra.io_servicemeshcontrolplanes.yaml"))
 		eventually(t, 10*time.Second, "maistra.io in discovery", func() bool {
 			_, err := dc.ServerResourcesForGroupVersion("maistra.io/v2")
 			return err == nil
 		})
+		// The plain istiod of the previous step would be adopted at the end.
+		require.NoError(t, admin.Delete(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "istio-plain", Name: "istiod-canary"}}))
+		require.NoError(t, admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "istio-maistra"}}))
+		smcp := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"version": "v2.6"}}}
+		smcp.SetGroupVersionKind(schema.GroupVersionKind{Group: "maistra.io", Version: "v2", Kind: "ServiceMeshControlPlane"})
+		smcp.SetNamespace("istio-maistra")
+		smcp.SetName("basic")
+		require.NoError(t, admin.Create(ctx, smcp))
 		require.NoError(t, admin.Create(ctx, &v1alpha1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: "cluster"},
 			Spec: v1alpha1.ServiceMeshSpec{DataPlane: v1alpha1.DataPlaneSidecar}}))
 		m := reconcile("cluster")
 		assert.Equal(t, PhaseDeferred, m.Status.Phase)
 		c := cond(m, ConditionReady)
 		assert.Equal(t, "MaistraDetected", c.Reason)
-		assert.Contains(t, c.Message, "OpenShift Service Mesh 3")
+		for _, want := range []string{"istio-maistra/basic", "adopt", "OpenShift Service Mesh 3", "Sail"} {
+			assert.Contains(t, c.Message, want)
+		}
 		assert.Equal(t, "maistra", m.Status.Provider)
 		assert.True(t, m.Status.Detected.Maistra)
 		assert.Empty(t, m.Finalizers)
 		assert.True(t, sawEvent(recorder, "Deferred"))
+		assert.Nil(t, getSail(sail.KindIstio), "nothing created next to Maistra")
+
+		// OSSM 3 side by side with a running OSSM 2: its Sail Istio is adopted.
+		ossm3 := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"version": "v1.29.2", "namespace": "istio-ossm3"}}}
+		ossm3.SetGroupVersionKind(sail.GVK(sail.KindIstio))
+		ossm3.SetName("ossm3")
+		require.NoError(t, admin.Create(ctx, ossm3))
+		fake.sync(sail.KindIstio)
+		m = reconcile("cluster")
+		assert.Equal(t, PhaseReady, m.Status.Phase, "%+v", m.Status.Conditions)
+		assert.Equal(t, v1alpha1.ManagementAdopted, m.Status.ControlPlane.Management)
+		assert.Equal(t, []string{"Istio/ossm3"}, m.Status.ControlPlane.Resources)
+		assert.Empty(t, m.Finalizers)
+
+		// OSSM 2 uninstalled, its CRDs left behind by OLM: they alone defer nothing.
+		require.NoError(t, admin.Delete(ctx, smcp))
+		require.NoError(t, admin.Delete(ctx, ossm3))
+		fake.sync()
+		m = reconcile("cluster")
+		assert.NotEqual(t, PhaseDeferred, m.Status.Phase)
+		assert.Equal(t, v1alpha1.ManagementManaged, m.Status.ControlPlane.Management)
+		assert.Equal(t, "sail", m.Status.Provider)
+		assert.NotNil(t, getSail(sail.KindIstio), "the operator builds its own control plane")
+		assert.True(t, m.Status.Detected.Maistra, "the leftover API is still reported")
 	})
 
 	t.Run("the manager wiring: SetupWithManager reconciles and exports the license metric", func(t *testing.T) {

@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -31,6 +34,12 @@ const (
 	istiodContainer  = "discovery"
 	defaultIstioNSes = sail.IstioNamespace
 )
+
+// maistraVersions are the versions ServiceMeshControlPlane was served in
+// (OSSM 2.x serves v2, older releases v1 only).
+var maistraVersions = []string{"v2", "v1"}
+
+// +kubebuilder:rbac:groups=maistra.io,resources=servicemeshcontrolplanes,verbs=list
 
 // observed is what one reconcile read: the facts detection decides on, plus
 // the live objects readiness is judged from.
@@ -76,6 +85,27 @@ func (r *ServiceMeshReconciler) observe(ctx context.Context, mesh *v1alpha1.Serv
 		case !apierrors.IsNotFound(err):
 			return nil, fmt.Errorf("reading %s/%s: %w", ciliumNamespace, ciliumConfigMap, err)
 		}
+	}
+
+	if o.facts.Maistra() {
+		// Only a ServiceMeshControlPlane shows OSSM 2 in use: its CRDs
+		// outlive an uninstall.
+		var list *metav1.PartialObjectMetadataList
+		var err error
+		for _, v := range maistraVersions {
+			list = &metav1.PartialObjectMetadataList{}
+			list.SetGroupVersionKind(schema.GroupVersionKind{Group: detect.GroupMaistra, Version: v, Kind: "ServiceMeshControlPlaneList"})
+			if err = r.Reader.List(ctx, list); !meta.IsNoMatchError(err) {
+				break
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("listing Maistra ServiceMeshControlPlanes: %w", err)
+		}
+		for _, smcp := range list.Items {
+			o.facts.MaistraControlPlanes = append(o.facts.MaistraControlPlanes, smcp.Namespace+"/"+smcp.Name)
+		}
+		sort.Strings(o.facts.MaistraControlPlanes)
 	}
 
 	if o.facts.SailAPI() {

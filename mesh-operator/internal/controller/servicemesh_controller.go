@@ -47,6 +47,11 @@ const (
 	ConditionPreconditionNotMet = "PreconditionNotMet"
 	ConditionPreviewLocked      = "PreviewLocked"
 	ConditionRefused            = "Refused"
+	// ConditionSailTeardown reports, while the ServiceMesh is deleted, what
+	// became of the Sail Operator installation it held: uninstalled, kept
+	// (other holders, or Sail resources the operator does not own), and
+	// which recorded CRD names it refused to delete.
+	ConditionSailTeardown = "SailTeardown"
 	// ConditionReconciling and ConditionStalled follow kstatus.
 	ConditionReconciling = "Reconciling"
 	ConditionStalled     = "Stalled"
@@ -231,6 +236,7 @@ func (r *ServiceMeshReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		res.RequeueAfter = min(res.RequeueAfter, wait)
 	}
 	err = errors.Join(preErr, err, eerr)
+	st.mergeSailPaused()
 	if werr := r.writeStatus(ctx, mesh, st.next, st.warnReason, st.warnMessage); werr != nil && err == nil {
 		err = werr
 	}

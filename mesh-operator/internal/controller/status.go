@@ -1,12 +1,16 @@
 package controller
 
 import (
+	"slices"
+	"sort"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/mesh-operator/internal/sail"
 )
 
 // status builds the next status of one reconcile.
@@ -19,6 +23,28 @@ type status struct {
 	// oldDataPlane says what keeps the old data plane's components during
 	// a dataPlane migration ("" when nothing does).
 	oldDataPlane string
+	// sailPaused are the Sail CRs this reconcile left alone for
+	// reconcile-paused (Kind/name); merged into status.pausedObjects.
+	sailPaused []string
+}
+
+// sailKinds are the kinds whose paused entries the control-plane
+// reconcile reports (the enrollment reports the others).
+var sailKinds = []string{sail.KindIstio, sail.KindIstioCNI, sail.KindZTunnel}
+
+// mergeSailPaused replaces the Sail entries of status.pausedObjects with
+// what this reconcile found, keeping the enrollment's entries.
+func (s *status) mergeSailPaused() {
+	var out []string
+	for _, p := range s.next.PausedObjects {
+		kind, _, _ := strings.Cut(p, "/")
+		if !slices.Contains(sailKinds, kind) {
+			out = append(out, p)
+		}
+	}
+	out = append(out, s.sailPaused...)
+	sort.Strings(out)
+	s.next.PausedObjects = out
 }
 
 func newStatus(mesh *v1alpha1.ServiceMesh, now time.Time) *status {

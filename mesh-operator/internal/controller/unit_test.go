@@ -2,6 +2,8 @@ package controller
 
 import (
 	"flag"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -9,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/detect"
 )
@@ -61,8 +64,39 @@ func TestConfigFlags(t *testing.T) {
 	c.OperatorNamespace = "mesh-system"
 	require.NoError(t, c.Validate())
 
+	assert.Equal(t, DefaultSailChartVersion, c.SailChart.Version, "the tested chart version is pinned by default")
+	assert.NotEmpty(t, c.SailChart.Version)
+	assert.False(t, c.SailChart.InsecureHTTP)
+
 	require.NoError(t, fs.Parse([]string{"--sail-chart-repository", "oci://registry.local/charts"}))
-	assert.ErrorContains(t, c.Validate(), "http(s) URL")
+	assert.ErrorContains(t, c.Validate(), "https URL")
+	require.NoError(t, fs.Parse([]string{"--sail-chart-repository", "http://mirror.example.com/charts"}))
+	assert.ErrorContains(t, c.Validate(), "--sail-chart-insecure-http", "plain http needs the explicit flag")
+	require.NoError(t, fs.Parse([]string{"--sail-chart-repository", "http://mirror.example.com/charts", "--sail-chart-insecure-http"}))
+	require.NoError(t, c.Validate())
+	assert.True(t, c.SailChart.InsecureHTTP)
+	require.NoError(t, fs.Parse([]string{"--sail-chart-repository", "https://mirror.example.com/charts", "--sail-chart-insecure-http=false"}))
+	require.NoError(t, c.Validate())
 	require.NoError(t, fs.Parse([]string{"--sail-install=false"}))
 	require.NoError(t, c.Validate(), "the repository is not used without installs")
+}
+
+// TestChartValuesPinTheTestedSailVersion: the mesh-operator chart passes
+// --sail-chart-version, so its default must be the same pinned version.
+func TestChartValuesPinTheTestedSailVersion(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "..", "charts", "mesh-operator", "values.yaml"))
+	require.NoError(t, err)
+	var v struct {
+		Sail struct {
+			Chart struct {
+				Repository   string `json:"repository"`
+				Version      string `json:"version"`
+				InsecureHTTP bool   `json:"insecureHTTP"`
+			} `json:"chart"`
+		} `json:"sail"`
+	}
+	require.NoError(t, yaml.Unmarshal(data, &v))
+	assert.Equal(t, DefaultSailChartVersion, v.Sail.Chart.Version)
+	assert.Equal(t, DefaultSailChartRepository, v.Sail.Chart.Repository)
+	assert.False(t, v.Sail.Chart.InsecureHTTP)
 }

@@ -75,6 +75,9 @@ type Facts struct {
 	Istiods []Istiod
 	// Istios are the sailoperator.io Istio CRs (empty without the Sail API).
 	Istios []SailIstio
+	// MaistraControlPlanes are the ServiceMeshControlPlanes
+	// (maistra.io) that exist, as namespace/name; empty without the API.
+	MaistraControlPlanes []string
 	// CiliumDaemonSet: kube-system/cilium exists.
 	CiliumDaemonSet bool
 	// CiliumConfig is kube-system/cilium-config's data; nil when absent or unreadable.
@@ -100,8 +103,12 @@ func (f Facts) SailAPI() bool { return f.serves(GroupSail, ResourceIstios) }
 // IstioAPI: Istio's security API (PeerAuthentication, AuthorizationPolicy) is served.
 func (f Facts) IstioAPI() bool { return f.serves(GroupIstioSecurity, "") }
 
-// Maistra: OpenShift Service Mesh 2.x.
+// Maistra: the OpenShift Service Mesh 2.x API is served (possibly only
+// CRDs left behind by an uninstall).
 func (f Facts) Maistra() bool { return f.serves(GroupMaistra, ResourceSMCP) }
+
+// MaistraRunning: an OpenShift Service Mesh 2.x control plane exists.
+func (f Facts) MaistraRunning() bool { return f.Maistra() && len(f.MaistraControlPlanes) > 0 }
 
 // Cilium: its DaemonSet or its CRDs.
 func (f Facts) Cilium() bool {
@@ -185,13 +192,17 @@ func Decide(spec v1alpha1.ServiceMeshSpec, f Facts, opt Options) Plan {
 		return p
 	}
 
-	if f.Maistra() && len(ours) == 0 {
+	// OpenShift Service Mesh 2 stands in the way only while one of its
+	// control planes exists and no Sail Istio does: OLM leaves the maistra.io
+	// CRDs behind after an uninstall, and an OSSM 3 Istio next to a
+	// running OSSM 2 is the mesh to adopt.
+	if f.MaistraRunning() && len(f.Istios) == 0 {
 		p.Deferred = true
 		p.Provider = "maistra"
-		return blocked(p, "MaistraDetected", "OpenShift Service Mesh 2.x (Maistra: servicemeshcontrolplanes.maistra.io) is installed. "+
-			"The operator does not install a second control plane next to it, nor manage or adopt it: "+
-			"upgrade to OpenShift Service Mesh 3 (operator package servicemeshoperator3, Sail-based) and the operator adopts that mesh, "+
-			"or set spec.mode: external to keep Maistra and only have the operator emit its configuration.")
+		return blocked(p, "MaistraDetected", fmt.Sprintf("OpenShift Service Mesh 2.x (Maistra) runs a control plane (ServiceMeshControlPlane %s). "+
+			"The operator neither manages OSSM 2 nor installs a second control plane next to it. "+
+			"Either adopt an existing mesh: upgrade to OpenShift Service Mesh 3 / Sail (operator package servicemeshoperator3) and the operator adopts its Istio, "+
+			"or set spec.mode: external to keep Maistra and have the operator emit only its configuration.", strings.Join(f.MaistraControlPlanes, ", ")))
 	}
 
 	// The existing mesh, if any, that the ServiceMesh would adopt.
@@ -337,7 +348,7 @@ func providerOf(p Plan, f Facts, openshift bool) string {
 		return "openshift"
 	case p.AdoptedIstio != nil:
 		return "sail"
-	case len(p.AdoptedIstiod) > 0 && f.Maistra():
+	case len(p.AdoptedIstiod) > 0 && f.MaistraRunning():
 		return "maistra"
 	case len(p.AdoptedIstiod) > 0:
 		return "istio"

@@ -41,6 +41,8 @@ var (
 	ourIstio   = SailIstio{Name: "default", Namespace: "istio-system", Ours: true, Revision: "default"}
 	userIstio  = SailIstio{Name: "default", Namespace: "istio-system", Revision: "default"}
 	otherIstio = SailIstio{Name: "canary", Namespace: "istio-canary", Revision: "canary"}
+
+	smcp = []string{"istio-system/basic"}
 )
 
 func TestDecide(t *testing.T) {
@@ -99,12 +101,24 @@ func TestDecide(t *testing.T) {
 			action: ActionObserve, mgmt: v1alpha1.ManagementExternal},
 		"external observes a visible istiod": {spec: external, facts: Facts{Istiods: []Istiod{istiod}},
 			action: ActionObserve, mgmt: v1alpha1.ManagementExternal, provider: "istio", istiods: 1},
-		"Maistra: deferred in managed mode": {spec: managed, facts: Facts{Resources: groups(GroupRoute, GroupMaistra, GroupIstioSecurity), Istiods: []Istiod{istiod}}, opt: install,
+		"Maistra: deferred in managed mode": {spec: managed, facts: Facts{Resources: groups(GroupRoute, GroupMaistra, GroupIstioSecurity), MaistraControlPlanes: smcp, Istiods: []Istiod{istiod}}, opt: install,
 			action: ActionHold, blocked: "MaistraDetected", deferred: true, provider: "maistra"},
-		"Maistra: deferred in adopt mode": {spec: adopt, facts: Facts{Resources: groups(GroupMaistra), Istiods: []Istiod{istiod}},
+		"Maistra: deferred in adopt mode": {spec: adopt, facts: Facts{Resources: groups(GroupMaistra), MaistraControlPlanes: smcp, Istiods: []Istiod{istiod}},
 			action: ActionHold, blocked: "MaistraDetected", deferred: true, provider: "maistra"},
-		"Maistra: external only observes": {spec: external, facts: Facts{Resources: groups(GroupMaistra), Istiods: []Istiod{istiod}},
+		"Maistra: deferred even with the Sail API but no Sail Istio": {spec: managed, facts: Facts{Resources: groups(GroupRoute, GroupMaistra, GroupSail), MaistraControlPlanes: smcp, Istiods: []Istiod{istiod}}, opt: install,
+			action: ActionHold, blocked: "MaistraDetected", deferred: true, provider: "maistra"},
+		"Maistra: external only observes": {spec: external, facts: Facts{Resources: groups(GroupMaistra), MaistraControlPlanes: smcp, Istiods: []Istiod{istiod}},
 			action: ActionObserve, mgmt: v1alpha1.ManagementExternal, provider: "maistra", istiods: 1},
+		"Maistra leftovers (CRDs, no control plane) do not defer: install": {spec: managed, facts: Facts{Resources: groups(GroupMaistra)}, opt: install,
+			action: ActionInstallSail, mgmt: v1alpha1.ManagementManaged, provider: "sail"},
+		"Maistra leftovers on OSSM 3 without a mesh: apply": {spec: managed, facts: Facts{Resources: groups(GroupRoute, GroupMaistra, GroupSail)}, opt: install,
+			action: ActionApply, mgmt: v1alpha1.ManagementManaged, provider: "openshift"},
+		"Maistra leftovers on OSSM 3 with its mesh: adopt": {spec: managed, facts: Facts{Resources: groups(GroupRoute, GroupMaistra, GroupSail), Istios: []SailIstio{userIstio}}, opt: install,
+			action: ActionObserve, mgmt: v1alpha1.ManagementAdopted, provider: "openshift", adoptIstio: "default"},
+		"Maistra running next to an OSSM 3 Istio: adopt the Sail Istio": {spec: managed, facts: Facts{Resources: groups(GroupRoute, GroupMaistra, GroupSail), MaistraControlPlanes: smcp, Istios: []SailIstio{userIstio}, Istiods: []Istiod{istiod}}, opt: install,
+			action: ActionObserve, mgmt: v1alpha1.ManagementAdopted, provider: "openshift", adoptIstio: "default"},
+		"Maistra running, our Istio exists: stays managed": {spec: managed, facts: Facts{Resources: groups(GroupMaistra, GroupSail), MaistraControlPlanes: smcp, Istios: []SailIstio{ourIstio}}, opt: install,
+			action: ActionApply, mgmt: v1alpha1.ManagementManaged, provider: "sail"},
 		"Cilium DaemonSet + ambient: held with a warning": {spec: managed, facts: Facts{CiliumDaemonSet: true}, opt: install,
 			action: ActionHold, mgmt: v1alpha1.ManagementManaged, provider: "sail", precond: "CiliumAmbient"},
 		"Cilium CRD + ambient with Sail: held": {spec: managed, facts: Facts{Resources: groups(GroupCilium, GroupSail)}, opt: install,
@@ -132,6 +146,12 @@ func TestDecide(t *testing.T) {
 			assert.Equal(t, tc.deferred, p.Deferred, "deferred")
 			if tc.blocked != "" {
 				assert.NotEmpty(t, p.BlockedMessage)
+			}
+			if tc.deferred {
+				// The seed: adopt an existing mesh or upgrade to OSSM 3 / Sail.
+				for _, want := range []string{"adopt", "OpenShift Service Mesh 3", "Sail", smcp[0]} {
+					assert.Contains(t, p.BlockedMessage, want)
+				}
 			}
 			if tc.precond != "" {
 				assert.Contains(t, p.PreconditionMessage, "dataPlane: sidecar", "the warning recommends sidecar")

@@ -34,6 +34,9 @@ type ChartSource struct {
 	// Version pins the chart version; empty takes the newest stable version
 	// the repository lists.
 	Version string
+	// InsecureHTTP allows plain-http URLs (tests serving a chart on
+	// 127.0.0.1). Without it every URL fetched must be https.
+	InsecureHTTP bool
 }
 
 func (s ChartSource) String() string {
@@ -55,6 +58,9 @@ func (s ChartSource) Fetch(ctx context.Context, hc *http.Client) (*chart.Chart, 
 	if hc == nil {
 		hc = http.DefaultClient
 	}
+	if err := s.checkScheme(s.Repository); err != nil {
+		return nil, err
+	}
 	archiveURL, digest := s.Repository, ""
 	if !strings.HasSuffix(s.Repository, ".tgz") {
 		var err error
@@ -63,7 +69,12 @@ func (s ChartSource) Fetch(ctx context.Context, hc *http.Client) (*chart.Chart, 
 			return nil, err
 		}
 	}
-	data, err := get(ctx, hc, archiveURL)
+	// The index may point anywhere: the archive must be https too, or the
+	// digest from an https index would not protect what is installed.
+	if err := s.checkScheme(archiveURL); err != nil {
+		return nil, err
+	}
+	data, err := s.get(ctx, hc, archiveURL)
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +109,7 @@ func (s ChartSource) resolve(ctx context.Context, hc *http.Client) (string, stri
 	if err != nil {
 		return "", "", fmt.Errorf("chart repository %q: %w", s.Repository, err)
 	}
-	raw, err := get(ctx, hc, base.JoinPath("index.yaml").String())
+	raw, err := s.get(ctx, hc, base.JoinPath("index.yaml").String())
 	if err != nil {
 		return "", "", err
 	}
@@ -142,7 +153,27 @@ func (s ChartSource) resolve(ctx context.Context, hc *http.Client) (string, stri
 	return u.String(), found[0].dig, nil
 }
 
-func get(ctx context.Context, hc *http.Client, u string) ([]byte, error) {
+// checkScheme refuses a URL that is not https unless InsecureHTTP is set:
+// the chart's templates get escalate and bind, so whoever can alter it in
+// transit could take over the cluster, and over plain http the index's
+// digest comes from the same untrusted channel.
+func (s ChartSource) checkScheme(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("chart URL %q: %w", raw, err)
+	}
+	switch {
+	case u.Scheme == "https":
+		return nil
+	case u.Scheme == "http" && s.InsecureHTTP:
+		return nil
+	case u.Scheme == "http":
+		return fmt.Errorf("chart URL %s is plain http: the Sail chart is fetched over https only (--sail-chart-insecure-http allows http, for a test repository)", raw)
+	}
+	return fmt.Errorf("chart URL %q must be https", raw)
+}
+
+func (s ChartSource) get(ctx context.Context, hc *http.Client, u string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, err
@@ -152,6 +183,10 @@ func get(ctx context.Context, hc *http.Client, u string) ([]byte, error) {
 		return nil, fmt.Errorf("fetching %s: %w", u, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
+	// A redirect may have left https; what it served is not trusted.
+	if err := s.checkScheme(resp.Request.URL.String()); err != nil {
+		return nil, fmt.Errorf("fetching %s: redirected: %w", u, err)
+	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("fetching %s: %s", u, resp.Status)
 	}

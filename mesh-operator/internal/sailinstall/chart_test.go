@@ -73,15 +73,15 @@ func TestFetch(t *testing.T) {
 	srv := repo(t, archives, sha)
 	ctx := context.Background()
 
-	ch, err := ChartSource{Repository: srv.URL + "/repo", Name: "sail-operator"}.Fetch(ctx, srv.Client())
+	ch, err := ChartSource{Repository: srv.URL + "/repo", Name: "sail-operator", InsecureHTTP: true}.Fetch(ctx, srv.Client())
 	require.NoError(t, err)
 	assert.Equal(t, "1.30.1", ch.Metadata.Version, "newest stable, release candidates skipped")
 
-	ch, err = ChartSource{Repository: srv.URL + "/repo/", Name: "sail-operator", Version: "1.29.0"}.Fetch(ctx, srv.Client())
+	ch, err = ChartSource{Repository: srv.URL + "/repo/", Name: "sail-operator", Version: "1.29.0", InsecureHTTP: true}.Fetch(ctx, srv.Client())
 	require.NoError(t, err)
 	assert.Equal(t, "1.29.0", ch.Metadata.Version)
 
-	ch, err = ChartSource{Repository: srv.URL + "/repo/sail-operator-1.29.0.tgz", Name: "sail-operator"}.Fetch(ctx, srv.Client())
+	ch, err = ChartSource{Repository: srv.URL + "/repo/sail-operator-1.29.0.tgz", Name: "sail-operator", InsecureHTTP: true}.Fetch(ctx, srv.Client())
 	require.NoError(t, err, "a .tgz URL is the archive itself")
 	assert.Equal(t, "1.29.0", ch.Metadata.Version)
 
@@ -98,6 +98,7 @@ func TestFetch(t *testing.T) {
 		"bad repository url": {Repository: "http://127.0.0.1:1/\x7f", Name: "sail-operator"},
 	} {
 		t.Run(name, func(t *testing.T) {
+			src.InsecureHTTP = true
 			_, err := src.Fetch(ctx, srv.Client())
 			assert.Error(t, err)
 		})
@@ -106,7 +107,70 @@ func TestFetch(t *testing.T) {
 
 func TestFetchChecksDigest(t *testing.T) {
 	srv := repo(t, map[string][]byte{"1.30.0": tinyChart(t, "1.30.0")}, func(string, []byte) string { return "00" })
-	_, err := ChartSource{Repository: srv.URL + "/repo", Name: "sail-operator"}.Fetch(context.Background(), srv.Client())
+	_, err := ChartSource{Repository: srv.URL + "/repo", Name: "sail-operator", InsecureHTTP: true}.Fetch(context.Background(), srv.Client())
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "does not match the repository index's digest")
+}
+
+// TestFetchRequiresHTTPS: without InsecureHTTP nothing is fetched over plain
+// http, neither the repository, nor an archive an https index points to,
+// nor the target of a redirect.
+func TestFetchRequiresHTTPS(t *testing.T) {
+	ctx := context.Background()
+	archive := tinyChart(t, "1.30.0")
+	plain := repo(t, map[string][]byte{"1.30.0": archive}, sha)
+	_, err := ChartSource{Repository: plain.URL + "/repo", Name: "sail-operator"}.Fetch(ctx, plain.Client())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "https")
+	_, err = ChartSource{Repository: plain.URL + "/repo/sail-operator-1.30.0.tgz", Name: "sail-operator"}.Fetch(ctx, plain.Client())
+	require.Error(t, err, "an archive URL too")
+
+	// An https index whose chart URL is plain http.
+	var requested []string
+	tlsSrv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requested = append(requested, r.URL.Path)
+		switch r.URL.Path {
+		case "/repo/index.yaml":
+			_, _ = fmt.Fprintf(w, "apiVersion: v1\nentries:\n  sail-operator:\n  - version: 1.30.0\n    urls: [%s/repo/sail-operator-1.30.0.tgz]\n    digest: %s\n", plain.URL, sha("", archive))
+		case "/redirect/index.yaml":
+			http.Redirect(w, r, plain.URL+"/repo/index.yaml", http.StatusFound)
+		case "/good/index.yaml":
+			_, _ = fmt.Fprintf(w, "apiVersion: v1\nentries:\n  sail-operator:\n  - version: 1.30.0\n    urls: [sail-operator-1.30.0.tgz]\n    digest: %s\n", sha("", archive))
+		case "/good/sail-operator-1.30.0.tgz":
+			_, _ = w.Write(archive)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(tlsSrv.Close)
+	_, err = ChartSource{Repository: tlsSrv.URL + "/repo", Name: "sail-operator"}.Fetch(ctx, tlsSrv.Client())
+	require.Error(t, err, "an https index pointing at an http archive")
+	assert.Contains(t, err.Error(), "https")
+	_, err = ChartSource{Repository: tlsSrv.URL + "/redirect", Name: "sail-operator"}.Fetch(ctx, tlsSrv.Client())
+	require.Error(t, err, "a redirect to http")
+	assert.Contains(t, err.Error(), "https")
+
+	ch, err := ChartSource{Repository: tlsSrv.URL + "/good", Name: "sail-operator", Version: "1.30.0"}.Fetch(ctx, tlsSrv.Client())
+	require.NoError(t, err, "https all the way")
+	assert.Equal(t, "1.30.0", ch.Metadata.Version)
+}
+
+func TestRemovableCRDs(t *testing.T) {
+	chartCRDs := []string{"istios.sailoperator.io", "ztunnels.sailoperator.io", "peerauthentications.security.istio.io", "widgets.example.com"}
+	remove, ignored := RemovableCRDs([]string{
+		"istios.sailoperator.io", "peerauthentications.security.istio.io", // the chart's, in Sail's API groups
+		"istiorevisions.sailoperator.io",          // a Sail group, but not in this chart
+		"widgets.example.com",                     // in the chart, but not a Sail API group
+		"servicemeshes.core.navique.com", "", " ", // anything else
+		"istios.sailoperator.io", // twice
+	}, chartCRDs)
+	assert.Equal(t, []string{"istios.sailoperator.io", "peerauthentications.security.istio.io"}, remove)
+	assert.Equal(t, []string{"istiorevisions.sailoperator.io", "servicemeshes.core.navique.com", "widgets.example.com"}, ignored)
+
+	for group, want := range map[string]bool{
+		"sailoperator.io": true, "security.istio.io": true, "networking.istio.io": true, "extensions.istio.io": true,
+		"istio.io": false, "evilistio.io": false, "core.navique.com": false, "apiextensions.k8s.io": false, "sailoperator.io.example.com": false,
+	} {
+		assert.Equal(t, want, SailAPIGroup(group), group)
+	}
 }

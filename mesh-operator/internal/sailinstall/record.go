@@ -49,6 +49,9 @@ type Record struct {
 	CRDs      []string
 	// Holders are the data keys, sorted.
 	Holders []string
+	// Created is the record's creation time. It is written before the
+	// install, so a CRD the install created is not older than it.
+	Created metav1.Time
 
 	resourceVersion string
 }
@@ -73,7 +76,7 @@ func (rs Records) Get(ctx context.Context, namespace string) (*Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the Sail holders record %s/%s: %w", namespace, RecordName, err)
 	}
-	r := &Record{Namespace: namespace, Release: cm.Annotations[AnnotationRelease], resourceVersion: cm.ResourceVersion}
+	r := &Record{Namespace: namespace, Release: cm.Annotations[AnnotationRelease], Created: cm.CreationTimestamp, resourceVersion: cm.ResourceVersion}
 	if crds := cm.Annotations[AnnotationCRDs]; crds != "" {
 		r.CRDs = strings.Split(crds, ",")
 	}
@@ -130,4 +133,43 @@ func (rs Records) DeleteIfOnly(ctx context.Context, r *Record, holder string) er
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: RecordName}}
 	err := rs.Client.Delete(ctx, cm, client.Preconditions{ResourceVersion: &r.resourceVersion})
 	return client.IgnoreNotFound(err)
+}
+
+// GroupSail is the Sail Operator's own API group.
+const GroupSail = "sailoperator.io"
+
+// SailAPIGroup reports whether group is one of the API groups whose CRDs
+// the Sail Operator chart ships: its own, and Istio's (*.istio.io).
+func SailAPIGroup(group string) bool {
+	if group == GroupSail {
+		return true
+	}
+	sub, ok := strings.CutSuffix(group, ".istio.io")
+	return ok && sub != "" && !strings.HasSuffix(sub, ".")
+}
+
+// RemovableCRDs splits the CRD names of a holders record into those the last
+// holder may delete and those it must leave alone. The record is a ConfigMap
+// that anyone allowed to write ConfigMaps in its namespace can edit, so its
+// names are trusted only where they are CRDs of the Sail API groups that the
+// chart itself ships (chartCRDs: CRDNames of the chart). Both lists come
+// back sorted and without duplicates or blanks.
+func RemovableCRDs(recorded, chartCRDs []string) (remove, ignored []string) {
+	seen := map[string]bool{}
+	for _, n := range recorded {
+		n = strings.TrimSpace(n)
+		if n == "" || seen[n] {
+			continue
+		}
+		seen[n] = true
+		_, group, _ := strings.Cut(n, ".")
+		if slices.Contains(chartCRDs, n) && SailAPIGroup(group) {
+			remove = append(remove, n)
+		} else {
+			ignored = append(ignored, n)
+		}
+	}
+	sort.Strings(remove)
+	sort.Strings(ignored)
+	return remove, ignored
 }
