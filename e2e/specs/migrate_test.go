@@ -82,7 +82,7 @@ func TestOperatorsMigrateDataPlane(t *testing.T) {
 	f.Spec.Routing = &fleetv1.Routing{
 		Hostnames: []string{"ledger.example.com"},
 		Ingress:   &fleetv1.IngressRouting{ClassName: "nginx"},
-		Source:    fleetv1.RoutingSource{Namespace: migrateEdgeNS, PodLabels: map[string]string{"app": "edge-proxy"}},
+		Source:    fleetv1.RoutingSource{Namespace: migrateEdgeNS, PodLabels: map[string]fleetv1.LabelValue{"app": "edge-proxy"}},
 	}
 	require.NoError(t, k8s.Create(ctx, f))
 	waitFleet(t, f, 2*time.Minute, func(f *fleetv1.CelldFleet) (bool, string) {
