@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"math"
 	"net"
 	"net/http"
@@ -18,9 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ericdev/fleetmesh/e2e/cluster"
 	"github.com/ericdev/fleetmesh/e2e/harness"
 	"github.com/ericdev/fleetmesh/e2e/sailfake"
 	meshv1 "github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
@@ -317,66 +315,9 @@ func (b *bench) strictPeerAuthentications(ctx context.Context, names []string) (
 	return len(seen), nil
 }
 
-// apiserverWrites reads the API server's apiserver_request_total for the
-// write verbs on meshWriteResources, keyed "VERB resource".
+// apiserverWrites reads the API server's write counts on meshWriteResources.
 func (b *bench) apiserverWrites(ctx context.Context) (map[string]float64, error) {
-	cs, err := kubernetes.NewForConfig(b.bed.Cluster.REST)
-	if err != nil {
-		return nil, err
-	}
-	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("API server metrics: %w", err)
-	}
-	return parseAPIServerWrites(strings.NewReader(string(raw)), meshWriteResources)
-}
-
-func parseAPIServerWrites(r io.Reader, resources []string) (map[string]float64, error) {
-	keep := map[string]bool{}
-	for _, res := range resources {
-		keep[res] = true
-	}
-	out := map[string]float64{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	const prefix = "apiserver_request_total{"
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, prefix) {
-			continue
-		}
-		end := strings.LastIndex(line, "}")
-		lbl := parseLabels(line[len(prefix):end])
-		verb, res := lbl["verb"], lbl["resource"]
-		if lbl["subresource"] != "" {
-			res += "/" + lbl["subresource"]
-		}
-		switch verb {
-		case "APPLY", "POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION":
-		default:
-			continue
-		}
-		if !keep[lbl["resource"]] {
-			continue
-		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(line[end+1:]), 64)
-		if err != nil {
-			return nil, fmt.Errorf("metrics line %q: %w", line, err)
-		}
-		out[verb+" "+res] += v
-	}
-	return out, sc.Err()
-}
-
-func parseLabels(s string) map[string]string {
-	out := map[string]string{}
-	for _, kv := range strings.Split(s, ",") {
-		k, v, ok := strings.Cut(kv, "=")
-		if ok {
-			out[k] = strings.Trim(v, `"`)
-		}
-	}
-	return out
+	return cluster.APIServerWrites(ctx, b.bed.Cluster.REST, meshWriteResources)
 }
 
 // phaseOf is phase for any operator process and metrics address.

@@ -98,16 +98,3 @@ func TestMeshLinearity(t *testing.T) {
 	}, meshLinearity(rs))
 	assert.Nil(t, meshLinearity(rs[:1]), "one count cannot show a slope")
 }
-
-func TestParseAPIServerWrites(t *testing.T) {
-	in := `# HELP apiserver_request_total x
-apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="namespaces",scope="resource",subresource="",verb="APPLY",version="v1"} 7
-apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="namespaces",scope="resource",subresource="",verb="GET",version="v1"} 70
-apiserver_request_total{code="409",component="apiserver",dry_run="",group="",resource="namespaces",scope="resource",subresource="",verb="APPLY",version="v1"} 1
-apiserver_request_total{code="200",component="apiserver",dry_run="",group="core.navique.com",resource="servicemeshes",scope="resource",subresource="status",verb="PATCH",version="v1alpha1"} 3
-apiserver_request_total{code="200",component="apiserver",dry_run="",group="coordination.k8s.io",resource="leases",scope="resource",subresource="",verb="PUT",version="v1"} 99
-`
-	got, err := parseAPIServerWrites(strings.NewReader(in), meshWriteResources)
-	require.NoError(t, err)
-	assert.Equal(t, map[string]float64{"APPLY namespaces": 8, "PATCH servicemeshes/status": 3}, got)
-}

@@ -28,6 +28,10 @@ const (
 type BedOptions struct {
 	// Root is the repository root; WorkDir holds everything the bed writes.
 	Root, WorkDir string
+	// Source is the source tree the operators are built from, with their
+	// CRDs and their charts' RBAC (default Root). The upgrade spec points it
+	// at an earlier release's tree, then calls Upgrade.
+	Source string
 	// Nodes is the number of kwok nodes (at least 1: the bed runs Pods).
 	Nodes int
 	// Operators starts both operators under their charts' RBAC.
@@ -59,6 +63,8 @@ type Bed struct {
 
 	stopStandin context.CancelFunc
 	standinDone chan struct{}
+	// licensePub is the public key the bed's mesh operator trusts.
+	licensePub string
 }
 
 // StartBed brings the bed up; on error everything started is torn down.
@@ -68,6 +74,9 @@ func StartBed(ctx context.Context, o BedOptions) (_ *Bed, err error) {
 	}
 	if o.StandinStartupDelay == 0 {
 		o.StandinStartupDelay = time.Second
+	}
+	if o.Source == "" {
+		o.Source = o.Root
 	}
 	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
 		return nil, err
@@ -84,8 +93,7 @@ func StartBed(ctx context.Context, o BedOptions) (_ *Bed, err error) {
 	}
 	copts.Nodes, copts.Log = o.Nodes, o.Log
 	copts.CRDPaths = append(copts.CRDPaths,
-		filepath.Join(o.Root, "fleet-operator/config/crd/bases"),
-		filepath.Join(o.Root, "mesh-operator/config/crd/bases"))
+		operatorCRDs(o.Source)...)
 	b.Provider = local.New(copts)
 	start := time.Now()
 	if b.Cluster, err = b.Provider.Up(ctx); err != nil {
@@ -111,9 +119,68 @@ func StartBed(ctx context.Context, o BedOptions) (_ *Bed, err error) {
 
 func (b *Bed) binDir() string { return filepath.Join(b.Opts.WorkDir, "bin") }
 
+// The operators' charts as the bed installs their RBAC.
+var (
+	fleetChart = Chart{Name: "fleet-operator", Namespace: FleetNamespace}
+	meshChart  = Chart{Name: "mesh-operator", Namespace: MeshNamespace}
+)
+
+// operatorCRDs are the directories holding both operators' CRDs in a tree.
+func operatorCRDs(tree string) []string {
+	return []string{
+		filepath.Join(tree, "fleet-operator/config/crd/bases"),
+		filepath.Join(tree, "mesh-operator/config/crd/bases"),
+	}
+}
+
 func (b *Bed) startOperators(ctx context.Context) error {
-	root := b.Opts.Root
-	bin := b.binDir()
+	if err := b.buildOperators(ctx, b.Opts.Source, b.binDir()); err != nil {
+		return err
+	}
+	if err := b.installRBAC(ctx, b.Opts.Source); err != nil {
+		return err
+	}
+	pub, err := b.installTestLicense(ctx)
+	if err != nil {
+		return err
+	}
+	b.licensePub = pub
+	return b.runOperators(b.binDir())
+}
+
+// Upgrade replaces both operators with the ones built from tree, the way a
+// helm upgrade does: the old processes stop (SIGTERM), the CRDs and the
+// charts' RBAC are applied from tree, and the new binaries start with the
+// same flags and identities. beforeStart, when set, runs just before they
+// start: nothing of either operator runs then, and the bed's own writes are
+// done.
+func (b *Bed) Upgrade(ctx context.Context, tree string, beforeStart func() error) error {
+	bin := filepath.Join(b.Opts.WorkDir, "bin-upgrade")
+	if err := b.buildOperators(ctx, tree, bin); err != nil {
+		return err
+	}
+	for _, p := range []*Process{b.Fleet, b.Mesh} {
+		if err := p.Stop(15 * time.Second); err != nil {
+			return fmt.Errorf("stopping %s: %w", p.Name, err)
+		}
+	}
+	if err := cluster.InstallManifests(ctx, b.Cluster.REST, operatorCRDs(tree)...); err != nil {
+		return fmt.Errorf("upgrading the CRDs: %w", err)
+	}
+	if err := b.installRBAC(ctx, tree); err != nil {
+		return err
+	}
+	b.Opts.Source = tree
+	if beforeStart != nil {
+		if err := beforeStart(); err != nil {
+			return err
+		}
+	}
+	return b.runOperators(bin)
+}
+
+// buildOperators compiles both operators and the license tool of tree into bin.
+func (b *Bed) buildOperators(ctx context.Context, tree, bin string) error {
 	builds := []struct {
 		module, pkg, out string
 		tags             []string
@@ -125,26 +192,30 @@ func (b *Bed) startOperators(ctx context.Context) error {
 		{"mesh-operator", "./cmd/mesh-license", "mesh-license", nil},
 	}
 	for _, bl := range builds {
-		if err := Build(ctx, filepath.Join(root, bl.module), bl.pkg, filepath.Join(bin, bl.out), bl.tags...); err != nil {
+		if err := Build(ctx, filepath.Join(tree, bl.module), bl.pkg, filepath.Join(bin, bl.out), bl.tags...); err != nil {
 			return err
 		}
 	}
+	return nil
+}
 
-	fleet := Chart{Name: "fleet-operator", Namespace: FleetNamespace}
-	mesh := Chart{Name: "mesh-operator", Namespace: MeshNamespace}
-	for _, c := range []Chart{fleet, mesh} {
-		if err := InstallRBAC(ctx, b.Cluster, root, c); err != nil {
+// installRBAC applies both charts' ServiceAccounts and RBAC from tree and
+// writes kubeconfigs for the ServiceAccounts.
+func (b *Bed) installRBAC(ctx context.Context, tree string) error {
+	for _, c := range []Chart{fleetChart, meshChart} {
+		c.Root = tree
+		if err := InstallRBAC(ctx, b.Cluster, b.Opts.Root, c); err != nil {
 			return fmt.Errorf("installing %s RBAC: %w", c.Name, err)
 		}
 		if err := ServiceAccountKubeconfig(ctx, b.Cluster, c.Namespace, c.ServiceAccount(), filepath.Join(b.Opts.WorkDir, c.Name+".kubeconfig")); err != nil {
 			return err
 		}
 	}
-	pub, err := b.installTestLicense(ctx)
-	if err != nil {
-		return err
-	}
+	return nil
+}
 
+// runOperators starts both operators from bin.
+func (b *Bed) runOperators(bin string) error {
 	b.Fleet = &Process{
 		Name: "fleet-operator", Binary: filepath.Join(bin, "fleet-operator"),
 		Kubeconfig: filepath.Join(b.Opts.WorkDir, "fleet-operator.kubeconfig"),
@@ -155,7 +226,7 @@ func (b *Bed) startOperators(ctx context.Context) error {
 			"--metrics-bind-address", "127.0.0.1:0",
 			"--health-probe-bind-address", "127.0.0.1:0",
 			fmt.Sprintf("--network-policy-enforced=%t", b.Opts.NetworkPolicyEnforced),
-			"--operator-service-account", fleet.ServiceAccount(),
+			"--operator-service-account", fleetChart.ServiceAccount(),
 			"--state-timeout", "1s",
 			"--state-interval", "10s",
 		},
@@ -175,7 +246,7 @@ func (b *Bed) startOperators(ctx context.Context) error {
 			// never try one: managed meshes report the missing Sail Operator.
 			"--sail-install=false",
 		},
-		Env: []string{"MESH_LICENSE_TEST_PUBLIC_KEY=" + pub},
+		Env: []string{"MESH_LICENSE_TEST_PUBLIC_KEY=" + b.licensePub},
 	}
 	b.Mesh.Args = append(b.Mesh.Args, b.Opts.MeshExtraArgs...)
 	for _, p := range []*Process{b.Fleet, b.Mesh} {

@@ -34,6 +34,9 @@ type Chart struct {
 	Namespace string
 	// Set are helm --set overrides.
 	Set []string
+	// Root is the tree holding charts/<Name> (default: the root passed to
+	// InstallRBAC, whose bin/helm renders it).
+	Root string
 }
 
 // Release is the Helm release name used for every chart here.
@@ -54,7 +57,11 @@ func InstallRBAC(ctx context.Context, cl *cluster.Cluster, root string, c Chart)
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
-	args := []string{"template", c.Release(), filepath.Join(root, "charts", c.Name), "--namespace", c.Namespace,
+	chartRoot := root
+	if c.Root != "" {
+		chartRoot = c.Root
+	}
+	args := []string{"template", c.Release(), filepath.Join(chartRoot, "charts", c.Name), "--namespace", c.Namespace,
 		"--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml"}
 	for _, s := range c.Set {
 		args = append(args, "--set", s)

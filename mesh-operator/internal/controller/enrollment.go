@@ -703,7 +703,7 @@ func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha
 	// not yet accepted at a cutover are looked at, so a plaintext Pod that
 	// appears later in an accepted edge cannot switch STRICT off.
 	state, _ := contract.Parse(ns.Labels)
-	accepted := enroll.AcceptedEdges(pa)
+	accepted := enroll.AcceptedEdges(pa, state.Edges)
 	if migrating {
 		accepted = nil
 	}

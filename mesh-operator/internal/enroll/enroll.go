@@ -236,13 +236,23 @@ func AppliedDataPlane(nsLabels map[string]string, owned map[string]bool) v1alpha
 	return ""
 }
 
-// AcceptedEdges reads the edges recorded on a live PeerAuthentication.
-func AcceptedEdges(pa *unstructured.Unstructured) []string {
+// AcceptedEdges are the edges accepted when the namespace last went STRICT,
+// as recorded on its live PeerAuthentication. A PeerAuthentication cut over
+// by a release that did not record edges yet (strict-ready set, no
+// strict-edges annotation at all) went STRICT with every edge then
+// declared: the edges declared now are taken as accepted, so upgrading the
+// operator never relaxes a STRICT namespace (the record is written with the
+// next apply).
+func AcceptedEdges(pa *unstructured.Unstructured, declared []string) []string {
 	if pa == nil {
 		return nil
 	}
-	v := pa.GetAnnotations()[labels.MeshStrictEdges]
-	if v == "" {
+	ann := pa.GetAnnotations()
+	v, recorded := ann[labels.MeshStrictEdges]
+	switch {
+	case !recorded && ann[labels.MeshStrictReady] != "":
+		return slices.Clone(declared)
+	case v == "":
 		return nil
 	}
 	return strings.Split(v, ",")
@@ -263,7 +273,9 @@ func object(namespace, name string, owner metav1.OwnerReference) policy.Object {
 // PeerAuthentication is the namespace-wide mTLS policy (no selector).
 // strictReady, when set, is recorded in the labels.MeshStrictReady
 // annotation: the time the namespace first met the cutover signal.
-// acceptedEdges, when any, are recorded in labels.MeshStrictEdges.
+// Once strictReady is set, acceptedEdges are recorded in
+// labels.MeshStrictEdges, empty when there are none: its absence marks a
+// PeerAuthentication of a release that did not record them (AcceptedEdges).
 func PeerAuthentication(namespace, mode, strictReady string, owner metav1.OwnerReference, acceptedEdges ...string) *unstructured.Unstructured {
 	istioMode := policy.Permissive
 	if mode == contract.MTLSStrict {
@@ -274,7 +286,7 @@ func PeerAuthentication(namespace, mode, strictReady string, owner metav1.OwnerR
 	if strictReady != "" {
 		ann[labels.MeshStrictReady] = strictReady
 	}
-	if len(acceptedEdges) > 0 {
+	if strictReady != "" || len(acceptedEdges) > 0 {
 		ann[labels.MeshStrictEdges] = strings.Join(acceptedEdges, ",")
 	}
 	if len(ann) > 0 {

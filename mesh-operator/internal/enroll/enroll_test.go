@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
@@ -209,4 +210,34 @@ func TestDecideMTLSMigrating(t *testing.T) {
 	assert.Equal(t, v1alpha1.DataPlaneAmbient, AppliedDataPlane(map[string]string{labels.MeshDataPlane: "ambient"}, map[string]bool{labels.MeshDataPlane: true}))
 	assert.Equal(t, v1alpha1.DataPlane(""), AppliedDataPlane(map[string]string{labels.MeshDataPlane: "ambient"}, nil), "a label the operator does not hold says nothing")
 	assert.Equal(t, v1alpha1.DataPlane(""), AppliedDataPlane(map[string]string{labels.MeshDataPlane: "bogus"}, map[string]bool{labels.MeshDataPlane: true}))
+}
+
+// TestAcceptedEdges: the record is read as written; a PeerAuthentication cut
+// over by a release that recorded no edges accepts the edges declared now,
+// so an operator upgrade does not relax a STRICT namespace (seen in the
+// upgrade e2e: STRICT -> PERMISSIVE for an unmeshed routing-source edge).
+func TestAcceptedEdges(t *testing.T) {
+	owner := metav1.OwnerReference{APIVersion: "core.navique.com/v1alpha1", Kind: "ServiceMesh", Name: "cluster", UID: "u"}
+	declared := []string{"edge-a", "edge-b"}
+	legacy := PeerAuthentication("ns", contract.MTLSStrict, "2026-12-01T00:00:00Z", owner)
+	ann := legacy.GetAnnotations()
+	delete(ann, labels.MeshStrictEdges)
+	legacy.SetAnnotations(ann)
+
+	for name, c := range map[string]struct {
+		pa   *unstructured.Unstructured
+		want []string
+	}{
+		"no PeerAuthentication":               {nil, nil},
+		"not cut over":                        {PeerAuthentication("ns", contract.MTLSPermissive, "", owner), nil},
+		"cut over with no edge":               {PeerAuthentication("ns", contract.MTLSStrict, "2026-12-01T00:00:00Z", owner), nil},
+		"cut over with one edge":              {PeerAuthentication("ns", contract.MTLSStrict, "2026-12-01T00:00:00Z", owner, "edge-a"), []string{"edge-a"}},
+		"cut over by a release without edges": {legacy, declared},
+	} {
+		t.Run(name, func(t *testing.T) {
+			assert.Equal(t, c.want, AcceptedEdges(c.pa, declared))
+		})
+	}
+	assert.Equal(t, "", PeerAuthentication("ns", contract.MTLSStrict, "2026-12-01T00:00:00Z", owner).GetAnnotations()[labels.MeshStrictEdges],
+		"a cut-over PeerAuthentication records its edges even when there are none")
 }
