@@ -1,0 +1,50 @@
+package explore
+
+import (
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestGenerateIsReproducible(t *testing.T) {
+	a, b := Generate(42, 30), Generate(42, 30)
+	assert.Equal(t, a, b, "the same seed gives the same sequence")
+	assert.NotEqual(t, a, Generate(43, 30), "another seed gives another sequence")
+	kinds := map[string]bool{}
+	for seed := range uint64(50) {
+		for _, act := range Generate(seed, 20) {
+			require.True(t, known(act.Kind), act.Kind)
+			kinds[act.Kind] = true
+		}
+	}
+	assert.Len(t, kinds, len(alphabet), "every action of the alphabet is generated")
+}
+
+func TestShrinkKeepsOnlyWhatFails(t *testing.T) {
+	// The "defect": routing switched on, then the fleet deleted, in that
+	// order, with anything else in between.
+	fails := func(seq []Action) bool {
+		i := slices.IndexFunc(seq, func(a Action) bool { return a.Kind == FleetRouting && a.Arg == "on" })
+		return i >= 0 && slices.ContainsFunc(seq[i:], func(a Action) bool { return a.Kind == FleetDelete })
+	}
+	seq := []Action{
+		{Kind: MeshCreate, Arg: "ambient"}, {Kind: FleetCreate, Fleet: "a"}, {Kind: FleetRouting, Fleet: "a", Arg: "on"},
+		{Kind: FleetImage, Fleet: "a"}, {Kind: NamespaceLabel, Arg: "enabled"}, {Kind: FleetDelete, Fleet: "a"}, {Kind: MeshDelete},
+	}
+	runs := 0
+	got := Shrink(seq, func(s []Action) bool { runs++; return fails(s) })
+	assert.Equal(t, []Action{{Kind: FleetRouting, Fleet: "a", Arg: "on"}, {Kind: FleetDelete, Fleet: "a"}}, got)
+	assert.Less(t, runs, 30, "shrinking stays within a few runs per action")
+}
+
+func TestSequenceFileRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "seq.json")
+	s := Sequence{Seed: 7, Actions: Generate(7, 5), Found: "peers lost"}
+	require.NoError(t, s.Write(path))
+	got, err := ReadSequence(path)
+	require.NoError(t, err)
+	assert.Equal(t, s, got)
+}

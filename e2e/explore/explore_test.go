@@ -1,0 +1,189 @@
+//go:build e2e
+
+package explore
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ericdev/fleetmesh/e2e/cluster"
+	"github.com/ericdev/fleetmesh/e2e/harness"
+	"github.com/ericdev/fleetmesh/e2e/sailfake"
+	fleetv1 "github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	meshv1 "github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
+)
+
+// smokeSeeds run in `make test`: short sequences, a few minutes in all.
+// Longer and more runs: `make explore` (EXPLORE_COUNT, EXPLORE_ACTIONS,
+// EXPLORE_SEED).
+var smokeSeeds = []uint64{1, 2}
+
+const smokeActions = 5
+
+// startRunner brings up a bed with both operators built from tree (the
+// repository root, or a copy with a planted defect), sailfake and the
+// played istio-cni.
+func startRunner(t *testing.T, tree string) *Runner {
+	t.Helper()
+	root, err := cluster.RepoRoot()
+	require.NoError(t, err)
+	ctx := context.Background()
+	bed, err := harness.StartBed(ctx, harness.BedOptions{
+		Root: root, Source: tree, WorkDir: t.TempDir(), Nodes: 2, Operators: true, NetworkPolicyEnforced: true,
+		StandinStartupDelay: time.Second, Log: os.Stderr,
+	})
+	require.NoError(t, err)
+	t.Cleanup(bed.Stop)
+	scheme := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	require.NoError(t, fleetv1.AddToScheme(scheme))
+	require.NoError(t, meshv1.AddToScheme(scheme))
+	k8s, err := client.New(bed.Cluster.REST, client.Options{Scheme: scheme})
+	require.NoError(t, err)
+	dyn, err := dynamic.NewForConfig(bed.Cluster.REST)
+	require.NoError(t, err)
+	stopSail, err := sailfake.Serve(ctx, bed.Cluster.REST, k8s, root)
+	require.NoError(t, err)
+	t.Cleanup(stopSail)
+	cniCtx, stopCNI := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); PlayCNI(cniCtx, k8s) }()
+	t.Cleanup(func() { stopCNI(); <-done })
+	return &Runner{Bed: bed, K8s: k8s, Dyn: dyn, Root: root, Log: os.Stderr, Pause: 3 * time.Second, Settle: 2 * time.Minute}
+}
+
+func runSequence(t *testing.T, r *Runner, seq []Action) Result {
+	t.Helper()
+	res, err := r.Run(context.Background(), seq)
+	require.NoError(t, err)
+	t.Logf("%d actions, %d observed states, %s", len(seq), res.States, res.Took.Round(time.Second))
+	return res
+}
+
+// TestExplore plays the smoke seeds, every checked-in regression sequence,
+// and, under `make explore`, EXPLORE_COUNT random sequences. A failing
+// random sequence is shrunk and written to EXPLORE_OUT (default a temporary
+// directory, named in the log) for checking in under testdata/regressions.
+func TestExplore(t *testing.T) {
+	root, err := cluster.RepoRoot()
+	require.NoError(t, err)
+	r := startRunner(t, root)
+
+	files, err := filepath.Glob(filepath.Join("testdata", "regressions", "*.json"))
+	require.NoError(t, err)
+	for _, f := range files {
+		t.Run("regression/"+strings.TrimSuffix(filepath.Base(f), ".json"), func(t *testing.T) {
+			seq, err := ReadSequence(f)
+			require.NoError(t, err)
+			res := runSequence(t, r, seq.Actions)
+			if len(res.Violations) > 0 {
+				t.Errorf("sequence (found: %s)\n%s\nviolates:\n%s", seq.Found, Describe(seq.Actions), strings.Join(res.Violations, "\n"))
+			}
+		})
+	}
+
+	seeds := smokeSeeds
+	actions := smokeActions
+	if n := envInt(t, "EXPLORE_COUNT", 0); n > 0 {
+		first := uint64(envInt(t, "EXPLORE_SEED", int(time.Now().Unix()%100000)))
+		seeds = nil
+		for i := range n {
+			seeds = append(seeds, first+uint64(i))
+		}
+		actions = envInt(t, "EXPLORE_ACTIONS", 8)
+	}
+	out := os.Getenv("EXPLORE_OUT")
+	if out == "" {
+		out = t.TempDir()
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprintf("seed-%d", seed), func(t *testing.T) {
+			seq := Generate(seed, actions)
+			res := runSequence(t, r, seq)
+			if len(res.Violations) == 0 {
+				return
+			}
+			found := res.Violations[0]
+			t.Errorf("seed %d (EXPLORE_SEED=%d EXPLORE_COUNT=1 EXPLORE_ACTIONS=%d):\n%s\nviolates:\n%s", seed, seed, actions, Describe(seq), strings.Join(res.Violations, "\n"))
+			if os.Getenv("EXPLORE_SHRINK") == "0" {
+				return
+			}
+			min := Shrink(seq, func(try []Action) bool {
+				res, err := r.Run(context.Background(), try)
+				return err == nil && len(res.Violations) > 0
+			})
+			path := filepath.Join(out, fmt.Sprintf("seed-%d.json", seed))
+			require.NoError(t, Sequence{Seed: seed, Actions: min, Found: found}.Write(path))
+			t.Errorf("minimal sequence (%d actions), written to %s:\n%s", len(min), path, Describe(min))
+		})
+	}
+}
+
+// TestPlantedDefect checks the explorer itself: operators built from a copy
+// of the tree whose fleet operator leaves the routing NetworkPolicy behind
+// when routing is removed must fail the invariants, and shrinking must keep
+// only the actions that matter. It builds and runs a bed of its own (about
+// five minutes), so it runs under `make explore-selftest`, not `make test`.
+func TestPlantedDefect(t *testing.T) {
+	if os.Getenv("EXPLORE_SELFTEST") == "" {
+		t.Skip("EXPLORE_SELFTEST unset: run with make explore-selftest")
+	}
+	root, err := cluster.RepoRoot()
+	require.NoError(t, err)
+	tree := filepath.Join(t.TempDir(), "planted")
+	require.NoError(t, os.MkdirAll(tree, 0o755))
+	copyTree := exec.Command("sh", "-c", fmt.Sprintf("tar -C %q --exclude=./bin --exclude=./.git --exclude='.testbed*' -cf - . | tar -C %q -xf -", root, tree))
+	out, err := copyTree.CombinedOutput()
+	require.NoError(t, err, string(out))
+	plant(t, filepath.Join(tree, "fleet-operator/internal/controller/routing.go"),
+		"waiting, err := r.removeOwned(ctx, fleet, networkPolicyGVK, names.Routing(fleet.Name))",
+		`waiting, err := "", error(nil) // planted defect: the routing policy is left behind`)
+	r := startRunner(t, tree)
+
+	noisy := []Action{
+		{Kind: FleetCreate, Fleet: "a"},
+		{Kind: FleetRouting, Fleet: "a", Arg: "on"},
+		{Kind: FleetScale, Fleet: "a", Arg: "1"},
+		{Kind: FleetRouting, Fleet: "a", Arg: "off"},
+	}
+	res := runSequence(t, r, noisy)
+	require.NotEmpty(t, res.Violations, "the planted defect went unnoticed")
+	t.Logf("found:\n%s", strings.Join(res.Violations, "\n"))
+	min := Shrink(noisy, func(try []Action) bool {
+		res, err := r.Run(context.Background(), try)
+		return err == nil && len(res.Violations) > 0
+	})
+	t.Logf("minimal sequence:\n%s", Describe(min))
+	require.Equal(t, []Action{noisy[0], noisy[1], noisy[3]}, min, "shrinking keeps create, routing on, routing off")
+}
+
+func plant(t *testing.T, path, old, planted string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Contains(t, string(b), old, "the code the defect is planted in has moved; update the planted line")
+	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(string(b), old, planted, 1)), 0o644))
+}
+
+func envInt(t *testing.T, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	require.NoError(t, err, name)
+	return n
+}

@@ -1,0 +1,249 @@
+package explore
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+
+	fleetv1 "github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/shared/contract"
+	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/podmesh"
+)
+
+// world names the namespaces and Pods of one sequence.
+type world struct {
+	app, edge, other string
+	// operator is the fleet operator as a caller (see caller).
+	operator caller
+}
+
+// Pods the runner creates at the start of every sequence, so the access
+// table has real callers (their meshing is what the cluster makes of them).
+const (
+	bystanderPod = "bystander"  // app namespace, no client label
+	edgePod      = "edge-proxy" // edge namespace: the routing source's Pod
+	foreignPod   = "lookalike"  // other namespace, wearing every label a fleet admits
+	edgeApp      = "edge-proxy" // the routing source's Pod label app=
+)
+
+func clientPod(fleet string) string { return "client-" + fleet }
+
+// judgement keeps what the invariants need to remember between states.
+type judgement struct {
+	w world
+	// established: required connections seen allowed while required; a
+	// later denial while still required is a lost edge.
+	established map[string]bool
+	// lastAllowed: the required connections of the latest state, allowed or not.
+	lastAllowed map[string]verdict
+	pvcUIDs     map[string]types.UID
+	// readyOnce: member Pods (by UID) seen running.
+	readyOnce  map[types.UID]bool
+	violations []string
+	seen       map[string]bool
+}
+
+func newJudgement(w world) *judgement {
+	return &judgement{w: w, established: map[string]bool{}, pvcUIDs: map[string]types.UID{}, readyOnce: map[types.UID]bool{}, seen: map[string]bool{}}
+}
+
+func (j *judgement) fail(key, format string, args ...any) {
+	if j.seen[key] {
+		return
+	}
+	j.seen[key] = true
+	j.violations = append(j.violations, fmt.Sprintf(format, args...))
+}
+
+// row is one connection of the access table.
+type row struct {
+	src      caller
+	port     int
+	required bool
+	why      string
+}
+
+// check judges one observed state: the access table of every fleet
+// (required edges never lost once they held, forbidden ones never open),
+// STRICT only over meshed workloads and edges, at most one member of a
+// fleet unavailable, disks never replaced.
+func (j *judgement) check(s *snapshot, step int) {
+	ambient := len(s.objs[gvrZTunnels]) > 0
+	j.lastAllowed = map[string]verdict{}
+	required := map[string]bool{}
+	byName := map[string]*corev1.Pod{}
+	for _, ns := range []string{j.w.app, j.w.edge, j.w.other} {
+		for _, p := range s.pods(ns) {
+			byName[ns+"/"+p.Name] = &p
+		}
+	}
+	podAs := func(ns, name string) (caller, bool) {
+		p := byName[ns+"/"+name]
+		if p == nil {
+			return caller{}, false
+		}
+		return podCaller(p, ambient), true
+	}
+	for _, f := range s.fleets(j.w.app) {
+		if f.DeletionTimestamp != nil {
+			continue
+		}
+		members := j.members(s, f)
+		_, hasPolicy := s.objs[gvrNetpols][j.w.app+"/"+f.Name]
+		var rows []row
+		if c, ok := podAs(j.w.app, clientPod(f.Name)); ok {
+			rows = append(rows, row{c, 8080, true, "labelled client on 8080"}, row{c, 8081, false, "a client on the peer port"})
+		}
+		if c, ok := podAs(j.w.app, bystanderPod); ok {
+			rows = append(rows, row{c, 8080, false, "unlabelled Pod of the namespace"}, row{c, 8081, false, "unlabelled Pod on the peer port"})
+		}
+		if c, ok := podAs(j.w.edge, edgePod); ok {
+			routed := f.Spec.Routing != nil && f.Spec.Routing.Source.Namespace == j.w.edge
+			rows = append(rows, row{c, 8080, routed, "the routing source on 8080"}, row{c, 8081, false, "the routing source on the peer port"})
+		}
+		if c, ok := podAs(j.w.other, foreignPod); ok {
+			rows = append(rows, row{c, 8080, false, "another namespace with every label"}, row{c, 8081, false, "another namespace on the peer port"})
+		}
+		rows = append(rows, row{j.w.operator, 8081, true, "the operator's /state reads"})
+		for i := range members {
+			dst := &members[i]
+			all := rows
+			for k := range members {
+				if k != i {
+					all = append(all, row{podCaller(&members[k], ambient), 8081, true, "peers on 8081"})
+				}
+			}
+			for _, r := range all {
+				v := s.judge(r.src, dst, r.port, ambient)
+				key := fmt.Sprintf("%s/%s %s -> %s(%s):%d", j.w.app, f.Name, r.src, dst.Name, dst.UID, r.port)
+				switch {
+				case r.required:
+					required[key] = true
+					j.lastAllowed[key] = v
+					if v.allowed {
+						j.established[key] = true
+					} else if j.established[key] {
+						j.fail("lost "+key, "step %d, after %s: required connection LOST (%s): %s -> %s:%d: %s", step, s.last, r.why, r.src, dst.Name, r.port, v.why)
+					}
+				case v.allowed && hasPolicy:
+					// Without the fleet's NetworkPolicy (deleted by hand) the
+					// members are open until the operator restores it; that
+					// window is the editor's doing, not the operator's.
+					j.fail("opened "+key, "step %d, after %s: forbidden connection OPEN (%s): %s -> %s:%d: %s", step, s.last, r.why, r.src, dst.Name, r.port, v.why)
+				}
+			}
+		}
+		j.checkAvailability(s, f, members, step)
+	}
+	for k := range j.established {
+		if !required[k] {
+			delete(j.established, k)
+		}
+	}
+	j.checkStrict(s, step, ambient)
+	j.checkDisks(s, step)
+}
+
+// members are the fleet's member Pods that take part in traffic.
+func (j *judgement) members(s *snapshot, f fleetv1.CelldFleet) []corev1.Pod {
+	var out []corev1.Pod
+	for _, p := range s.pods(j.w.app) {
+		if p.Labels[labels.Instance] == f.Name && p.Labels[labels.Fleet] == f.Name {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// checkAvailability: at most one member the fleet wants (ordinal below
+// spec.replicas) is missing after having run, except while the fleet is
+// being deleted.
+func (j *judgement) checkAvailability(s *snapshot, f fleetv1.CelldFleet, running []corev1.Pod, step int) {
+	want := int32(1)
+	if f.Spec.Replicas != nil {
+		want = *f.Spec.Replicas
+	}
+	up := map[int]bool{}
+	for _, p := range running {
+		j.readyOnce[p.UID] = true
+		if o, err := strconv.Atoi(p.Name[strings.LastIndex(p.Name, "-")+1:]); err == nil {
+			up[o] = true
+		}
+	}
+	// Ordinals that ran before in this sequence.
+	ranBefore := map[int]bool{}
+	for _, u := range s.in(gvrPods, j.w.app) {
+		if u.GetLabels()[labels.Instance] != f.Name {
+			continue
+		}
+		if o, err := strconv.Atoi(u.GetName()[strings.LastIndex(u.GetName(), "-")+1:]); err == nil && j.readyOnce[u.GetUID()] {
+			ranBefore[o] = true
+		}
+	}
+	down := 0
+	for o := 0; o < int(want); o++ {
+		if ranBefore[o] && !up[o] {
+			down++
+		}
+	}
+	if down > 1 {
+		j.fail(fmt.Sprintf("down %s %d", f.Name, step), "step %d, after %s: %d members of fleet %s unavailable at once", step, s.last, down, f.Name)
+	}
+}
+
+// checkStrict: a namespace is STRICT only while every running Pod in it and
+// in its declared edge namespaces is meshed.
+func (j *judgement) checkStrict(s *snapshot, step int, ambient bool) {
+	dp := podmesh.DataPlaneSidecar
+	if ambient {
+		dp = podmesh.DataPlaneAmbient
+	}
+	for _, ns := range []string{j.w.app, j.w.edge, j.w.other} {
+		strict := false
+		for _, pa := range s.in(gvrPAs, ns) {
+			mode, _, _ := unstructured.NestedString(pa.Object, "spec", "mtls", "mode")
+			sel, _, _ := unstructured.NestedMap(pa.Object, "spec", "selector")
+			strict = strict || (mode == "STRICT" && len(sel) == 0)
+		}
+		if !strict {
+			continue
+		}
+		state, _ := contract.Parse(s.nsLabels(ns))
+		for _, from := range append([]string{ns}, state.Edges...) {
+			for _, p := range s.pods(from) {
+				if !podmesh.MeshedIn(dp, &p) {
+					j.fail("strict "+ns+"/"+from+"/"+p.Name, "step %d, after %s: namespace %s is STRICT while Pod %s/%s is not meshed", step, s.last, ns, from, p.Name)
+				}
+			}
+		}
+	}
+}
+
+// checkDisks: a member's claim keeps its UID for the whole sequence.
+func (j *judgement) checkDisks(s *snapshot, step int) {
+	for _, u := range s.in(gvrPVCs, j.w.app) {
+		if old, ok := j.pvcUIDs[u.GetName()]; ok && old != u.GetUID() {
+			j.fail("disk "+u.GetName(), "step %d, after %s: claim %s was replaced (uid %s -> %s): a member's disk was dropped", step, s.last, u.GetName(), old, u.GetUID())
+		}
+		j.pvcUIDs[u.GetName()] = u.GetUID()
+	}
+}
+
+// missing lists the required connections that did not hold in the last
+// state judged (at quiescence: a required edge never established).
+func (j *judgement) missing() []string {
+	var out []string
+	for k, v := range j.lastAllowed {
+		if !v.allowed {
+			out = append(out, fmt.Sprintf("at rest, required connection missing: %s: %s", k, v.why))
+		}
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,475 @@
+package explore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ericdev/fleetmesh/e2e/cluster"
+	"github.com/ericdev/fleetmesh/e2e/harness"
+	"github.com/ericdev/fleetmesh/e2e/injector"
+	fleetv1 "github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	meshv1 "github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/podmesh"
+)
+
+// Runner plays sequences on a running bed (both operators, sailfake).
+type Runner struct {
+	Bed  *harness.Bed
+	K8s  client.Client
+	Dyn  dynamic.Interface
+	Root string
+	Log  io.Writer
+	// Pause is how long the world runs after each action before the next.
+	Pause time.Duration
+	// Settle bounds the wait for quiescence after the last action.
+	Settle time.Duration
+
+	inj *injector.Injector
+	n   int
+}
+
+// Result is what one sequence showed.
+type Result struct {
+	Violations []string
+	States     int
+	Took       time.Duration
+}
+
+// operatorWrites are the resources whose writes count at rest (everything
+// either operator writes; Pods are left out: kwok and the played istio-cni
+// write them).
+var operatorWrites = []string{
+	"celldfleets", "servicemeshes", "statefulsets", "services", "networkpolicies", "poddisruptionbudgets",
+	"serviceaccounts", "persistentvolumeclaims", "namespaces", "peerauthentications", "authorizationpolicies",
+	"ingresses", "httproutes", "istios", "istiocnis", "ztunnels", "configmaps",
+}
+
+// Run plays seq in fresh namespaces and judges everything it observed.
+func (r *Runner) Run(ctx context.Context, seq []Action) (Result, error) {
+	start := time.Now()
+	r.n++
+	w := world{
+		app: fmt.Sprintf("x%d-app", r.n), edge: fmt.Sprintf("x%d-edge", r.n), other: fmt.Sprintf("x%d-other", r.n),
+		operator: caller{name: "fleet-operator", namespace: harness.FleetNamespace, serviceAccount: "fleet-operator", meshed: true,
+			labels: map[string]string{labels.Name: "fleet-operator", labels.Instance: "fleet-operator"}},
+	}
+	if err := r.reset(ctx); err != nil {
+		return Result{}, fmt.Errorf("reset before the sequence: %w", err)
+	}
+	if err := r.populate(ctx, w); err != nil {
+		return Result{}, err
+	}
+	rec, err := startRecorder(ctx, r.Dyn)
+	if err != nil {
+		return Result{}, err
+	}
+	adminLabel := ""
+	for i, a := range seq {
+		rec.setStep(i + 1)
+		fmt.Fprintf(r.Log, "explore: %s: %d. %s\n", w.app, i+1, a)
+		if a.Kind == NamespaceLabel {
+			adminLabel = a.Arg
+		}
+		if err := r.do(ctx, w, a); err != nil {
+			rec.stop()
+			return Result{}, fmt.Errorf("action %d (%s): %w", i+1, a, err)
+		}
+		time.Sleep(r.Pause)
+	}
+	rec.setStep(len(seq) + 1)
+	var problems []string
+	settled := r.settle(ctx, rec)
+	if !settled {
+		problems = append(problems, fmt.Sprintf("no quiescence within %s after the last action", r.Settle))
+	}
+	problems = append(problems, r.stuck(ctx, w)...)
+	if settled {
+		problems = append(problems, r.quiet(ctx)...)
+	}
+	problems = append(problems, r.leftovers(ctx, w, seq, adminLabel)...)
+	rec.stop()
+	j := newJudgement(w)
+	states := rec.replay(func(s *snapshot) { j.check(s, s.step) })
+	problems = append(append(j.violations, j.missing()...), problems...)
+	return Result{Violations: problems, States: states, Took: time.Since(start)}, nil
+}
+
+// reset removes what an earlier sequence left cluster-wide: the
+// ServiceMesh, the injector, a dead operator.
+func (r *Runner) reset(ctx context.Context) error {
+	if r.inj != nil {
+		r.inj.Stop(ctx)
+		r.inj = nil
+	}
+	for _, p := range []*harness.Process{r.Bed.Fleet, r.Bed.Mesh} {
+		if !p.Running() {
+			if err := p.Start(); err != nil {
+				return err
+			}
+		}
+	}
+	sm := &meshv1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: "cluster"}}
+	if err := r.K8s.Delete(ctx, sm); client.IgnoreNotFound(err) != nil {
+		return err
+	}
+	return waitUntil(ctx, 3*time.Minute, func() (bool, string) {
+		err := r.K8s.Get(ctx, client.ObjectKeyFromObject(sm), sm)
+		return apierrors.IsNotFound(err), fmt.Sprintf("ServiceMesh still there: %+v", sm.Status.Conditions)
+	})
+}
+
+// populate creates the sequence's namespaces and the callers of the access
+// table as real Pods.
+func (r *Runner) populate(ctx context.Context, w world) error {
+	lookalike := map[string]string{"app": edgeApp, labels.ClientOf: "a", labels.Name: "fleet-operator"}
+	pods := []*corev1.Pod{
+		pod(w.app, clientPod("a"), map[string]string{"app": "web", labels.ClientOf: "a"}),
+		pod(w.app, clientPod("b"), map[string]string{"app": "web", labels.ClientOf: "b"}),
+		pod(w.app, bystanderPod, map[string]string{"app": "batch"}),
+		pod(w.edge, edgePod, map[string]string{"app": edgeApp}),
+		pod(w.other, foreignPod, lookalike),
+	}
+	for _, ns := range []string{w.app, w.edge, w.other} {
+		if err := r.K8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			return err
+		}
+	}
+	for _, p := range pods {
+		if err := r.K8s.Create(ctx, p); err != nil {
+			return err
+		}
+	}
+	return waitUntil(ctx, time.Minute, func() (bool, string) {
+		for _, p := range pods {
+			got := &corev1.Pod{}
+			if err := r.K8s.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil || got.Status.PodIP == "" {
+				return false, "waiting for Pod " + p.Name
+			}
+		}
+		return true, ""
+	})
+}
+
+func pod(ns, name string, l map[string]string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: l},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/" + name + ":1"}}},
+	}
+}
+
+// do carries out one action. An action on something that does not exist
+// (a fleet not created yet, no ServiceMesh) does nothing, so every
+// sequence can be played and shrunk.
+func (r *Runner) do(ctx context.Context, w world, a Action) error {
+	fleetKey := client.ObjectKey{Namespace: w.app, Name: a.Fleet}
+	f := &fleetv1.CelldFleet{}
+	fleetExists := false
+	if a.Fleet != "" {
+		err := r.K8s.Get(ctx, fleetKey, f)
+		if client.IgnoreNotFound(err) != nil {
+			return err
+		}
+		fleetExists = err == nil && f.DeletionTimestamp == nil
+	}
+	patchFleet := func(patch string) error {
+		if !fleetExists {
+			return nil
+		}
+		return r.K8s.Patch(ctx, f, client.RawPatch(types.MergePatchType, []byte(patch)))
+	}
+	sm := &meshv1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: "cluster"}}
+	patchMesh := func(patch string) error {
+		err := r.K8s.Patch(ctx, sm, client.RawPatch(types.MergePatchType, []byte(patch)))
+		return client.IgnoreNotFound(err)
+	}
+	onOff := func(on, off string) string {
+		if a.Arg == "on" {
+			return on
+		}
+		return off
+	}
+	switch a.Kind {
+	case FleetCreate:
+		if fleetExists {
+			return nil
+		}
+		nf := &fleetv1.CelldFleet{
+			ObjectMeta: metav1.ObjectMeta{Namespace: w.app, Name: a.Fleet},
+			Spec:       fleetv1.CelldFleetSpec{Replicas: ptrTo[int32](2), Image: "registry.example/celld:1.0.0"},
+		}
+		if a.Arg == "persistent" {
+			nf.Spec.Storage = &fleetv1.Storage{Size: resource.MustParse("1Gi")}
+		}
+		err := r.K8s.Create(ctx, nf)
+		if apierrors.IsAlreadyExists(err) {
+			return nil // still being deleted
+		}
+		return err
+	case FleetScale:
+		return patchFleet(`{"spec":{"replicas":` + a.Arg + `}}`)
+	case FleetImage:
+		next := "registry.example/celld:1.0." + fmt.Sprint(time.Now().UnixNano()%1000)
+		return patchFleet(`{"spec":{"image":"` + next + `"}}`)
+	case FleetPause:
+		return patchFleet(`{"spec":{"maintenance":{"paused":` + onOff("true", "false") + `}}}`)
+	case FleetIstio:
+		return patchFleet(`{"spec":{"mesh":{"istio":` + onOff("{}", "null") + `}}}`)
+	case FleetMode:
+		return patchFleet(`{"spec":{"mesh":{"mode":"` + a.Arg + `"}}}`)
+	case FleetRouting:
+		routing := fmt.Sprintf(`{"hostnames":["%s.example.com"],"ingress":{"className":"nginx"},"source":{"namespace":"%s","podLabels":{"app":"%s"}}}`, a.Fleet, w.edge, edgeApp)
+		return patchFleet(`{"spec":{"routing":` + onOff(routing, "null") + `}}`)
+	case FleetDelete:
+		if !fleetExists {
+			return nil
+		}
+		return client.IgnoreNotFound(r.K8s.Delete(ctx, f))
+	case MeshCreate:
+		sm.Spec = meshv1.ServiceMeshSpec{Mode: meshv1.ModeManaged, Provider: meshv1.ProviderAuto, DataPlane: meshv1.DataPlane(a.Arg),
+			Isolation: meshv1.IsolationNamespace, MTLS: meshv1.MTLS{Mode: meshv1.MTLSStrict}}
+		err := r.K8s.Create(ctx, sm)
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	case MeshDelete:
+		return client.IgnoreNotFound(r.K8s.Delete(ctx, sm))
+	case MeshMTLS:
+		return patchMesh(`{"spec":{"mtls":{"mode":"` + a.Arg + `"}}}`)
+	case MeshDataPlane:
+		return patchMesh(`{"spec":{"dataPlane":"` + a.Arg + `"}}`)
+	case NamespaceLabel:
+		value := `"` + a.Arg + `"`
+		if a.Arg == "none" {
+			value = "null"
+		}
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.app}}
+		return r.K8s.Patch(ctx, ns, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"`+labels.Mesh+`":`+value+`}}}`)))
+	case OperatorRestart:
+		p := r.Bed.Fleet
+		if a.Arg == "mesh" {
+			p = r.Bed.Mesh
+		}
+		if err := p.Kill(); err != nil {
+			return err
+		}
+		return p.Start()
+	case Injector:
+		if a.Arg == "on" && r.inj == nil {
+			inj, err := injector.Start(ctx, r.Bed.Cluster.REST)
+			r.inj = inj
+			return err
+		}
+		if a.Arg == "off" && r.inj != nil {
+			r.inj.Stop(ctx)
+			r.inj = nil
+		}
+		return nil
+	case HandEdit:
+		np := &unstructured.Unstructured{}
+		np.SetAPIVersion("networking.k8s.io/v1")
+		np.SetKind("NetworkPolicy")
+		np.SetNamespace(w.app)
+		np.SetName(a.Fleet)
+		return client.IgnoreNotFound(r.K8s.Delete(ctx, np))
+	}
+	return fmt.Errorf("unknown action %q", a.Kind)
+}
+
+// settle waits until the watched world has been still for a few seconds.
+func (r *Runner) settle(ctx context.Context, rec *recorder) bool {
+	deadline := time.Now().Add(r.Settle)
+	last, stillSince := -1, time.Now()
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		rec.mu.Lock()
+		n := len(rec.events)
+		rec.mu.Unlock()
+		if n != last {
+			last, stillSince = n, time.Now()
+		} else if time.Since(stillSince) >= 8*time.Second {
+			return true
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return false
+}
+
+// stuck: at rest, every fleet is Ready or says why with a reason that
+// docs/troubleshooting.md explains; the ServiceMesh likewise.
+func (r *Runner) stuck(ctx context.Context, w world) []string {
+	doc, err := os.ReadFile(filepath.Join(r.Root, "docs", "troubleshooting.md"))
+	if err != nil {
+		return []string{err.Error()}
+	}
+	documented := func(reason string) bool { return strings.Contains(string(doc), "`"+reason+"`") }
+	var out []string
+	list := &fleetv1.CelldFleetList{}
+	if err := r.K8s.List(ctx, list, client.InNamespace(w.app)); err != nil {
+		return []string{err.Error()}
+	}
+	for _, f := range list.Items {
+		c := meta.FindStatusCondition(f.Status.Conditions, "Ready")
+		switch {
+		case c == nil:
+			out = append(out, fmt.Sprintf("at rest, fleet %s has no Ready condition", f.Name))
+		case c.Status != metav1.ConditionTrue && !documented(c.Reason):
+			out = append(out, fmt.Sprintf("at rest, fleet %s is Ready=%s with reason %q, which docs/troubleshooting.md does not explain: %s", f.Name, c.Status, c.Reason, c.Message))
+		}
+	}
+	sm := &meshv1.ServiceMesh{}
+	if err := r.K8s.Get(ctx, client.ObjectKey{Name: "cluster"}, sm); err == nil {
+		c := meta.FindStatusCondition(sm.Status.Conditions, "Ready")
+		if c != nil && c.Status != metav1.ConditionTrue && !documented(c.Reason) {
+			out = append(out, fmt.Sprintf("at rest, the ServiceMesh is Ready=%s with reason %q, which docs/troubleshooting.md does not explain: %s", c.Status, c.Reason, c.Message))
+		}
+	}
+	return out
+}
+
+// quiet: at rest, neither operator writes (12 s, the API server's counts).
+func (r *Runner) quiet(ctx context.Context) []string {
+	before, err := cluster.APIServerWrites(ctx, r.Bed.Cluster.REST, operatorWrites)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	time.Sleep(12 * time.Second)
+	after, err := cluster.APIServerWrites(ctx, r.Bed.Cluster.REST, operatorWrites)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var out []string
+	for k, v := range after {
+		if d := v - before[k]; d > 0 {
+			out = append(out, fmt.Sprintf("%s %v", k, d))
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	sort.Strings(out)
+	return []string{"at rest, writes within 12 s: " + strings.Join(out, ", ")}
+}
+
+// leftovers: nothing a deleted fleet or the deleted ServiceMesh owned is
+// left, and the admin's label is as the admin left it.
+func (r *Runner) leftovers(ctx context.Context, w world, seq []Action, adminLabel string) []string {
+	var out []string
+	for _, name := range fleetNames {
+		f := &fleetv1.CelldFleet{}
+		if err := r.K8s.Get(ctx, client.ObjectKey{Namespace: w.app, Name: name}, f); !apierrors.IsNotFound(err) {
+			continue
+		}
+		for _, kind := range []string{"v1/Service", "networking.k8s.io/v1/NetworkPolicy", "apps/v1/StatefulSet", "policy/v1/PodDisruptionBudget",
+			"security.istio.io/v1/AuthorizationPolicy", "security.istio.io/v1/PeerAuthentication", "networking.k8s.io/v1/Ingress"} {
+			list := &unstructured.UnstructuredList{}
+			gv, k := kind[:strings.LastIndex(kind, "/")], kind[strings.LastIndex(kind, "/")+1:]
+			list.SetAPIVersion(gv)
+			list.SetKind(k + "List")
+			if err := r.K8s.List(ctx, list, client.InNamespace(w.app), client.MatchingLabels{labels.Instance: name}); err != nil {
+				continue // the API may not be served
+			}
+			for _, o := range list.Items {
+				if o.GetDeletionTimestamp() == nil {
+					out = append(out, fmt.Sprintf("at rest, fleet %s is gone but its %s %s is left", name, k, o.GetName()))
+				}
+			}
+		}
+	}
+	ns := &corev1.Namespace{}
+	if err := r.K8s.Get(ctx, client.ObjectKey{Name: w.app}, ns); err != nil {
+		return append(out, err.Error())
+	}
+	if got := ns.Labels[labels.Mesh]; adminLabel != "" && adminLabel != "none" && got != adminLabel {
+		out = append(out, fmt.Sprintf("at rest, the admin's %s=%s on %s reads %q", labels.Mesh, adminLabel, w.app, got))
+	}
+	if err := r.K8s.Get(ctx, client.ObjectKey{Name: "cluster"}, &meshv1.ServiceMesh{}); apierrors.IsNotFound(err) {
+		for _, name := range []string{w.app, w.edge, w.other} {
+			if err := r.K8s.Get(ctx, client.ObjectKey{Name: name}, ns); err != nil {
+				continue
+			}
+			for _, k := range []string{labels.MeshState, labels.MeshMTLS, labels.MeshDataPlane, labels.IstioDataPlaneMode} {
+				if v, ok := ns.Labels[k]; ok {
+					out = append(out, fmt.Sprintf("at rest, no ServiceMesh but namespace %s still has %s=%s", name, k, v))
+				}
+			}
+		}
+	}
+	return out
+}
+
+// PlayCNI plays istio-cni for every namespace until ctx ends: a Pod of an
+// ambient namespace without a proxy is marked redirected while a ZTunnel
+// exists, and unmarked otherwise.
+func PlayCNI(ctx context.Context, k8s client.Client) {
+	for ctx.Err() == nil {
+		zts := &unstructured.UnstructuredList{}
+		zts.SetAPIVersion("sailoperator.io/v1")
+		zts.SetKind("ZTunnelList")
+		up := false
+		if k8s.List(ctx, zts) == nil {
+			for _, z := range zts.Items {
+				up = up || z.GetDeletionTimestamp() == nil
+			}
+		}
+		nsList := &corev1.NamespaceList{}
+		pods := &corev1.PodList{}
+		if k8s.List(ctx, nsList) != nil || k8s.List(ctx, pods) != nil {
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		ambient := map[string]bool{}
+		for _, ns := range nsList.Items {
+			ambient[ns.Name] = ns.Labels[labels.IstioDataPlaneMode] == "ambient"
+		}
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			want := up && ambient[p.Namespace] && !podmesh.HasProxy(p) && p.DeletionTimestamp == nil && p.Labels[labels.IstioDataPlaneMode] != "none"
+			if want == podmesh.Redirected(p) {
+				continue
+			}
+			body := `{"metadata":{"annotations":{"ambient.istio.io/redirection":null}}}`
+			if want {
+				body = `{"metadata":{"annotations":{"ambient.istio.io/redirection":"enabled"}}}`
+			}
+			_ = k8s.Patch(ctx, p, client.RawPatch(types.MergePatchType, []byte(body)))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func waitUntil(ctx context.Context, timeout time.Duration, cond func() (bool, string)) error {
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		ok, msg := cond()
+		if ok {
+			return nil
+		}
+		last = msg
+		time.Sleep(250 * time.Millisecond)
+	}
+	return errors.New("timed out: " + last)
+}
+
+func ptrTo[T any](v T) *T { return &v }
