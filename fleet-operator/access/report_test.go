@@ -1,0 +1,61 @@
+package access
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var stateNames = []string{"fleet-only", "no-mesh", "routing", "sidecar-meshed", "sidecar-mixed-roll", "ambient-namespace-isolation", "ambient-strict-isolation"}
+
+// updating is shared/golden's -update flag (one flag for every golden file).
+func updating() bool {
+	f := flag.Lookup("update")
+	return f != nil && f.Value.String() == "true"
+}
+
+func assertText(t *testing.T, path string, got []byte) {
+	t.Helper()
+	path = filepath.Join("testdata", path)
+	if updating() {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("reading %s (run with -update to create it): %v", path, err)
+	}
+	if d := cmp.Diff(string(want), string(got)); d != "" {
+		t.Errorf("%s differs (-want +got); rerun with -update if intended:\n%s", path, d)
+	}
+}
+
+// TestReportGolden pins the table and the JSON for every recorded state.
+func TestReportGolden(t *testing.T) {
+	for _, name := range stateNames {
+		t.Run(name, func(t *testing.T) {
+			r, err := Compute(loadState(t, name), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var table, js bytes.Buffer
+			if err := r.Table(&table); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.JSON(&js); err != nil {
+				t.Fatal(err)
+			}
+			assertText(t, "report/"+name+".txt", table.Bytes())
+			assertText(t, "report/"+name+".json", js.Bytes())
+		})
+	}
+}
