@@ -111,12 +111,12 @@ type Report struct {
 	Istio         Istio    `json:"istio"`
 	// Unreadable: objects the reader was not allowed to read; verdicts
 	// that depend on them are marked unknown.
-	Unreadable []string        `json:"unreadable,omitempty"`
-	Operator   Operator        `json:"operator"`
-	Members    []Member        `json:"members"`
-	Ingress    []Entry         `json:"ingress"`
-	Egress     []EgressEntry   `json:"egress"`
-	Notes      []string        `json:"notes,omitempty"`
+	Unreadable []string      `json:"unreadable,omitempty"`
+	Operator   Operator      `json:"operator"`
+	Members    []Member      `json:"members"`
+	Ingress    []Entry       `json:"ingress"`
+	Egress     []EgressEntry `json:"egress"`
+	Notes      []string      `json:"notes,omitempty"`
 }
 
 // FleetRef names the fleet.

@@ -282,4 +282,3 @@ func loadState(t *testing.T, name string) *Snapshot {
 	}
 	return s
 }
-
