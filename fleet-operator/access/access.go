@@ -210,6 +210,7 @@ type EgressEntry struct {
 	WirePort int            `json:"wirePort"`
 	Protocol string         `json:"protocol"`
 	Allowed  bool           `json:"allowed"`
+	Unknown  bool           `json:"unknown,omitempty"`
 	Network  NetworkVerdict `json:"network"`
 }
 
@@ -221,6 +222,8 @@ type snapshotContext struct {
 	trustDomain string
 	nets        *networkPolicies
 	istioOK     bool // Istio objects were read (or there is no API)
+	// npUnknown: namespaces whose NetworkPolicies could not be read.
+	npUnknown map[string]bool
 }
 
 // Compute judges every caller class and every live caller on every fleet
@@ -238,6 +241,13 @@ func Compute(snap *Snapshot, opts Options) (*Report, error) {
 	c.nets = nets
 	c.operator = operatorOf(snap, opts, c.trustDomain)
 	c.istioOK = !snap.IstioAPI || !unreadableIstio(snap.Unreadable)
+	c.npUnknown = map[string]bool{}
+	for _, u := range snap.Unreadable {
+		if rest, ok := strings.CutPrefix(u, "NetworkPolicy in "); ok {
+			ns, _, _ := strings.Cut(rest, ":")
+			c.npUnknown[ns] = true
+		}
+	}
 
 	r := &Report{SchemaVersion: SchemaVersion, Fleet: FleetRef{Namespace: f.Namespace, Name: f.Name},
 		Unreadable: slices.Clone(snap.Unreadable), Operator: c.operator}
@@ -538,6 +548,11 @@ func (c *snapshotContext) callers(d dest, dests []dest) []caller {
 	}
 	out = append(out, reps...)
 	for i := range out {
+		if out[i].IP == "" && out[i].Namespace != "" {
+			// A Pod without an address yet still has a verdict; the
+			// documentation range keeps it from matching any ipBlock.
+			out[i].IP = fmt.Sprintf("198.51.100.%d", 150+i%100)
+		}
 		out[i].Class = out[i].class
 		out[i].Meshed = out[i].how != podmesh.None
 	}
@@ -557,9 +572,10 @@ func (c *snapshotContext) judgeIngress(d dest, cl caller, port int) (Entry, erro
 	if err != nil {
 		return e, err
 	}
+	nv.Unknown = c.npUnknown[d.pod.Namespace] || (cl.Namespace != "" && c.npUnknown[cl.Namespace])
 	e.Network = nv
 	e.Istio = c.judgeIstio(d, cl, port)
-	e.Unknown = e.Istio.Unknown
+	e.Unknown = e.Istio.Unknown || nv.Unknown
 	e.Allowed = nv.Allowed && e.Istio.Allowed && !e.Unknown
 	return e, nil
 }
@@ -682,7 +698,8 @@ func (c *snapshotContext) egress(d dest, dests []dest) ([]EgressEntry, error) {
 		if err != nil {
 			return nil, err
 		}
-		e.Network, e.Allowed = nv, nv.Allowed
+		nv.Unknown = c.npUnknown[d.pod.Namespace] || (t.t.Namespace != "" && c.npUnknown[t.t.Namespace])
+		e.Network, e.Allowed, e.Unknown = nv, nv.Allowed && !nv.Unknown, nv.Unknown
 		res = append(res, e)
 	}
 	return res, nil

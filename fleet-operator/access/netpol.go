@@ -48,7 +48,9 @@ type Direction struct {
 
 // NetworkVerdict is the NetworkPolicy layer's answer for one connection.
 type NetworkVerdict struct {
-	Allowed bool      `json:"allowed"`
+	Allowed bool `json:"allowed"`
+	// Unknown: NetworkPolicies of a namespace involved could not be read.
+	Unknown bool      `json:"unknown,omitempty"`
 	Ingress Direction `json:"ingress"`
 	Egress  Direction `json:"egress"`
 }

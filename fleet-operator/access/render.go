@@ -87,6 +87,8 @@ func verdict(allowed, unknown bool) string {
 // one had to admit too).
 func networkRule(v NetworkVerdict) string {
 	switch {
+	case v.Unknown:
+		return "NetworkPolicies could not be read"
 	case !v.Ingress.Allowed:
 		return v.Ingress.Rule
 	case !v.Egress.Allowed:
@@ -202,7 +204,7 @@ func (r *Report) Table(w io.Writer) error {
 			if e.Network.Egress.Allowed && !e.Network.Ingress.Allowed {
 				rule = "target ingress " + e.Network.Ingress.Rule
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, port, verdict(e.Allowed, false), e.Target.Class, rule)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, port, verdict(e.Allowed, e.Unknown), e.Target.Class, rule)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
