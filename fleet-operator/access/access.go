@@ -67,6 +67,11 @@ type Options struct {
 	OperatorServiceAccount string
 	// TrustDomain of the mesh; default cluster.local.
 	TrustDomain string
+	// Callers are judged besides the live Pods and the class
+	// representatives: Pods that need not exist (Name, Namespace, Labels,
+	// ServiceAccount and Meshed are read; an empty Namespace is an address
+	// outside the cluster, IP). The end-to-end specs ask about theirs.
+	Callers []Caller
 }
 
 // Defaults as the fleet operator's chart installs it.
@@ -224,6 +229,7 @@ type snapshotContext struct {
 	istioOK     bool // Istio objects were read (or there is no API)
 	// npUnknown: namespaces whose NetworkPolicies could not be read.
 	npUnknown map[string]bool
+	extra     []Caller
 }
 
 // Compute judges every caller class and every live caller on every fleet
@@ -240,6 +246,7 @@ func Compute(snap *Snapshot, opts Options) (*Report, error) {
 	}
 	c.nets = nets
 	c.operator = operatorOf(snap, opts, c.trustDomain)
+	c.extra = opts.Callers
 	c.istioOK = !snap.IstioAPI || !unreadableIstio(snap.Unreadable)
 	c.npUnknown = map[string]bool{}
 	for _, u := range snap.Unreadable {
@@ -434,28 +441,34 @@ func (c *snapshotContext) endpoint(cl caller) Endpoint {
 
 // classify puts a live Pod in the class the fleet's policies think of.
 func (c *snapshotContext) classify(p *corev1.Pod) string {
+	return c.classOf(p.Namespace, p.Labels, c.how(p) != podmesh.None)
+}
+
+func (c *snapshotContext) classOf(namespace string, podLabels map[string]string, meshed bool) string {
 	f := &c.snap.Fleet
-	l := k8slabels.Set(p.Labels)
+	l := k8slabels.Set(podLabels)
 	switch {
-	case p.Namespace == f.Namespace && k8slabels.SelectorFromSet(names.Selector(f.Name)).Matches(l):
+	case namespace == f.Namespace && k8slabels.SelectorFromSet(names.Selector(f.Name)).Matches(l):
 		return ClassMember
-	case p.Namespace == f.Namespace && p.Labels[labels.ClientOf] == f.Name:
-		if c.how(p) == podmesh.None && c.nsMeshed(f.Namespace) {
+	case namespace == f.Namespace && podLabels[labels.ClientOf] == f.Name:
+		if !meshed && c.snap.IstioAPI && c.nsMeshed(f.Namespace) {
 			return ClassPlaintextClient
 		}
 		return ClassClient
-	case p.Namespace == f.Namespace:
+	case namespace == f.Namespace:
 		return ClassNamespace
-	case p.Namespace == c.operator.Namespace && k8slabels.SelectorFromSet(c.operator.PodLabels).Matches(l):
+	case namespace == c.operator.Namespace && k8slabels.SelectorFromSet(c.operator.PodLabels).Matches(l):
 		return ClassOperator
-	case p.Namespace == c.operator.Namespace:
+	case namespace == c.operator.Namespace:
 		return ClassOperatorNS
-	case f.Spec.Routing != nil && p.Namespace == f.Spec.Routing.Source.Namespace &&
+	case f.Spec.Routing != nil && namespace == f.Spec.Routing.Source.Namespace &&
 		k8slabels.SelectorFromSet(routingLabels(f)).Matches(l):
 		return ClassRoutingSource
-	case f.Spec.Routing != nil && p.Namespace == f.Spec.Routing.Source.Namespace:
+	case f.Spec.Routing != nil && namespace == f.Spec.Routing.Source.Namespace:
 		return ClassRoutingNS
-	case c.how(p) != podmesh.None:
+	case namespace == "":
+		return ClassExternal
+	case meshed:
 		return ClassOtherMeshed
 	}
 	return ClassOtherPlain
@@ -547,6 +560,17 @@ func (c *snapshotContext) callers(d dest, dests []dest) []caller {
 		}
 	}
 	out = append(out, reps...)
+	for _, x := range c.extra {
+		how := podmesh.None
+		if x.Meshed {
+			how = podmesh.Sidecar
+			if c.nsAmbient(x.Namespace) {
+				how = podmesh.Ambient
+			}
+		}
+		x.Labels = maps.Clone(x.Labels)
+		out = append(out, caller{class: c.classOf(x.Namespace, x.Labels, x.Meshed), how: how, Caller: x})
+	}
 	for i := range out {
 		if out[i].IP == "" && out[i].Namespace != "" {
 			// A Pod without an address yet still has a verdict; the

@@ -59,3 +59,40 @@ func TestReportGolden(t *testing.T) {
 		})
 	}
 }
+
+// Callers given in Options are judged like live ones and classified by
+// namespace, labels and mesh membership.
+func TestExtraCallers(t *testing.T) {
+	s := loadState(t, "ambient-namespace-isolation")
+	r, err := Compute(s, Options{Callers: []Caller{
+		{Name: "x/app", Namespace: fleetNS, Labels: map[string]string{"celld.eric.dev/client-of": "vault"}, ServiceAccount: "app", Meshed: true},
+		{Name: "x/lookalike", Namespace: "payments", Labels: map[string]string{"celld.eric.dev/client-of": "vault", "app": "edge-proxy"}, ServiceAccount: "default", Meshed: true},
+		{Name: "x/edge", Namespace: edgeNS, Labels: map[string]string{"app": "edge-proxy"}, ServiceAccount: "edge", Meshed: true},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]struct {
+		class   string
+		allowed bool
+		istio   string
+	}{
+		"x/app":       {ClassClient, true, "team-a/vault-mesh"},
+		"x/lookalike": {ClassOtherMeshed, false, "team-a/mesh-isolation"},
+		"x/edge":      {ClassRoutingSource, true, "team-a/vault-mesh"},
+	}
+	seen := 0
+	for _, e := range r.Ingress {
+		w, ok := want[e.Caller.Name]
+		if !ok || e.Member != "vault-0" || e.Port != 8080 {
+			continue
+		}
+		seen++
+		if e.Caller.Class != w.class || e.Allowed != w.allowed || e.Istio.Policy != w.istio || e.WirePort != 15008 {
+			t.Errorf("%s: class %s allowed %t istio %s wire %d; want %+v", e.Caller.Name, e.Caller.Class, e.Allowed, e.Istio.Policy, e.WirePort, w)
+		}
+	}
+	if seen != len(want) {
+		t.Errorf("judged %d of %d extra callers", seen, len(want))
+	}
+}
