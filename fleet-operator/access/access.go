@@ -257,7 +257,7 @@ func Compute(snap *Snapshot, opts Options) (*Report, error) {
 	}
 
 	r := &Report{SchemaVersion: SchemaVersion, Fleet: FleetRef{Namespace: f.Namespace, Name: f.Name},
-		Unreadable: slices.Clone(snap.Unreadable), Operator: c.operator}
+		Unreadable: slices.Clone(snap.Unreadable), Operator: c.operator, Members: []Member{}, Ingress: []Entry{}, Egress: []EgressEntry{}}
 	r.Istio.API = snap.IstioAPI
 	if snap.IstioAPI {
 		r.Istio.Note = "Istio security API present: PeerAuthentications and AuthorizationPolicies evaluated"

@@ -34,7 +34,8 @@ func (r *Report) Filter(from, to string) (*Report, error) {
 		return nil, fmt.Errorf("--to %q: %s is not a member Pod of %s/%s", to, member, r.Fleet.Namespace, r.Fleet.Name)
 	}
 	out := *r
-	out.Ingress, out.Egress = nil, nil
+	// Empty lists, not null: the schema promises arrays.
+	out.Ingress, out.Egress = []Entry{}, []EgressEntry{}
 	for _, e := range r.Ingress {
 		if (member == "" || e.Member == member) && (port == 0 || e.Port == port) && (from == "" || e.Caller.Name == from || e.Caller.Class == from) {
 			out.Ingress = append(out.Ingress, e)

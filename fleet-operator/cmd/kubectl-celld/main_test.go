@@ -59,3 +59,15 @@ func TestJSONIsTheReport(t *testing.T) {
 		}
 	}
 }
+
+// The schema promises arrays: a filter that keeps no egress row still
+// prints an empty list, never null.
+func TestJSONListsAreNeverNull(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"access", "vault", "-o", "json", "--snapshot", state("no-mesh"), "--from", "team-a/web-1", "--to", "vault-0:8080"}, &out, &errOut); code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	if strings.Contains(out.String(), "null") {
+		t.Errorf("null in the JSON:\n%s", out.String())
+	}
+}
