@@ -515,10 +515,10 @@ func (c *snapshotContext) callers(d dest, dests []dest) []caller {
 		}
 		return podmesh.Sidecar
 	}
-	opHow := nsHow(c.operator.Namespace)
+	opHow, opLive := nsHow(c.operator.Namespace), false
 	for _, p := range c.snap.Pods {
 		if p.Namespace == c.operator.Namespace && c.classify(&p) == ClassOperator {
-			opHow = c.how(&p) // the live operator says how it runs
+			opHow, opLive = c.how(&p), true // the live operator says how it runs
 			break
 		}
 	}
@@ -530,10 +530,22 @@ func (c *snapshotContext) callers(d dest, dests []dest) []caller {
 	memberLabels := maps.Clone(d.pod.Labels)
 	reps := []caller{
 		{class: ClassMember, how: d.how, Caller: Caller{Name: "(another member)", Namespace: f.Namespace, Labels: memberLabels, ServiceAccount: members.ServiceAccountName(f)}},
-		{class: ClassOperator, how: opHow, Caller: Caller{Name: "(the fleet operator)", Namespace: c.operator.Namespace, Labels: c.operator.PodLabels, ServiceAccount: c.operator.ServiceAccount}},
 		{class: ClassOperatorNS, how: opHow, Caller: Caller{Name: "(another Pod of " + c.operator.Namespace + ")", Namespace: c.operator.Namespace, Labels: map[string]string{"app": "other"}, ServiceAccount: "default"}},
 		{class: ClassClient, how: fleetHow, Caller: Caller{Name: "(a Pod labelled " + labels.ClientOf + "=" + f.Name + ")", Namespace: f.Namespace, Labels: map[string]string{labels.ClientOf: f.Name}, ServiceAccount: "default"}},
 		{class: ClassNamespace, how: fleetHow, Caller: Caller{Name: "(another Pod of " + f.Namespace + ")", Namespace: f.Namespace, Labels: map[string]string{"app": "other"}, ServiceAccount: "default"}},
+	}
+	operator := Caller{Namespace: c.operator.Namespace, Labels: c.operator.PodLabels, ServiceAccount: c.operator.ServiceAccount}
+	switch {
+	case opLive || !c.snap.IstioAPI:
+		operator.Name = "(the fleet operator)"
+		reps = slices.Insert(reps, 1, caller{class: ClassOperator, how: opHow, Caller: operator})
+	default:
+		// No operator Pod is visible (another cluster's, a process, or
+		// unreadable), so whether it has a mesh identity is unknown: both
+		// answers are shown.
+		meshed, plain := operator, operator
+		meshed.Name, plain.Name = "(the fleet operator, with a sidecar)", "(the fleet operator, without mesh identity)"
+		reps = slices.Insert(reps, 1, caller{class: ClassOperator, how: podmesh.Sidecar, Caller: meshed}, caller{class: ClassOperator, Caller: plain})
 	}
 	if fleetHow != podmesh.None {
 		reps = append(reps, caller{class: ClassPlaintextClient, Caller: Caller{Name: "(a client opted out of the mesh)", Namespace: f.Namespace,

@@ -3,11 +3,14 @@ package access
 import (
 	"bytes"
 	"flag"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 )
 
 var stateNames = []string{"fleet-only", "no-mesh", "routing", "sidecar-meshed", "sidecar-mixed-roll", "ambient-namespace-isolation", "ambient-strict-isolation"}
@@ -94,5 +97,26 @@ func TestExtraCallers(t *testing.T) {
 	}
 	if seen != len(want) {
 		t.Errorf("judged %d of %d extra callers", seen, len(want))
+	}
+}
+
+// With no operator Pod in sight its mesh identity is unknown, so the
+// report shows the operator both with and without one.
+func TestOperatorNotVisible(t *testing.T) {
+	s := loadState(t, "sidecar-meshed")
+	s.Pods = slices.DeleteFunc(s.Pods, func(p corev1.Pod) bool { return p.Namespace == opNS })
+	r, err := Compute(s, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, e := range r.Ingress {
+		if e.Member == "vault-0" && e.Port == 8081 && e.Caller.Class == ClassOperator {
+			got[e.Caller.Name] = e.Allowed
+		}
+	}
+	want := map[string]bool{"(the fleet operator, with a sidecar)": true, "(the fleet operator, without mesh identity)": false}
+	if !maps.Equal(got, want) {
+		t.Errorf("operator rows on 8081: %v, want %v", got, want)
 	}
 }
