@@ -73,14 +73,6 @@ func sidecar(p *corev1.Pod) {
 func redirected(p *corev1.Pod) {
 	p.Annotations = map[string]string{labels.IstioAmbientRedirection: "enabled"}
 }
-func withLabels(l map[string]string) podOpt {
-	return func(p *corev1.Pod) {
-		for k, v := range l {
-			p.Labels[k] = v
-		}
-	}
-}
-
 func mkPod(ns, name, sa, ip string, l map[string]string, opts ...podOpt) corev1.Pod {
 	p := corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
