@@ -3,6 +3,7 @@ package access
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -11,6 +12,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/mesh"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/network"
 )
 
 var stateNames = []string{"fleet-only", "no-mesh", "routing", "sidecar-meshed", "sidecar-mixed-roll", "ambient-namespace-isolation", "ambient-strict-isolation"}
@@ -118,5 +123,49 @@ func TestOperatorNotVisible(t *testing.T) {
 	want := map[string]bool{"(the fleet operator, with a sidecar)": true, "(the fleet operator, without mesh identity)": false}
 	if !maps.Equal(got, want) {
 		t.Errorf("operator rows on 8081: %v, want %v", got, want)
+	}
+}
+
+// TestSidecarRollEveryState judges every state a fleet passes through while
+// it rolls into the sidecar mesh one member at a time (the policies as
+// mesh.Decide says for each) and, since the roll is only as safe as its
+// worst moment, holds the same promises at each: members reach each other
+// on 8081, the operator reaches 8081, nothing else does, and labelled
+// clients keep 8080.
+func TestSidecarRollEveryState(t *testing.T) {
+	netParams := network.Params{OperatorNamespace: opNS, OperatorPodLabels: opLabels}
+	meshParams := mesh.Params{OperatorNamespace: opNS, OperatorServiceAccount: "fleet-operator", TrustDomain: "cluster.local"}
+	f := fleet(false)
+	f.Spec.Mesh = &v1alpha1.Mesh{Istio: &v1alpha1.IstioMesh{ControlPlaneNamespace: "istio-system"}}
+	for rolled := 0; rolled <= 3; rolled++ {
+		t.Run(fmt.Sprintf("%d of 3 members with a proxy", rolled), func(t *testing.T) {
+			var obs []mesh.Pod
+			var pods []corev1.Pod
+			// The StatefulSet rolls from the highest ordinal down.
+			for i := range 3 {
+				proxy := i >= 3-rolled
+				obs = append(obs, mesh.Pod{Name: fmt.Sprintf("vault-%d", i), Revision: map[bool]string{true: "b", false: "a"}[proxy], Proxy: proxy})
+				if proxy {
+					pods = append(pods, member(f, i, sidecar))
+				} else {
+					pods = append(pods, member(f, i))
+				}
+			}
+			st := mesh.Decide(mesh.Observation{Desired: true, TargetRevision: "b", Pods: obs})
+			r, err := Compute(sidecarState(f, st, netParams, meshParams, pods), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range r.Violations(8081, ClassMember, ClassOperator) {
+				t.Errorf("%s: %s (%s) reaches %s:8081 (network: %s; istio: %s)", st.Phase, v.Caller.Name, v.Caller.Class, v.Member, networkRule(v.Network), v.Istio.Rule)
+			}
+			for _, e := range r.Ingress {
+				mustReach := (e.Port == 8081 && e.Caller.Live && (e.Caller.Class == ClassMember || e.Caller.Class == ClassOperator)) ||
+					(e.Port == 8080 && e.Caller.Live && e.Caller.Class == ClassClient)
+				if mustReach && !e.Allowed {
+					t.Errorf("%s: %s (%s) cannot reach %s:%d (network: %s; istio: %s)", st.Phase, e.Caller.Name, e.Caller.Class, e.Member, e.Port, networkRule(e.Network), e.Istio.Rule)
+				}
+			}
+		})
 	}
 }
