@@ -141,6 +141,31 @@ func TestReadFromAPIServer(t *testing.T) {
 	limited := rest.CopyConfig(env.Config)
 	limited.Impersonate = rest.ImpersonationConfig{UserName: "team-a-viewer"}
 
+	t.Run("--from a Pod of a namespace the report does not list: read and judged", func(t *testing.T) {
+		rc, err := client.New(env.Config, client.Options{Scheme: Scheme()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap, err := Read(ctx, rc, rc.RESTMapper(), fleetNS, "vault", ReadOptions{From: "shop/shop-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := Compute(snap, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err = r.Filter("shop/shop-1", "vault-0:8080")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Ingress) != 1 || r.Ingress[0].Allowed || r.Ingress[0].Caller.Class != ClassOtherPlain {
+			t.Errorf("shop/shop-1 -> vault-0:8080: %+v", r.Ingress)
+		}
+		if _, err := Read(ctx, rc, rc.RESTMapper(), fleetNS, "vault", ReadOptions{From: "shop/nobody"}); err == nil || !strings.Contains(err.Error(), "not found") {
+			t.Errorf("--from a Pod that does not exist: %v", err)
+		}
+	})
+
 	t.Run("get/list in the fleet's namespace only: says what it could not read, and what that leaves unknown", func(t *testing.T) {
 		snap, r, table := read(t, limited)
 		wantUnreadable := []string{"NetworkPolicy in fleet-system: forbidden", "Namespace team-a: forbidden", "Namespace fleet-system: forbidden", "Pod in fleet-system: forbidden"}
