@@ -21,6 +21,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
 
@@ -245,7 +246,8 @@ func Compute(snap *Snapshot, opts Options) (*Report, error) {
 		return nil, err
 	}
 	c.nets = nets
-	c.operator = operatorOf(snap, opts, c.trustDomain)
+	var opNotes []string
+	c.operator, opNotes = operatorAndNotes(snap, opts, c.trustDomain)
 	c.extra = opts.Callers
 	c.istioOK = !snap.IstioAPI || !unreadableIstio(snap.Unreadable)
 	c.npUnknown = map[string]bool{}
@@ -264,6 +266,7 @@ func Compute(snap *Snapshot, opts Options) (*Report, error) {
 	} else {
 		r.Istio.Note = "no Istio API on this cluster (fleet-only): NetworkPolicy alone decides"
 	}
+	r.Notes = append(r.Notes, opNotes...)
 	r.Notes = append(r.Notes, "NetworkPolicy verdicts assume a CNI that enforces NetworkPolicy; with one that does not, only the Istio layer (if any) restricts traffic")
 
 	dests := c.members()
@@ -317,7 +320,21 @@ func meshName(h podmesh.How) string {
 // operatorOf identifies the operator from what the fleet's own objects say:
 // the namespace and Pod labels its NetworkPolicy admits on the peer port,
 // and the identity its AuthorizationPolicy admits there.
+// Only objects the fleet controls count: anyone who may create objects in
+// the namespace could make one with the fleet's name.
 func operatorOf(snap *Snapshot, opts Options, trustDomain string) Operator {
+	op, _ := operatorAndNotes(snap, opts, trustDomain)
+	return op
+}
+
+// ownedByFleet: obj's controller is the fleet (by UID).
+func ownedByFleet(obj metav1.Object, f *v1alpha1.CelldFleet) bool {
+	ref := metav1.GetControllerOf(obj)
+	return ref != nil && ref.UID == f.UID && ref.Kind == "CelldFleet" && ref.Name == f.Name
+}
+
+func operatorAndNotes(snap *Snapshot, opts Options, trustDomain string) (Operator, []string) {
+	var notes []string
 	op := Operator{Namespace: cmp.Or(opts.OperatorNamespace, DefaultOperatorNamespace), PodLabels: opts.OperatorPodLabels,
 		ServiceAccount: cmp.Or(opts.OperatorServiceAccount, DefaultOperatorServiceAccount)}
 	if op.PodLabels == nil {
@@ -326,6 +343,10 @@ func operatorOf(snap *Snapshot, opts Options, trustDomain string) Operator {
 	f := &snap.Fleet
 	for _, np := range snap.NetworkPolicies {
 		if np.Namespace != f.Namespace || np.Name != names.NetworkPolicy(f.Name) {
+			continue
+		}
+		if !ownedByFleet(&np, f) {
+			notes = append(notes, fmt.Sprintf("NetworkPolicy %s/%s is not owned by the fleet: the operator's namespace and labels are not taken from it", np.Namespace, np.Name))
 			continue
 		}
 		for _, rule := range np.Spec.Ingress {
@@ -341,7 +362,7 @@ func operatorOf(snap *Snapshot, opts Options, trustDomain string) Operator {
 	}
 	prefix := fmt.Sprintf("%s/ns/%s/sa/", trustDomain, op.Namespace)
 	for _, ap := range snap.AuthorizationPolicies {
-		if ap.GetNamespace() != f.Namespace || ap.GetName() != names.Mesh(f.Name) {
+		if ap.GetNamespace() != f.Namespace || ap.GetName() != names.Mesh(f.Name) || !ownedByFleet(&ap, f) {
 			continue
 		}
 		p := authzeval.FromUnstructured(&ap, nil)
@@ -355,7 +376,7 @@ func operatorOf(snap *Snapshot, opts Options, trustDomain string) Operator {
 			}
 		}
 	}
-	return op
+	return op, notes
 }
 
 // dest is a member Pod as a destination.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -167,5 +168,27 @@ func TestSidecarRollEveryState(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A NetworkPolicy with the fleet's name that the fleet does not own (anyone
+// with rights in the namespace could create one) must not tell the report
+// who the operator is.
+func TestOperatorOnlyFromOwnedPolicies(t *testing.T) {
+	s := loadState(t, "no-mesh")
+	for i := range s.NetworkPolicies {
+		np := &s.NetworkPolicies[i]
+		np.OwnerReferences = nil
+		np.Spec.Ingress[1].From[1].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] = "attacker"
+	}
+	r, err := Compute(s, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Operator.Namespace != DefaultOperatorNamespace {
+		t.Errorf("operator namespace %q taken from a NetworkPolicy the fleet does not own", r.Operator.Namespace)
+	}
+	if !slices.ContainsFunc(r.Notes, func(n string) bool { return strings.Contains(n, "not owned by the fleet") }) {
+		t.Errorf("no note about the foreign NetworkPolicy: %q", r.Notes)
 	}
 }
