@@ -19,7 +19,7 @@ import (
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/network"
 )
 
-var stateNames = []string{"fleet-only", "no-mesh", "routing", "sidecar-meshed", "sidecar-mixed-roll", "ambient-namespace-isolation", "ambient-strict-isolation"}
+var stateNames = []string{"fleet-only", "no-mesh", "routing", "sidecar-meshed", "sidecar-mixed-roll", "ambient-namespace-isolation", "ambient-namespace-permissive", "ambient-strict-isolation"}
 
 // updating is shared/golden's -update flag (one flag for every golden file).
 func updating() bool {

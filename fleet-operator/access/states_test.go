@@ -211,7 +211,13 @@ func composeStates(t *testing.T) map[string]*Snapshot {
 	// ingress); the fleet adapted (HBONE, its ambient policy) and is routed
 	// from ingress.
 	states["ambient-namespace-isolation"] = ambientState(t, "policies-ambient-namespace-strict", netParams, meshParams)
-	// strict: isolation strict (allow-nothing baseline) on the same namespace.
+	// The same before the STRICT cutover (PERMISSIVE): plaintext callers
+	// the NetworkPolicy admits get through.
+	states["ambient-namespace-permissive"] = ambientState(t, "policies-ambient-namespace-permissive", netParams, meshParams)
+	// strict: isolation strict (allow-nothing baseline) on the same
+	// namespace. Its report equals the namespace isolation's: the fleet's own
+	// ALLOW already decides every request to the members, so the baseline
+	// changes nothing for them (which is the point of the baseline).
 	states["ambient-strict-isolation"] = ambientState(t, "policies-ambient-strict-strict", netParams, meshParams)
 	return states
 }
