@@ -11,8 +11,10 @@ import (
 )
 
 // NetworkPolicy verdicts come from cyclonus' matcher, a NetworkPolicy
-// evaluator maintained outside this project (its successor is SIG Network's
-// policy-assistant, which is not published as an importable module). Two of
+// evaluator written outside this project and already used by its
+// connectivity tests (its successor is SIG Network's policy-assistant, the
+// nested module sigs.k8s.io/network-policy-api/policy-assistant; this file
+// is the only one that talks to the evaluator, so a move stays here). Two of
 // its selector rules differ from Kubernetes' label-selector semantics, so the
 // policies are rewritten into an equivalent form it does evaluate correctly
 // before it sees them (see normalize).
