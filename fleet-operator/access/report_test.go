@@ -192,3 +192,26 @@ func TestOperatorOnlyFromOwnedPolicies(t *testing.T) {
 		t.Errorf("no note about the foreign NetworkPolicy: %q", r.Notes)
 	}
 }
+
+// A fleet with no member running (scaled to zero, or not created yet) is
+// judged for the Pod its selector would pick, and says so.
+func TestNoMemberRunning(t *testing.T) {
+	s := loadState(t, "no-mesh")
+	s.Pods = slices.DeleteFunc(s.Pods, func(p corev1.Pod) bool { return strings.HasPrefix(p.Name, "vault-") })
+	r, err := Compute(s, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Members) != 1 || r.Members[0].Live {
+		t.Fatalf("members %+v", r.Members)
+	}
+	if !slices.ContainsFunc(r.Notes, func(n string) bool { return strings.Contains(n, "no member Pod is running") }) {
+		t.Errorf("notes %q", r.Notes)
+	}
+	if v := r.Violations(8081, ClassMember, ClassOperator); len(v) > 0 {
+		t.Errorf("8081 open to %+v", v[0].Caller)
+	}
+	if v := r.Violations(8080, ClassClient); len(v) > 0 {
+		t.Errorf("8080 open to %+v", v[0].Caller)
+	}
+}
