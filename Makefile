@@ -57,8 +57,9 @@ lint: ## gofmt, go vet and staticcheck on every module
 	@out=$$(gofmt -l $(GO_MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	for m in $(GO_MODULES); do (cd $$m && go vet ./... && go vet -tags integration,e2e ./... && go vet -tags e2e,kind ./... && staticcheck -tags integration,e2e ./...); done
 
-build: ## build both operator binaries into bin/
+build: ## build both operator binaries and the kubectl-celld plugin into bin/
 	for op in $(OPERATORS); do (cd $$op && go build -o $(BIN)/$$op ./cmd/$$op); done
+	cd fleet-operator && go build -o $(BIN)/kubectl-celld ./cmd/kubectl-celld
 
 test-unit: ## pure tests: builders, golden files, parsers, decision logic (no API server)
 	for m in $(GO_MODULES); do (cd $$m && go test $(GO_TEST_FLAGS) ./...); done

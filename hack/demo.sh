@@ -27,6 +27,12 @@ up)
   echo
   kubectl -n demo get pods,pvc -o wide
   echo
+  # The fleet operator's kubectl plugin (docs/access.md): who reaches each
+  # member port, and which rule decided. kubectl finds it on PATH.
+  (cd "$root/fleet-operator" && go build -o "$root/bin/kubectl-celld" ./cmd/kubectl-celld)
+  echo "demo: kubectl celld access -n demo demo-fleet"
+  kubectl celld access -n demo demo-fleet
+  echo
   echo "demo: running. Try: export KUBECONFIG=$kubeconfig; kubectl -n demo get celldfleet demo-fleet -o yaml"
   echo "demo: stop everything with: make demo-down"
   ;;

@@ -152,7 +152,7 @@ func TestOperatorsTogether(t *testing.T) {
 		foreign := caller{name: "shop-1", namespace: foreignNS, labels: lookalike, serviceAccount: "fleet-operator", meshed: true}
 		plaintext := caller{name: "legacy-2", namespace: plainNS, labels: lookalike, serviceAccount: "default", meshed: false}
 
-		checkTable(t, dst, true, []flowRow{
+		rows := []flowRow{
 			{src: member, port: 8081, want: true, why: "peers on 8081"},
 			{src: member, port: 8080, want: false, why: "members are not clients of their own fleet"},
 			{src: operator, port: 8081, want: true, why: "the fleet operator's /state reads (declared edge)"},
@@ -168,7 +168,10 @@ func TestOperatorsTogether(t *testing.T) {
 			{src: foreign, port: 8080, want: false, istioAlone: &no, why: "an undeclared namespace, even with every label: isolation denies it by itself"},
 			{src: foreign, port: 8081, want: false, istioAlone: &no, why: "an undeclared namespace on the peer port"},
 			{src: plaintext, port: 8080, want: false, istioAlone: &no, why: "plaintext from outside the mesh"},
-		})
+		}
+		checkTable(t, dst, true, rows)
+		// The same rows from the plugin's library (kubectl celld access).
+		checkAccessReport(t, f, dst, rows)
 	})
 
 	t.Run("deleting the ServiceMesh: fleet keeps running in its no-mesh form, no label left behind", func(t *testing.T) {

@@ -32,6 +32,8 @@ type Request struct {
 
 // Policy is an AuthorizationPolicy as the evaluator reads it.
 type Policy struct {
+	// Name identifies the policy in explanations (namespace/name).
+	Name   string
 	Action string // ALLOW (default) or DENY
 	Rules  []Rule
 	// Selects says whether the policy applies to the workload evaluated
@@ -50,10 +52,14 @@ type Source struct {
 	Principals, NotPrincipals, Namespaces, NotNamespaces []string
 }
 
-// Decision is the outcome and the step that made it.
+// Decision is the outcome and the step that made it: Policy and Rule name
+// the policy and the index of its rule that decided (Rule -1 when no rule
+// did: STRICT refused plaintext, or nothing matched).
 type Decision struct {
 	Allowed bool
 	Why     string
+	Policy  string
+	Rule    int
 }
 
 // Evaluate decides a request under the namespace's mTLS mode ("STRICT" or
@@ -61,13 +67,15 @@ type Decision struct {
 func Evaluate(mtlsMode string, policies []Policy, req Request) Decision {
 	if !req.MTLS {
 		if mtlsMode == "STRICT" {
-			return Decision{false, "plaintext rejected by STRICT mTLS"}
+			return Decision{Why: "plaintext rejected by STRICT mTLS", Rule: -1}
 		}
 		req.Principal, req.Namespace = "", ""
 	}
 	for _, p := range policies {
-		if p.Selects && p.Action == "DENY" && p.matches(req) {
-			return Decision{false, "matched a DENY policy"}
+		if p.Selects && p.Action == "DENY" {
+			if i := p.match(req); i >= 0 {
+				return Decision{Why: "matched a DENY policy", Policy: p.Name, Rule: i}
+			}
 		}
 	}
 	anyAllow := false
@@ -76,23 +84,24 @@ func Evaluate(mtlsMode string, policies []Policy, req Request) Decision {
 			continue
 		}
 		anyAllow = true
-		if p.matches(req) {
-			return Decision{true, "matched an ALLOW policy"}
+		if i := p.match(req); i >= 0 {
+			return Decision{Allowed: true, Why: "matched an ALLOW policy", Policy: p.Name, Rule: i}
 		}
 	}
 	if !anyAllow {
-		return Decision{true, "no ALLOW policy applies"}
+		return Decision{Allowed: true, Why: "no ALLOW policy applies", Rule: -1}
 	}
-	return Decision{false, "no ALLOW policy matched"}
+	return Decision{Why: "no ALLOW policy matched", Rule: -1}
 }
 
-func (p Policy) matches(req Request) bool {
-	for _, r := range p.Rules {
+// match is the index of the first rule matching req, or -1.
+func (p Policy) match(req Request) int {
+	for i, r := range p.Rules {
 		if r.matches(req) {
-			return true
+			return i
 		}
 	}
-	return false
+	return -1
 }
 
 func (r Rule) matches(req Request) bool {
@@ -146,7 +155,7 @@ func in(patterns []string, v string, ifEmpty bool) bool {
 // selector or its matchLabels are all among podLabels.
 func FromUnstructured(u *unstructured.Unstructured, podLabels map[string]string) Policy {
 	spec, _ := u.Object["spec"].(map[string]any)
-	p := Policy{Action: "ALLOW"}
+	p := Policy{Name: u.GetNamespace() + "/" + u.GetName(), Action: "ALLOW"}
 	if a, ok := spec["action"].(string); ok && a != "" {
 		p.Action = a
 	}
@@ -188,35 +197,59 @@ func strs(v any) []string {
 }
 
 // MTLSMode is the mTLS mode ("STRICT", "PERMISSIVE" or "DISABLE") a workload
-// with podLabels enforces on port, from the PeerAuthentications of its
-// namespace: a workload-selector policy's portLevelMtls for the port wins
-// over its mtls.mode, which wins over the namespace-wide policy's mode; UNSET
-// or absent inherits, and with nothing set Istio's default is PERMISSIVE
-// (the mesh-wide root-namespace policy is not modelled).
+// with podLabels enforces on port (see MTLSInForce, sidecar rules).
 func MTLSMode(peerAuthentications []unstructured.Unstructured, podLabels map[string]string, port int) string {
-	mode := "PERMISSIVE"
-	set := func(m string) {
+	return MTLSInForce(peerAuthentications, podLabels, port, false).Mode
+}
+
+// ModeInForce is the mTLS mode a workload enforces on a port and the
+// PeerAuthentication (namespace/name) that set it; Source is empty when no
+// policy did and Istio's default (PERMISSIVE) holds. PortLevel says the
+// mode came from that policy's portLevelMtls.
+type ModeInForce struct {
+	Mode      string
+	Source    string
+	PortLevel bool
+}
+
+// MTLSInForce is the mTLS mode a workload with podLabels enforces on port,
+// from the PeerAuthentications of its namespace: a workload-selector policy's
+// portLevelMtls for the port wins over its mtls.mode, which wins over the
+// namespace-wide policy's mode; UNSET or absent inherits, and with nothing
+// set Istio's default is PERMISSIVE (the mesh-wide root-namespace policy is
+// not modelled). ambient: ztunnel enforces the workload, and it ignores
+// DISABLE (it always accepts mTLS and, unless STRICT, plaintext), so DISABLE
+// reads as PERMISSIVE there.
+func MTLSInForce(peerAuthentications []unstructured.Unstructured, podLabels map[string]string, port int, ambient bool) ModeInForce {
+	out := ModeInForce{Mode: "PERMISSIVE"}
+	set := func(m string, pa *unstructured.Unstructured, portLevel bool) {
 		if m != "" && m != "UNSET" {
-			mode = m
+			out = ModeInForce{Mode: m, Source: pa.GetNamespace() + "/" + pa.GetName(), PortLevel: portLevel}
 		}
 	}
-	for _, pa := range peerAuthentications {
-		if _, hasSelector := pa.Object["spec"].(map[string]any)["selector"]; !hasSelector {
+	for i := range peerAuthentications {
+		pa := &peerAuthentications[i]
+		spec, _ := pa.Object["spec"].(map[string]any)
+		if _, hasSelector := spec["selector"]; !hasSelector {
 			m, _, _ := unstructured.NestedString(pa.Object, "spec", "mtls", "mode")
-			set(m)
+			set(m, pa, false)
 		}
 	}
-	for _, pa := range peerAuthentications {
+	for i := range peerAuthentications {
+		pa := &peerAuthentications[i]
 		matchLabels, found, _ := unstructured.NestedStringMap(pa.Object, "spec", "selector", "matchLabels")
 		if !found || !subset(matchLabels, podLabels) {
 			continue
 		}
 		m, _, _ := unstructured.NestedString(pa.Object, "spec", "mtls", "mode")
-		set(m)
+		set(m, pa, false)
 		m, _, _ = unstructured.NestedString(pa.Object, "spec", "portLevelMtls", strconv.Itoa(port), "mode")
-		set(m)
+		set(m, pa, true)
 	}
-	return mode
+	if ambient && out.Mode == "DISABLE" {
+		out.Mode = "PERMISSIVE"
+	}
+	return out
 }
 
 func subset(want, have map[string]string) bool {

@@ -87,3 +87,49 @@ func TestMTLSModeResolution(t *testing.T) {
 		assert.Equal(t, tc.want, MTLSMode(tc.pas, tc.pod, tc.port), tc.name)
 	}
 }
+
+// The access report names the deciding policy and rule, so the evaluator
+// must say which one decided, not only how.
+func TestDecisionNamesPolicyAndRule(t *testing.T) {
+	deny := Policy{Name: "team-a/mesh-isolation", Action: "DENY", Selects: true,
+		Rules: []Rule{{From: []Source{{Principals: []string{"*"}, NotNamespaces: []string{"team-a"}}}}}}
+	allow := Policy{Name: "team-a/vault-mesh", Action: "ALLOW", Selects: true,
+		Rules: []Rule{{To: []int{8081}, From: []Source{{Principals: []string{appSA}}}}, {To: []int{8080}}}}
+	d := Evaluate("STRICT", []Policy{deny, allow}, Request{MTLS: true, Principal: appSA, Namespace: "team-a", Port: 8080})
+	assert.True(t, d.Allowed)
+	assert.Equal(t, "team-a/vault-mesh", d.Policy)
+	assert.Equal(t, 1, d.Rule)
+	d = Evaluate("STRICT", []Policy{deny, allow}, Request{MTLS: true, Principal: "cluster.local/ns/shop/sa/x", Namespace: "shop", Port: 8080})
+	assert.False(t, d.Allowed)
+	assert.Equal(t, "team-a/mesh-isolation", d.Policy)
+	assert.Equal(t, 0, d.Rule)
+	d = Evaluate("STRICT", []Policy{allow}, Request{MTLS: true, Principal: appSA, Namespace: "team-a", Port: 9090})
+	assert.False(t, d.Allowed)
+	assert.Equal(t, -1, d.Rule, "no rule decided: nothing matched")
+	d = Evaluate("STRICT", nil, Request{Port: 8080})
+	assert.Equal(t, -1, d.Rule)
+	assert.Empty(t, d.Policy)
+}
+
+func TestModeInForceNamesThePeerAuthentication(t *testing.T) {
+	ns := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"mtls": map[string]any{"mode": "STRICT"}}}}
+	ns.SetNamespace("team-a")
+	ns.SetName("mesh-mtls")
+	fleet := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{
+		"selector":      map[string]any{"matchLabels": map[string]any{"app": "vault"}},
+		"portLevelMtls": map[string]any{"8081": map[string]any{"mode": "PERMISSIVE"}},
+	}}}
+	fleet.SetNamespace("team-a")
+	fleet.SetName("vault-mesh")
+	pas := []unstructured.Unstructured{*ns, *fleet}
+	vault := map[string]string{"app": "vault"}
+	assert.Equal(t, ModeInForce{Mode: "STRICT", Source: "team-a/mesh-mtls"}, MTLSInForce(pas, vault, 8080, false))
+	assert.Equal(t, ModeInForce{Mode: "PERMISSIVE", Source: "team-a/vault-mesh", PortLevel: true}, MTLSInForce(pas, vault, 8081, false))
+	assert.Equal(t, ModeInForce{Mode: "PERMISSIVE"}, MTLSInForce(nil, vault, 8080, false), "Istio's default")
+
+	disable := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"mtls": map[string]any{"mode": "DISABLE"}}}}
+	disable.SetNamespace("team-b")
+	disable.SetName("off")
+	assert.Equal(t, "DISABLE", MTLSInForce([]unstructured.Unstructured{*disable}, nil, 8080, false).Mode)
+	assert.Equal(t, "PERMISSIVE", MTLSInForce([]unstructured.Unstructured{*disable}, nil, 8080, true).Mode, "ztunnel ignores DISABLE")
+}

@@ -25,7 +25,7 @@ func TestAuthorizationPolicyPiecesRoundTrip(t *testing.T) {
 	assert.Equal(t, "security.istio.io/v1", u.GetAPIVersion())
 	assert.Equal(t, "AuthorizationPolicy", u.GetKind())
 	got := authzeval.FromUnstructured(u, map[string]string{"app": "vault"})
-	assert.Equal(t, authzeval.Policy{Action: "ALLOW", Selects: true, Rules: []authzeval.Rule{
+	assert.Equal(t, authzeval.Policy{Name: "team-a/p", Action: "ALLOW", Selects: true, Rules: []authzeval.Rule{
 		{From: []authzeval.Source{{Principals: []string{fleetSA}}}, To: []int{8081}},
 		{From: []authzeval.Source{{NotPrincipals: []string{fleetSA}, NotNamespaces: []string{"team-b"}}}, To: []int{8080, 9090}},
 		{},
