@@ -17,7 +17,7 @@ TESTBED_DIR ?= $(ROOT)/.testbed
 GO_TEST_FLAGS ?= -count=1
 
 .PHONY: all tools generate manifests charts verify lint test test-unit test-integration test-e2e e2e-kind \
-        demo demo-down images build fmt help bench bench-smoke
+        demo demo-down images build fmt help bench bench-smoke explore explore-selftest
 
 all: build
 
@@ -98,3 +98,17 @@ bench: tools ## both operators' benchmark on the local control plane; results in
 
 bench-smoke: tools ## the benchmark's smoke test alone (part of test-e2e): N=10 fleets, 10 mesh namespaces, no result files
 	cd e2e && go test -tags e2e -count=1 -run TestBenchSmoke -v ./bench/
+
+# Not part of `make test` beyond its smoke seeds and the checked-in regressions
+# (TestExplore in test-e2e). EXPLORE_COUNT random sequences of EXPLORE_ACTIONS
+# actions from EXPLORE_SEED; failures are shrunk and written to EXPLORE_OUT.
+EXPLORE_COUNT ?= 20
+EXPLORE_ACTIONS ?= 8
+EXPLORE_OUT ?= $(ROOT)/e2e/explore/testdata/found
+explore: tools ## random action sequences against both operators, invariants at every observed state (docs/development.md)
+	mkdir -p $(EXPLORE_OUT)
+	cd e2e && EXPLORE_COUNT=$(EXPLORE_COUNT) EXPLORE_ACTIONS=$(EXPLORE_ACTIONS) EXPLORE_OUT=$(EXPLORE_OUT) $(if $(EXPLORE_SEED),EXPLORE_SEED=$(EXPLORE_SEED)) \
+		go test -tags e2e -count=1 -timeout 180m -v -run 'TestExplore$$' ./explore/
+
+explore-selftest: tools ## the explorer's own test: a planted fleet-operator defect must be found and shrunk (≈ 5 min)
+	cd e2e && EXPLORE_SELFTEST=1 go test -tags e2e -count=1 -timeout 30m -v -run TestPlantedDefect ./explore/

@@ -19,6 +19,7 @@ import (
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/mesh"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
 	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/podmesh"
 )
 
 // +kubebuilder:rbac:groups=security.istio.io,resources=authorizationpolicies;peerauthentications,verbs=get;create;patch;delete
@@ -34,7 +35,7 @@ func observeMesh(fleet *v1alpha1.CelldFleet, pods []corev1.Pod, sts *appsv1.Stat
 		p := &pods[i]
 		o.Pods = append(o.Pods, mesh.Pod{
 			Name: p.Name, Revision: p.Labels[revisionLabel],
-			Proxy: mesh.HasProxy(p), Terminating: p.DeletionTimestamp != nil,
+			Proxy: mesh.HasProxy(p), Terminating: p.DeletionTimestamp != nil, Captured: podmesh.Redirected(p),
 		})
 	}
 	return mesh.Decide(o)
@@ -112,7 +113,7 @@ func (r *FleetReconciler) reconcileMeshPolicies(ctx context.Context, fleet *v1al
 	st := obs.mesh
 	ap := mesh.AuthorizationPolicy(fleet, r.meshParams(), obs.intent.Access, st.Relaxed)
 	if st.Phase == mesh.Ambient {
-		ap = mesh.AmbientAuthorizationPolicy(fleet, r.meshParams(), obs.intent.Access)
+		ap = mesh.AmbientAuthorizationPolicy(fleet, r.meshParams(), obs.intent.Access, st.Relaxed)
 	}
 	pa := mesh.PeerAuthentication(fleet)
 	if st.Policies {

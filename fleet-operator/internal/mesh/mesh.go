@@ -40,8 +40,9 @@ const (
 	Leaving Phase = "Leaving"
 	// Left: the fleet was meshed once and no member Pod has a proxy any more.
 	Left Phase = "Left"
-	// Ambient: the namespace is enrolled in an ambient mesh; ztunnel
-	// captures the members without any change to them.
+	// Ambient: the namespace is enrolled in an ambient mesh, or a member is
+	// still captured by ztunnel after it left; ztunnel captures and releases
+	// the members without any change to them, one Pod at a time.
 	Ambient Phase = "Ambient"
 )
 
@@ -51,6 +52,8 @@ type Pod struct {
 	Revision    string
 	Proxy       bool
 	Terminating bool
+	// Captured: istio-cni redirects the Pod to ztunnel (and it has no proxy).
+	Captured bool
 }
 
 // Observation is everything a mesh decision depends on.
@@ -71,8 +74,10 @@ type Observation struct {
 type State struct {
 	Phase Phase
 	// Relaxed: PeerAuthentication FLEET-mesh holds 8081 PERMISSIVE and the
-	// peer-port rule admits any source the NetworkPolicy admits, because
-	// meshed and unmeshed members talk to each other.
+	// peer-port rule admits unmeshed members too (sidecar: any source the
+	// NetworkPolicy admits; ambient: plaintext, which the NetworkPolicy
+	// limits to peers and the operator), because meshed and unmeshed
+	// members talk to each other.
 	Relaxed bool
 	// Policies: the fleet's AuthorizationPolicy exists.
 	Policies bool
@@ -91,9 +96,16 @@ type State struct {
 
 // Decide computes the state from what the cluster shows now.
 func Decide(o Observation) State {
-	withProxy, withoutProxy := 0, 0
+	withProxy, withoutProxy, captured, uncaptured := 0, 0, 0, 0
 	var missing, unwanted []string
 	for _, p := range o.Pods {
+		switch {
+		case p.Terminating || p.Proxy:
+		case p.Captured:
+			captured++
+		default:
+			uncaptured++
+		}
 		if p.Proxy {
 			withProxy++
 			// A proxy the fleet did not ask for: injected by the namespace
@@ -120,9 +132,12 @@ func Decide(o Observation) State {
 		return State{Phase: Joining, Relaxed: true, Policies: true, IstiodEgress: true, MissingProxy: missing}
 	case o.WasMeshed && withProxy > 0:
 		return State{Phase: Leaving, Relaxed: true, Policies: true, IstiodEgress: true, UnwantedProxy: unwanted}
-	case o.Ambient:
-		// Every member is captured at once: no mixed phase, no relaxation.
-		return State{Phase: Ambient, Policies: true}
+	case o.Ambient || (captured > 0 && !o.Desired):
+		// istio-cni captures (and, once the namespace leaves, releases) the
+		// members one Pod at a time: while some are captured and some not,
+		// captured members must still take their peers' plaintext on 8081.
+		// The policies stay while any member is captured.
+		return State{Phase: Ambient, Policies: true, Relaxed: captured > 0 && uncaptured > 0}
 	case o.WasMeshed:
 		return State{Phase: Left}
 	default:

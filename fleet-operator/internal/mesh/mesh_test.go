@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -100,7 +101,7 @@ func TestGoldenPolicies(t *testing.T) {
 	golden.AssertYAML(t, "rolling-policies", AuthorizationPolicy(fleet(v1alpha1.Policies), params, v1alpha1.Policies, true), PeerAuthentication(fleet(v1alpha1.Policies)))
 	// A leaving fleet has no spec.mesh: its relaxed policy keeps 8080 open as before.
 	golden.AssertYAML(t, "leaving", AuthorizationPolicy(fleet(""), params, IntentFor(fleet(""), contract.State{}).Access, true), PeerAuthentication(fleet("")))
-	golden.AssertYAML(t, "ambient-allowall", AmbientAuthorizationPolicy(fleet(""), params, v1alpha1.AllowAll))
+	golden.AssertYAML(t, "ambient-allowall", AmbientAuthorizationPolicy(fleet(""), params, v1alpha1.AllowAll, false))
 }
 
 func TestGoldenTemplates(t *testing.T) {
@@ -138,11 +139,40 @@ func TestIntentModeAndControlPlane(t *testing.T) {
 	assert.True(t, WasMeshed(left))
 }
 
-func TestAmbientHasNoMixedPhase(t *testing.T) {
-	st := Decide(Observation{Ambient: true, Pods: pods("f-0:a:-:-", "f-1:a:-:-")})
-	assert.Equal(t, State{Phase: Ambient, Policies: true}, st)
-	st = Decide(Observation{Ambient: true, WasMeshed: true, Pods: pods("f-0:a:p:-", "f-1:b:-:-")})
+// TestAmbientCaptureIsGradual: istio-cni captures and releases members one
+// Pod at a time, so an ambient fleet is relaxed while it is mixed, and keeps
+// its policies while any member is still captured after the namespace left
+// (found by the transition explorer: peers lost 8081 mid-capture).
+func TestAmbientCaptureIsGradual(t *testing.T) {
+	captured := func(names ...string) []Pod {
+		var out []Pod
+		for i, n := range names {
+			out = append(out, Pod{Name: fmt.Sprintf("f-%d", i), Revision: "a", Captured: n == "c"})
+		}
+		return out
+	}
+	assert.Equal(t, State{Phase: Ambient, Policies: true}, Decide(Observation{Ambient: true, Pods: captured("-", "-")}), "nothing captured yet: nothing to relax")
+	assert.Equal(t, State{Phase: Ambient, Policies: true, Relaxed: true}, Decide(Observation{Ambient: true, Pods: captured("c", "-")}), "mid-capture")
+	assert.Equal(t, State{Phase: Ambient, Policies: true}, Decide(Observation{Ambient: true, Pods: captured("c", "c")}), "all captured")
+	assert.Equal(t, State{Phase: Ambient, Policies: true, Relaxed: true}, Decide(Observation{Pods: captured("c", "-")}), "namespace left, one member still captured")
+	assert.Equal(t, State{Phase: NotMeshed}, Decide(Observation{Pods: captured("-", "-")}), "all released")
+	st := Decide(Observation{Ambient: true, WasMeshed: true, Pods: pods("f-0:a:p:-", "f-1:b:-:-")})
 	assert.Equal(t, Leaving, st.Phase, "sidecars leaving for ambient still relax first")
+
+	// The relaxed policy, judged as ztunnel would: a captured member takes
+	// its uncaptured peer's plaintext on 8081, never another identity's.
+	f := fleet(v1alpha1.AllowAll)
+	members := map[string]string{labels.Fleet: f.Name}
+	for _, relaxed := range []bool{false, true} {
+		ap := authzeval.FromUnstructured(AmbientAuthorizationPolicy(f, params, v1alpha1.AllowAll, relaxed), members)
+		plaintextPeer := authzeval.Request{Port: 8081}
+		client := authzeval.Request{MTLS: true, Principal: "cluster.local/ns/" + f.Namespace + "/sa/web", Namespace: f.Namespace, Port: 8081}
+		peer := authzeval.Request{MTLS: true, Principal: "cluster.local/ns/" + f.Namespace + "/sa/" + f.Name, Namespace: f.Namespace, Port: 8081}
+		assert.Equal(t, relaxed, authzeval.Evaluate("PERMISSIVE", []authzeval.Policy{ap}, plaintextPeer).Allowed, "relaxed=%t: plaintext on 8081", relaxed)
+		assert.False(t, authzeval.Evaluate("PERMISSIVE", []authzeval.Policy{ap}, client).Allowed, "relaxed=%t: a client identity on 8081", relaxed)
+		assert.True(t, authzeval.Evaluate("PERMISSIVE", []authzeval.Policy{ap}, peer).Allowed, "relaxed=%t: a captured peer on 8081", relaxed)
+	}
+	golden.AssertYAML(t, "ambient-relaxed", AmbientAuthorizationPolicy(f, params, v1alpha1.AllowAll, true))
 }
 
 // TestAllowAllAdmitsAnyCallerOn8080 judges the sidecar-mode policy with
@@ -168,7 +198,7 @@ func TestAllowAllAdmitsAnyCallerOn8080(t *testing.T) {
 	assert.False(t, authzeval.Evaluate("STRICT", []authzeval.Policy{ap}, other).Allowed, "8081 stays limited to the peer identities")
 
 	// Ambient keeps the exclusion: the NetworkPolicy sees only HBONE there.
-	amb := authzeval.FromUnstructured(AmbientAuthorizationPolicy(f, params, v1alpha1.AllowAll), members)
+	amb := authzeval.FromUnstructured(AmbientAuthorizationPolicy(f, params, v1alpha1.AllowAll, false), members)
 	shared := callers["a client sharing the fleet's ServiceAccount"]
 	shared.Port = 8080
 	assert.False(t, authzeval.Evaluate("STRICT", []authzeval.Policy{amb}, shared).Allowed, "ambient: peer identities stay off 8080")

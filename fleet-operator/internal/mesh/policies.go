@@ -43,15 +43,21 @@ func AuthorizationPolicy(f *v1alpha1.CelldFleet, p Params, access v1alpha1.Appli
 }
 
 // AmbientAuthorizationPolicy is FLEET-mesh of a fleet captured by an
-// ambient mesh (never relaxed: every member is captured at once). In
-// ambient the NetworkPolicy cannot tell the ports apart (everything arrives
-// on HBONE 15008), so with AllowAll the 8080 rule itself keeps the two
-// peer-port identities off 8080. A client that shares the fleet's
-// ServiceAccount is refused with them; the fleet reports such sharing
-// (AmbientSharedServiceAccount). notPrincipals also matches plaintext,
-// which PeerAuthentication governs.
-func AmbientAuthorizationPolicy(f *v1alpha1.CelldFleet, p Params, access v1alpha1.ApplicationAccess) *unstructured.Unstructured {
-	rules := []policy.Rule{peerRule(f, p, false)}
+// ambient mesh. In ambient the NetworkPolicy cannot tell the ports apart
+// (everything meshed arrives on HBONE 15008), so with AllowAll the 8080
+// rule itself keeps the two peer-port identities off 8080. A client that
+// shares the fleet's ServiceAccount is refused with them; the fleet reports
+// such sharing (AmbientSharedServiceAccount). notPrincipals also matches
+// plaintext, which PeerAuthentication governs. While relaxed (members
+// captured one at a time), 8081 also admits plaintext, never another mesh
+// identity: plaintext arrives on the real port, where the NetworkPolicy
+// admits only peers and the operator.
+func AmbientAuthorizationPolicy(f *v1alpha1.CelldFleet, p Params, access v1alpha1.ApplicationAccess, relaxed bool) *unstructured.Unstructured {
+	peer := peerRule(f, p, false)
+	if relaxed {
+		peer.From = append(peer.From, policy.Source{NotPrincipals: []string{"*"}})
+	}
+	rules := []policy.Rule{peer}
 	if access != v1alpha1.Policies {
 		rules = append(rules, policy.Rule{From: []policy.Source{{NotPrincipals: peerIdentities(f, p)}}, Ports: []int{names.AppPort}})
 	}
