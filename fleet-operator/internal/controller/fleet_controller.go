@@ -67,7 +67,10 @@ const (
 
 // FleetReconciler reconciles CelldFleets.
 type FleetReconciler struct {
-	Client   client.Client
+	Client client.Client
+	// Reader reads past the cache (the manager's API reader); nil falls
+	// back to Client.
+	Reader   client.Reader
 	Config   Config
 	Applier  *apply.Applier
 	State    *state.Reader
@@ -90,6 +93,7 @@ type FleetReconciler struct {
 func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 	r := &FleetReconciler{
 		Client: mgr.GetClient(),
+		Reader: mgr.GetAPIReader(),
 		Config: cfg,
 		// The Applier reads the live objects of the kinds this controller
 		// watches from the manager's informers (see cachedKinds), so an

@@ -56,6 +56,10 @@ func testAutoRequests(t *testing.T, env *testenv.Env) {
 			assert.NotContains(t, sts.Spec.Template.Labels, k, "%s: asking changes no template", f.Name)
 		}
 	}
+	// (The second reconcile of a new fleet re-applies its StatefulSet once
+	// with the claim templates the API server defaulted.)
+	h.reconcile(plain)
+	h.reconcile(explicit)
 	h.writes.n.Store(0)
 	h.reconcile(plain)
 	h.reconcile(explicit)
