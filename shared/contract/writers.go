@@ -134,19 +134,37 @@ type Outcome struct {
 // because the namespace says disabled.
 func (o Outcome) OptedOut() bool { return o.Withheld[labels.Mesh] == labels.MeshDisabled }
 
-// Withhold drops from want every value the writer may not put in place of
-// what stands: an enrollment request never replaces another value of the
-// request label, because an admin's disabled wins over every request and an
-// unknown value is an admin's to fix. (A writer never holds a value other
-// than the one it applies: whoever changes it takes the field over.) The
-// second result maps each withheld key to the value that stands.
-func Withhold(current, want map[string]string) (map[string]string, map[string]string) {
+// Withhold drops from want what the writer may not put in place of what
+// stands, given the label keys it already holds:
+//
+//   - an enrollment request never replaces another value of the request
+//     label: an admin's disabled wins over every request, and an unknown
+//     value is an admin's to fix;
+//   - on a namespace labelled disabled a writer adds no key it does not
+//     already hold: whatever it decided from an earlier read (enrollment,
+//     state, edges of an enrolled namespace) no longer applies, and the
+//     namespace only sheds labels from then on. Keys it holds it may keep
+//     while it withdraws them in its own order (the mesh operator removes
+//     its state labels before its policies, its data-plane label last).
+//
+// (A writer never holds a value other than the one it applied: whoever
+// changes it takes the field over.) The second result maps each withheld
+// key to the value that stands there ("" if none).
+func Withhold(current map[string]string, held []string, want map[string]string) (map[string]string, map[string]string) {
 	out := maps.Clone(want)
 	withheld := map[string]string{}
 	if v, ok := want[labels.Mesh]; ok {
 		if have, present := current[labels.Mesh]; present && have != v {
 			delete(out, labels.Mesh)
 			withheld[labels.Mesh] = have
+		}
+	}
+	if current[labels.Mesh] == labels.MeshDisabled {
+		for k := range out {
+			if !slices.Contains(held, k) {
+				delete(out, k)
+				withheld[k] = current[k]
+			}
 		}
 	}
 	return out, withheld
@@ -181,7 +199,7 @@ func ApplyLabels(ctx context.Context, c client.Client, fresh client.Reader, w Wr
 	}
 	for attempt := 1; ; attempt++ {
 		held := LabelsHeldBy(ns, fieldManager)
-		apply, withheld := Withhold(ns.Labels, want)
+		apply, withheld := Withhold(ns.Labels, held, want)
 		out := Outcome{Withheld: withheld}
 		if standing(ns.Labels, held, apply) {
 			return out, nil
