@@ -184,6 +184,9 @@ type observed struct {
 	// sharedServiceAccount: Pods other than members that run as the
 	// fleet's ServiceAccount (asked for ambient AllowAll fleets only).
 	sharedServiceAccount []string
+	// wiring: the identities isolation strict admits on 8080 (Strict false
+	// outside isolation strict).
+	wiring mesh.Wiring
 	// failed is the step that failed, if one did; what the reconcile did
 	// not get to see is then reported as last known.
 	failed *stepError
@@ -348,6 +351,9 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 	}
 	if err := r.recordOptIn(ctx, fleet, obs.intent); err != nil {
 		return failed("recording the mesh opt-in", err)
+	}
+	if obs.wiring, err = r.resolveWiring(ctx, fleet, obs); err != nil {
+		return failed("resolving the wiring graph", err)
 	}
 	if err := r.reconcileMeshPolicies(ctx, fleet, obs, istio); err != nil {
 		return failed("mesh policies", err)
