@@ -131,7 +131,13 @@ func (r *FleetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		r.Applier.CachedKinds = kinds
 	}
+	clients, err := clientPodSource(mgr, r.Config)
+	if err != nil {
+		return err
+	}
 	return b.
+		// Client Pods carry the wiring graph isolation strict admits.
+		WatchesRawSource(clients).
 		// Member Pods belong to the StatefulSet; map them to their fleet by label.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToFleet), builder.WithPredicates()).
 		// Namespace labels carry the mesh contract (enrollment, state, edges).

@@ -5,14 +5,22 @@ package controller
 import (
 	"context"
 	"fmt"
+	"io"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/mesh"
@@ -121,6 +129,37 @@ func TestStrictIsolation(t *testing.T) {
 		assert.True(t, verdictOf(t, h, vault, "strict", "report", 8080))
 	})
 
+	t.Run("the running operator: a new client wakes its fleet, without waiting for the next look", func(t *testing.T) {
+		// Unconfirmed NetworkPolicy enforcement blocks the fleet after its
+		// policies are applied, so its next look is StateInterval (a
+		// minute) away: only the client Pod watch can wake it sooner.
+		cfg := h.r.Config
+		cfg.NetworkPolicyEnforced = false
+		opts := ctrl.Options{
+			Scheme: env.Client.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+			Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+		}
+		RestrictCache(cfg, &opts.Cache)
+		ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
+		mgr, err := ctrl.NewManager(env.Config, opts)
+		require.NoError(t, err)
+		require.NoError(t, SetupWithManager(mgr, cfg))
+		mctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- mgr.Start(mctx) }()
+		defer func() {
+			cancel()
+			<-done
+		}()
+		require.Eventually(t, func() bool {
+			return meta.IsStatusConditionTrue(getFleetT(t, env, vault).Status.Conditions, ConditionInfrastructureBlocked)
+		}, 20*time.Second, 200*time.Millisecond, "the running operator reconciled the fleet")
+		time.Sleep(time.Second) // past the reconcile that reported it
+		podAs(t, env.Client, "strict", "late-1", "late", map[string]string{labels.ClientOf: "vault"})
+		assert.Eventually(t, func() bool { return verdictOf(t, h, vault, "strict", "late", 8080) }, 15*time.Second, 200*time.Millisecond,
+			"a client created while the fleet waits a minute for its next look is admitted within seconds")
+	})
+
 	t.Run("isolation namespace: back to the namespace-wide rule", func(t *testing.T) {
 		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"namespace"}}}`, labels.MeshIsolation)
 		require.NoError(t, env.Client.Patch(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "strict"}},
@@ -128,4 +167,11 @@ func TestStrictIsolation(t *testing.T) {
 		h.reconcile(vault)
 		assert.True(t, verdictOf(t, h, vault, "strict", "batch", 8080), "under namespace isolation any meshed caller the NetworkPolicy admits")
 	})
+}
+
+func getFleetT(t *testing.T, env *testenv.Env, f *v1alpha1.CelldFleet) *v1alpha1.CelldFleet {
+	t.Helper()
+	got := &v1alpha1.CelldFleet{}
+	require.NoError(t, env.Client.Get(context.Background(), client.ObjectKeyFromObject(f), got))
+	return got
 }
