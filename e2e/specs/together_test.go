@@ -255,6 +255,92 @@ func TestOperatorsTogether(t *testing.T) {
 		})
 	})
 
+	t.Run("isolation strict: each fleet's 8080 admits only its wiring graph, judged at every recorded state", func(t *testing.T) {
+		// The wiring graph in Pods: a client of vault and the routing
+		// source's proxy, each under a ServiceAccount of its own, and an
+		// unlabelled Pod of the same namespace.
+		for _, sa := range []struct{ ns, name string }{{togetherNS, "web"}, {edgeNS, "edge-proxy"}, {togetherNS, "batch"}} {
+			require.NoError(t, k8s.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: sa.ns, Name: sa.name}}))
+		}
+		for _, p := range []*corev1.Pod{
+			graphPod(togetherNS, "web-1", "web", map[string]string{"app": "web", "celld.eric.dev/client-of": "vault"}),
+			graphPod(edgeNS, "edge-proxy-1", "edge-proxy", map[string]string{"app": "edge-proxy"}),
+			graphPod(togetherNS, "batch-2", "batch", map[string]string{"app": "batch"}),
+		} {
+			// Meshed callers: played istio-cni marks them redirected, so
+			// the mesh operator's STRICT is not held back by them.
+			p.Annotations = map[string]string{"ambient.istio.io/redirection": "enabled"}
+			require.NoError(t, k8s.Create(ctx, p))
+		}
+		pods := memberPods(t, f)
+		sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
+		dst, peer := &pods[0], pods[1]
+		yes, no := true, false
+		member := caller{name: peer.Name, namespace: togetherNS, labels: peer.Labels, serviceAccount: peer.Spec.ServiceAccountName, meshed: true}
+		operator := caller{name: "fleet-operator-5d8c9", namespace: harness.FleetNamespace, serviceAccount: argValue(bed.Fleet.Args, "--operator-service-account"), meshed: true,
+			labels: map[string]string{"app.kubernetes.io/name": "fleet-operator", "app.kubernetes.io/instance": "fleet-operator"}}
+		wired := caller{name: "web-1", namespace: togetherNS, labels: map[string]string{"app": "web", "celld.eric.dev/client-of": "vault"}, serviceAccount: "web", meshed: true}
+		unlabelled := caller{name: "batch-2", namespace: togetherNS, labels: map[string]string{"app": "batch"}, serviceAccount: "batch", meshed: true}
+		source := caller{name: "edge-proxy-1", namespace: edgeNS, labels: map[string]string{"app": "edge-proxy"}, serviceAccount: "edge-proxy", meshed: true}
+		// A member of another fleet of the namespace, by its labels and identity.
+		otherPeer := caller{name: "other-0", namespace: togetherNS, serviceAccount: "other", meshed: true,
+			labels: map[string]string{"app.kubernetes.io/name": "celld", "app.kubernetes.io/instance": "other", "celld.eric.dev/fleet": "other"}}
+		// What must hold at every state of the switch: the graph's callers
+		// are never cut off, the peer port never widens.
+		kept := []flowRow{
+			{src: wired, port: 8080, want: true, why: "wired client"},
+			{src: source, port: 8080, want: true, why: "routing source"},
+			{src: member, port: 8081, want: true, why: "peer"},
+			{src: operator, port: 8081, want: true, why: "operator"},
+			{src: wired, port: 8081, want: false, why: "a client never reaches the peer port"},
+			{src: otherPeer, port: 8081, want: false, why: "a peer of another fleet never reaches the peer port"},
+		}
+		rec := startRecorder(t, gvrNamespaces, gvrPods, gvrNetpols, gvrPAs, gvrAPs)
+		require.NoError(t, k8s.Patch(ctx, &meshv1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: "cluster"}},
+			client.RawPatch(types.MergePatchType, []byte(`{"spec":{"isolation":"strict"}}`))))
+		waitTrue(t, 2*time.Minute, func() (bool, string) {
+			l := nsLabels(t, togetherNS)
+			return l["core.navique.com/mesh-isolation"] == "strict", fmt.Sprintf("labels %v; mesh %s", l, meshSummary(t))
+		})
+		ap := meshObject(f, "AuthorizationPolicy")
+		waitTrue(t, time.Minute, func() (bool, string) {
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(ap), ap); err != nil {
+				return false, err.Error()
+			}
+			return strings.Contains(fmt.Sprint(ap.Object["spec"]), "sa/web"), fmt.Sprintf("%s: %v", ap.GetName(), ap.Object["spec"])
+		})
+		states := rec.replay(func(s *snapshot) {
+			d := s.members(togetherNS, "vault")
+			if len(d) == 0 {
+				return
+			}
+			for _, r := range kept {
+				if v := s.judge(r.src, &d[0], r.port, true, true); v.allowed() != r.want {
+					t.Errorf("rv %d: %s -> :%d %v, want %v (%s): %s", s.rv, r.src, r.port, v.allowed(), r.want, r.why, v.why)
+				}
+			}
+		})
+		t.Logf("judged %d recorded states of the switch to isolation strict", states)
+
+		checkTable(t, dst, true, []flowRow{
+			{src: wired, port: 8080, want: true, istioAlone: &yes, why: "strict: the wired client's identity"},
+			{src: unlabelled, port: 8080, want: false, istioAlone: &no, why: "strict: an unlabelled Pod of the same namespace, refused by the fleet's own ALLOW whatever the NetworkPolicy"},
+			{src: source, port: 8080, want: true, istioAlone: &yes, why: "strict: the routing source's identity"},
+			{src: otherPeer, port: 8080, want: false, istioAlone: &no, why: "strict: a peer of another fleet"},
+			{src: otherPeer, port: 8081, want: false, istioAlone: &no, why: "strict: a peer of another fleet on the peer port"},
+			{src: member, port: 8081, want: true, why: "strict: peers"},
+			{src: operator, port: 8081, want: true, why: "strict: the operator's /state reads"},
+			{src: operator, port: 8080, want: false, istioAlone: &no, why: "strict: the operator is no client"},
+		})
+
+		// A client that goes is no longer admitted.
+		require.NoError(t, k8s.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: togetherNS, Name: "web-1"}}, client.GracePeriodSeconds(0)))
+		waitTrue(t, time.Minute, func() (bool, string) {
+			v := judge(t, wired, dst, 8080, true)
+			return !v.istio, v.why
+		})
+	})
+
 	t.Run("deleting the ServiceMesh: fleet keeps running in its no-mesh form, no label left behind", func(t *testing.T) {
 		before := podUIDs(t, f)
 		require.NoError(t, k8s.Delete(ctx, sm))
@@ -366,6 +452,15 @@ func (o *namespaceWrites) stop() []string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.changes
+}
+
+// graphPod is a Pod of the wiring graph (a client, a routing source proxy)
+// running as a ServiceAccount of its own.
+func graphPod(ns, name, sa string, l map[string]string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: l},
+		Spec:       corev1.PodSpec{ServiceAccountName: sa, Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}},
+	}
 }
 
 // argValue is the value following flag in a command line.
