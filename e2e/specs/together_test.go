@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ericdev/fleetmesh/e2e/cluster"
@@ -34,6 +37,11 @@ const (
 	// the mesh.
 	foreignNS = "e2e-foreign"
 	plainNS   = "e2e-plain"
+	// autoNS holds a fleet in the default mode auto, created before the
+	// ServiceMesh; optoutNS is labelled core.navique.com/mesh=disabled by
+	// an admin and holds a fleet in each asking mode.
+	autoNS   = "e2e-auto"
+	optoutNS = "e2e-optout"
 )
 
 // TestOperatorsTogether runs both operators on one cluster, meeting only on
@@ -59,6 +67,19 @@ func TestOperatorsTogether(t *testing.T) {
 		}
 		require.NoError(t, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: l}}))
 	}
+	// An admin keeps optoutNS out of the mesh before any fleet exists there.
+	optout := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: optoutNS, Labels: map[string]string{"core.navique.com/mesh": "disabled"}}}
+	require.NoError(t, k8s.Create(ctx, optout))
+	optoutWrites := watchNamespaceWrites(t, optoutNS, optout.ResourceVersion)
+	require.NoError(t, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: autoNS}}))
+	ledger := persistentFleet(autoNS, "ledger") // no spec.mesh: auto
+	ledger.Spec.Replicas = ptr.To[int32](1)
+	keepAuto, keepEnabled := persistentFleet(optoutNS, "keep-auto"), persistentFleet(optoutNS, "keep-enabled")
+	keepAuto.Spec.Replicas, keepEnabled.Spec.Replicas = ptr.To[int32](1), ptr.To[int32](1)
+	keepEnabled.Spec.Mesh = &fleetv1.Mesh{Mode: fleetv1.MeshEnabled}
+	for _, extra := range []*fleetv1.CelldFleet{ledger, keepAuto, keepEnabled} {
+		require.NoError(t, k8s.Create(ctx, extra))
+	}
 	f := persistentFleet(togetherNS, "vault")
 	f.Spec.Mesh = &fleetv1.Mesh{Mode: fleetv1.MeshEnabled}
 	f.Spec.Routing = &fleetv1.Routing{
@@ -75,6 +96,21 @@ func TestOperatorsTogether(t *testing.T) {
 		return ready && c != nil && c.Reason == "AwaitingEnrollment", fmt.Sprintf("ready=%t mesh %+v", ready, c)
 	})
 	assert.Equal(t, "enabled", nsLabels(t, togetherNS)["core.navique.com/mesh"], "the fleet asks for enrollment")
+	// auto asks too, and says nothing while no mesh answers.
+	waitFleet(t, ledger, 2*time.Minute, func(f *fleetv1.CelldFleet) (bool, string) {
+		c := meta.FindStatusCondition(f.Status.Conditions, "MeshReady")
+		ready := meta.IsStatusConditionTrue(f.Status.Conditions, "Ready")
+		return ready && c == nil, fmt.Sprintf("ready=%t mesh %+v", ready, c)
+	})
+	assert.Equal(t, "enabled", nsLabels(t, autoNS)["core.navique.com/mesh"], "an auto fleet asks for enrollment")
+	ledgerUIDs := podUIDs(t, ledger)
+	for _, kf := range []*fleetv1.CelldFleet{keepAuto, keepEnabled} {
+		waitFleet(t, kf, 2*time.Minute, func(f *fleetv1.CelldFleet) (bool, string) {
+			c := meta.FindStatusCondition(f.Status.Conditions, "MeshReady")
+			ready := meta.IsStatusConditionTrue(f.Status.Conditions, "Ready")
+			return ready && c != nil && c.Reason == "NamespaceOptedOut", fmt.Sprintf("ready=%t mesh %+v", ready, c)
+		})
+	}
 
 	sm := &meshv1.ServiceMesh{
 		ObjectMeta: metav1.ObjectMeta{Name: "cluster"},
@@ -117,17 +153,42 @@ func TestOperatorsTogether(t *testing.T) {
 		assert.NotContains(t, not, "e2e-fleet", "an undeclared namespace stays denied")
 	})
 
+	t.Run("an auto fleet that predates the mesh joins without a restart; the admin's opt-out holds", func(t *testing.T) {
+		waitTrue(t, 3*time.Minute, func() (bool, string) {
+			l := nsLabels(t, autoNS)
+			return l["core.navique.com/mesh-state"] == "enrolled", fmt.Sprintf("labels %v; mesh %s", l, meshSummary(t))
+		})
+		waitFleet(t, ledger, 2*time.Minute, func(f *fleetv1.CelldFleet) (bool, string) {
+			return f.Status.Mesh == "Ambient", fmt.Sprintf("mesh=%q", f.Status.Mesh)
+		})
+		assert.Equal(t, ledgerUIDs, podUIDs(t, ledger), "ambient: joining restarts nothing")
+		l := nsLabels(t, optoutNS)
+		assert.Equal(t, "disabled", l["core.navique.com/mesh"], "no writer replaced the admin's disabled")
+		for k := range l {
+			assert.False(t, k != "core.navique.com/mesh" && (strings.Contains(k, "core.navique.com") || strings.HasPrefix(k, "istio.io/")),
+				"label %s on the opted-out namespace", k)
+		}
+		for _, kf := range []*fleetv1.CelldFleet{keepAuto, keepEnabled} {
+			c := meta.FindStatusCondition(getFleet(t, kf).Status.Conditions, "MeshReady")
+			if assert.NotNil(t, c) {
+				assert.Equal(t, "NamespaceOptedOut", c.Reason, "%s", kf.Name)
+			}
+		}
+	})
+
 	t.Run("namespace labels, fleet policies and mesh policies together admit exactly the fleet's callers", func(t *testing.T) {
 		// Play istio-cni: it marks each captured Pod once ztunnel redirects
 		// it, which is the mesh operator's signal to cut over to STRICT.
-		for _, p := range memberPods(t, f) {
+		for _, p := range append(memberPods(t, f), memberPods(t, ledger)...) {
 			patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"ambient.istio.io/redirection":"enabled"}}}`))
 			require.NoError(t, k8s.Patch(ctx, &p, patch))
 		}
-		waitTrue(t, 2*time.Minute, func() (bool, string) {
-			l := nsLabels(t, togetherNS)
-			return l["core.navique.com/mesh-mtls"] == "strict", fmt.Sprintf("labels %v; mesh %s", l, meshSummary(t))
-		})
+		for _, ns := range []string{togetherNS, autoNS} {
+			waitTrue(t, 2*time.Minute, func() (bool, string) {
+				l := nsLabels(t, ns)
+				return l["core.navique.com/mesh-mtls"] == "strict", fmt.Sprintf("%s labels %v; mesh %s", ns, l, meshSummary(t))
+			})
+		}
 
 		pods := memberPods(t, f)
 		require.Len(t, pods, 3)
@@ -172,6 +233,115 @@ func TestOperatorsTogether(t *testing.T) {
 		checkTable(t, dst, true, rows)
 		// The same rows from the plugin's library (kubectl celld access).
 		checkAccessReport(t, f, dst, rows)
+
+		// The auto fleet that predates the mesh is in it: its labelled
+		// client reaches it over mTLS; isolation and STRICT hold there too.
+		ledgerPods := memberPods(t, ledger)
+		require.Len(t, ledgerPods, 1)
+		ledgerClient := caller{name: "books-1", namespace: autoNS, labels: map[string]string{"celld.eric.dev/client-of": "ledger"}, serviceAccount: "books", meshed: true}
+		ledgerPlain := caller{name: "books-2", namespace: autoNS, labels: map[string]string{"celld.eric.dev/client-of": "ledger", "istio.io/dataplane-mode": "none"}, serviceAccount: "books", meshed: false}
+		checkTable(t, &ledgerPods[0], true, []flowRow{
+			{src: ledgerClient, port: 8080, want: true, why: "auto fleet, joined: its labelled client over the mesh"},
+			{src: ledgerPlain, port: 8080, want: false, why: "auto fleet, joined: a plaintext client is refused by STRICT"},
+			{src: foreign, port: 8080, want: false, istioAlone: &no, why: "auto fleet, joined: isolation denies an undeclared namespace by itself"},
+		})
+		// The opted-out namespace is outside the mesh: no STRICT, no
+		// isolation, only the fleet NetworkPolicy, as the fleet seed has it.
+		keepPods := memberPods(t, keepAuto)
+		require.Len(t, keepPods, 1)
+		keepClient := caller{name: "report-1", namespace: optoutNS, labels: map[string]string{"celld.eric.dev/client-of": "keep-auto"}, serviceAccount: "report", meshed: false}
+		keepOther := caller{name: "report-2", namespace: optoutNS, labels: map[string]string{"app": "report"}, serviceAccount: "report", meshed: false}
+		checkTable(t, &keepPods[0], false, []flowRow{
+			{src: keepClient, port: 8080, want: true, why: "opted-out namespace: a labelled plaintext client, as without a mesh"},
+			{src: keepOther, port: 8080, want: false, why: "opted-out namespace: the NetworkPolicy still admits only labelled clients"},
+			{src: foreign, port: 8080, want: false, why: "opted-out namespace: the NetworkPolicy denies other namespaces"},
+		})
+	})
+
+	t.Run("isolation strict: each fleet's 8080 admits only its wiring graph, judged at every recorded state", func(t *testing.T) {
+		// The wiring graph in Pods: a client of vault and the routing
+		// source's proxy, each under a ServiceAccount of its own, and an
+		// unlabelled Pod of the same namespace.
+		for _, sa := range []struct{ ns, name string }{{togetherNS, "web"}, {edgeNS, "edge-proxy"}, {togetherNS, "batch"}} {
+			require.NoError(t, k8s.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: sa.ns, Name: sa.name}}))
+		}
+		for _, p := range []*corev1.Pod{
+			graphPod(togetherNS, "web-1", "web", map[string]string{"app": "web", "celld.eric.dev/client-of": "vault"}),
+			graphPod(edgeNS, "edge-proxy-1", "edge-proxy", map[string]string{"app": "edge-proxy"}),
+			graphPod(togetherNS, "batch-2", "batch", map[string]string{"app": "batch"}),
+		} {
+			// Meshed callers: played istio-cni marks them redirected, so
+			// the mesh operator's STRICT is not held back by them.
+			p.Annotations = map[string]string{"ambient.istio.io/redirection": "enabled"}
+			require.NoError(t, k8s.Create(ctx, p))
+		}
+		pods := memberPods(t, f)
+		sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
+		dst, peer := &pods[0], pods[1]
+		yes, no := true, false
+		member := caller{name: peer.Name, namespace: togetherNS, labels: peer.Labels, serviceAccount: peer.Spec.ServiceAccountName, meshed: true}
+		operator := caller{name: "fleet-operator-5d8c9", namespace: harness.FleetNamespace, serviceAccount: argValue(bed.Fleet.Args, "--operator-service-account"), meshed: true,
+			labels: map[string]string{"app.kubernetes.io/name": "fleet-operator", "app.kubernetes.io/instance": "fleet-operator"}}
+		wired := caller{name: "web-1", namespace: togetherNS, labels: map[string]string{"app": "web", "celld.eric.dev/client-of": "vault"}, serviceAccount: "web", meshed: true}
+		unlabelled := caller{name: "batch-2", namespace: togetherNS, labels: map[string]string{"app": "batch"}, serviceAccount: "batch", meshed: true}
+		source := caller{name: "edge-proxy-1", namespace: edgeNS, labels: map[string]string{"app": "edge-proxy"}, serviceAccount: "edge-proxy", meshed: true}
+		// A member of another fleet of the namespace, by its labels and identity.
+		otherPeer := caller{name: "other-0", namespace: togetherNS, serviceAccount: "other", meshed: true,
+			labels: map[string]string{"app.kubernetes.io/name": "celld", "app.kubernetes.io/instance": "other", "celld.eric.dev/fleet": "other"}}
+		// What must hold at every state of the switch: the graph's callers
+		// are never cut off, the peer port never widens.
+		kept := []flowRow{
+			{src: wired, port: 8080, want: true, why: "wired client"},
+			{src: source, port: 8080, want: true, why: "routing source"},
+			{src: member, port: 8081, want: true, why: "peer"},
+			{src: operator, port: 8081, want: true, why: "operator"},
+			{src: wired, port: 8081, want: false, why: "a client never reaches the peer port"},
+			{src: otherPeer, port: 8081, want: false, why: "a peer of another fleet never reaches the peer port"},
+		}
+		rec := startRecorder(t, gvrNamespaces, gvrPods, gvrNetpols, gvrPAs, gvrAPs)
+		require.NoError(t, k8s.Patch(ctx, &meshv1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: "cluster"}},
+			client.RawPatch(types.MergePatchType, []byte(`{"spec":{"isolation":"strict"}}`))))
+		waitTrue(t, 2*time.Minute, func() (bool, string) {
+			l := nsLabels(t, togetherNS)
+			return l["core.navique.com/mesh-isolation"] == "strict", fmt.Sprintf("labels %v; mesh %s", l, meshSummary(t))
+		})
+		ap := meshObject(f, "AuthorizationPolicy")
+		waitTrue(t, time.Minute, func() (bool, string) {
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(ap), ap); err != nil {
+				return false, err.Error()
+			}
+			return strings.Contains(fmt.Sprint(ap.Object["spec"]), "sa/web"), fmt.Sprintf("%s: %v", ap.GetName(), ap.Object["spec"])
+		})
+		states := rec.replay(func(s *snapshot) {
+			d := s.members(togetherNS, "vault")
+			if len(d) == 0 {
+				return
+			}
+			for _, r := range kept {
+				if v := s.judge(r.src, &d[0], r.port, true, true); v.allowed() != r.want {
+					t.Errorf("rv %d: %s -> :%d %v, want %v (%s): %s", s.rv, r.src, r.port, v.allowed(), r.want, r.why, v.why)
+				}
+			}
+		})
+		t.Logf("judged %d recorded states of the switch to isolation strict", states)
+
+		checkTable(t, dst, true, []flowRow{
+			{src: wired, port: 8080, want: true, istioAlone: &yes, why: "strict: the wired client's identity"},
+			{src: unlabelled, port: 8080, want: false, istioAlone: &no, why: "strict: an unlabelled Pod of the same namespace, refused by the fleet's own ALLOW whatever the NetworkPolicy"},
+			{src: source, port: 8080, want: true, istioAlone: &yes, why: "strict: the routing source's identity"},
+			{src: otherPeer, port: 8080, want: false, istioAlone: &no, why: "strict: a peer of another fleet"},
+			{src: otherPeer, port: 8081, want: false, istioAlone: &no, why: "strict: a peer of another fleet on the peer port"},
+			{src: member, port: 8081, want: true, why: "strict: peers"},
+			{src: operator, port: 8081, want: true, why: "strict: the operator's /state reads"},
+			{src: operator, port: 8080, want: false, istioAlone: &no, why: "strict: the operator is no client"},
+		})
+
+		// A client that goes is no longer admitted.
+		require.NoError(t, k8s.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: togetherNS, Name: "web-1"}}, client.GracePeriodSeconds(0)))
+		waitTrue(t, time.Minute, func() (bool, string) {
+			v := judge(t, wired, dst, 8080, true)
+			return !v.istio, v.why
+		})
 	})
 
 	t.Run("deleting the ServiceMesh: fleet keeps running in its no-mesh form, no label left behind", func(t *testing.T) {
@@ -216,12 +386,84 @@ func TestOperatorsTogether(t *testing.T) {
 		assert.Equal(t, before, podUIDs(t, f), "members kept running")
 		assert.True(t, meta.IsStatusConditionTrue(getFleet(t, f).Status.Conditions, "Ready"), "still Ready after the mesh left")
 
+		for k := range nsLabels(t, autoNS) {
+			if k == "core.navique.com/mesh" {
+				continue // the auto fleet still asks: inert without a mesh
+			}
+			assert.False(t, strings.Contains(k, "core.navique.com") || strings.HasPrefix(k, "istio.io/"), "label %s left behind on %s", k, autoNS)
+		}
+		assert.Equal(t, ledgerUIDs, podUIDs(t, ledger), "the auto fleet's members kept running through join and leave")
+
 		require.NoError(t, k8s.Delete(ctx, f))
-		waitTrue(t, time.Minute, func() (bool, string) {
-			_, has := nsLabels(t, togetherNS)["core.navique.com/mesh"]
-			return !has, "the enrollment request outlives its fleet"
-		})
+		require.NoError(t, k8s.Delete(ctx, ledger))
+		for _, ns := range []string{togetherNS, autoNS} {
+			waitTrue(t, time.Minute, func() (bool, string) {
+				_, has := nsLabels(t, ns)["core.navique.com/mesh"]
+				return !has, "the enrollment request outlives its fleet in " + ns
+			})
+		}
+		// The admin's namespace was never written by either operator, from
+		// its creation to the end: no flapping, not even a withdrawal.
+		assert.Empty(t, optoutWrites.stop(), "writes to %s", optoutNS)
+		require.NoError(t, k8s.Delete(ctx, keepAuto))
+		require.NoError(t, k8s.Delete(ctx, keepEnabled))
 	})
+}
+
+// namespaceWrites records every change to one namespace after a
+// resourceVersion, through a watch.
+type namespaceWrites struct {
+	mu      sync.Mutex
+	changes []string
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+func watchNamespaceWrites(t *testing.T, name, after string) *namespaceWrites {
+	ctx, cancel := context.WithCancel(context.Background())
+	wc, err := client.NewWithWatch(bed.Cluster.REST, client.Options{Scheme: k8s.Scheme()})
+	require.NoError(t, err)
+	w, err := wc.Watch(ctx, &corev1.NamespaceList{}, client.MatchingFields{"metadata.name": name},
+		&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: after}})
+	require.NoError(t, err)
+	o := &namespaceWrites{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(o.done)
+		defer w.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					return
+				}
+				if ns, isNS := ev.Object.(*corev1.Namespace); isNS && ev.Type == watch.Modified {
+					o.mu.Lock()
+					o.changes = append(o.changes, fmt.Sprintf("rv %s labels %v", ns.ResourceVersion, ns.Labels))
+					o.mu.Unlock()
+				}
+			}
+		}
+	}()
+	return o
+}
+
+func (o *namespaceWrites) stop() []string {
+	o.cancel()
+	<-o.done
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.changes
+}
+
+// graphPod is a Pod of the wiring graph (a client, a routing source proxy)
+// running as a ServiceAccount of its own.
+func graphPod(ns, name, sa string, l map[string]string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: l},
+		Spec:       corev1.PodSpec{ServiceAccountName: sa, Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}},
+	}
 }
 
 // argValue is the value following flag in a command line.

@@ -4,8 +4,10 @@
 // whose meaning lives here. docs/mesh-contract.md describes it for users.
 //
 //   - Enrollment request: core.navique.com/mesh=enabled (an admin, the
-//     ServiceMesh's enrollNamespaces, or a workload operator that needs the
-//     mesh); =disabled wins over every request.
+//     ServiceMesh's enrollNamespaces, or a workload operator whose workload
+//     is in mode auto or enabled); =disabled, an admin's alone, wins over
+//     every request. Who may write which value is Table (writers.go), and
+//     ApplyLabels is the one way the operators write.
 //   - Mesh state: core.navique.com/mesh-state=enrolled plus data plane, mTLS,
 //     isolation and control-plane labels, written by the mesh operator only,
 //     after it applied what they claim.

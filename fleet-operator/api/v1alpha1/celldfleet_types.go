@@ -179,10 +179,12 @@ type LabelValue string
 type MeshMode string
 
 const (
-	// MeshAuto adapts to the namespace: in an enrolled namespace the fleet
-	// joins its data plane; elsewhere nothing changes.
+	// MeshAuto requests the namespace's enrollment and joins when a Ready
+	// mesh enrolls it; elsewhere (no mesh, or an admin's opt-out) nothing
+	// changes.
 	MeshAuto MeshMode = "auto"
-	// MeshEnabled asks for the namespace's enrollment and waits for it.
+	// MeshEnabled requests the namespace's enrollment as auto does, and
+	// reports that it waits for it.
 	MeshEnabled MeshMode = "enabled"
 	// MeshDisabled never joins: member Pods opt out of injection and ambient capture.
 	MeshDisabled MeshMode = "disabled"
@@ -191,8 +193,10 @@ const (
 // Mesh selects the service mesh integration.
 // +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'disabled' || !has(self.istio)",message="spec.mesh.mode disabled cannot be combined with spec.mesh.istio: remove one of them"
 type Mesh struct {
-	// Mode is auto (default: follow the namespace's enrollment), enabled
-	// (request enrollment and wait for it) or disabled (never join).
+	// Mode is auto (default: request the namespace's enrollment and join
+	// when a Ready mesh enrolls it, no-op otherwise), enabled (the same,
+	// reporting AwaitingEnrollment until enrolled) or disabled (never join).
+	// An admin's core.navique.com/mesh=disabled on the namespace wins.
 	// +kubebuilder:default=auto
 	// +optional
 	Mode MeshMode `json:"mode,omitempty"`

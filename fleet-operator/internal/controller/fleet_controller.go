@@ -67,7 +67,10 @@ const (
 
 // FleetReconciler reconciles CelldFleets.
 type FleetReconciler struct {
-	Client   client.Client
+	Client client.Client
+	// Reader reads past the cache (the manager's API reader); nil falls
+	// back to Client.
+	Reader   client.Reader
 	Config   Config
 	Applier  *apply.Applier
 	State    *state.Reader
@@ -90,6 +93,7 @@ type FleetReconciler struct {
 func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 	r := &FleetReconciler{
 		Client: mgr.GetClient(),
+		Reader: mgr.GetAPIReader(),
 		Config: cfg,
 		// The Applier reads the live objects of the kinds this controller
 		// watches from the manager's informers (see cachedKinds), so an
@@ -127,7 +131,13 @@ func (r *FleetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		r.Applier.CachedKinds = kinds
 	}
+	clients, err := clientPodSource(mgr, r.Config)
+	if err != nil {
+		return err
+	}
 	return b.
+		// Client Pods carry the wiring graph isolation strict admits.
+		WatchesRawSource(clients).
 		// Member Pods belong to the StatefulSet; map them to their fleet by label.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToFleet), builder.WithPredicates()).
 		// Namespace labels carry the mesh contract (enrollment, state, edges).
@@ -180,6 +190,9 @@ type observed struct {
 	// sharedServiceAccount: Pods other than members that run as the
 	// fleet's ServiceAccount (asked for ambient AllowAll fleets only).
 	sharedServiceAccount []string
+	// wiring: the identities isolation strict admits on 8080 (Strict false
+	// outside isolation strict).
+	wiring mesh.Wiring
 	// failed is the step that failed, if one did; what the reconcile did
 	// not get to see is then reported as last known.
 	failed *stepError
@@ -344,6 +357,9 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 	}
 	if err := r.recordOptIn(ctx, fleet, obs.intent); err != nil {
 		return failed("recording the mesh opt-in", err)
+	}
+	if obs.wiring, err = r.resolveWiring(ctx, fleet, obs); err != nil {
+		return failed("resolving the wiring graph", err)
 	}
 	if err := r.reconcileMeshPolicies(ctx, fleet, obs, istio); err != nil {
 		return failed("mesh policies", err)

@@ -36,6 +36,7 @@ import (
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/routing"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/state"
 	"github.com/ericdev/fleetmesh/shared/apply"
+	"github.com/ericdev/fleetmesh/shared/contract"
 	"github.com/ericdev/fleetmesh/shared/labels"
 	"github.com/ericdev/fleetmesh/shared/testenv"
 )
@@ -966,8 +967,12 @@ func testContract(t *testing.T, env *testenv.Env) {
 		np := &networkingv1.NetworkPolicy{}
 		require.NoError(t, h.get(np, "shared", "c"))
 		assert.ElementsMatch(t, []int{8080, 8081}, ingressPorts(np))
-		for k := range namespaceLabels(t, h, "shared") {
-			assert.NotContains(t, k, "core.navique.com", "no contract label left behind")
+		for k, v := range namespaceLabels(t, h, "shared") {
+			if k == labels.Mesh {
+				assert.Equal(t, labels.MeshEnabled, v, "c is auto: its enrollment request stays, inert without a mesh")
+				continue
+			}
+			assert.NotContains(t, k, "core.navique.com", "no other contract label left behind")
 		}
 		require.NoError(t, h.get(c, "shared", "c"))
 		assert.Empty(t, c.Status.Mesh)
@@ -987,7 +992,9 @@ func testContract(t *testing.T, env *testenv.Env) {
 		require.NoError(t, env.Client.Patch(ctx, d, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"mesh":{"mode":"disabled"}}}`))))
 		enroll(t, env.Client, "shared", "sidecar")
 		h.reconcile(d)
-		assert.NotContains(t, namespaceLabels(t, h, "shared"), labels.Mesh, "the request is withdrawn")
+		n := &corev1.Namespace{}
+		require.NoError(t, h.get(n, "", "shared"))
+		assert.Empty(t, contract.LabelsHeldBy(n, declarationManager(d)), "d's request is withdrawn (c, in auto, still asks)")
 		sts := &appsv1.StatefulSet{}
 		require.NoError(t, h.get(sts, "shared", "d"))
 		assert.Equal(t, "false", sts.Spec.Template.Labels[labels.IstioInject])

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -18,8 +19,10 @@ import (
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/members"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/mesh"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
+	"github.com/ericdev/fleetmesh/shared/contract"
 	"github.com/ericdev/fleetmesh/shared/labels"
 	"github.com/ericdev/fleetmesh/shared/podmesh"
+	istiopolicy "github.com/ericdev/fleetmesh/shared/policy"
 )
 
 // +kubebuilder:rbac:groups=security.istio.io,resources=authorizationpolicies;peerauthentications,verbs=get;create;patch;delete
@@ -111,9 +114,9 @@ func (r *FleetReconciler) reconcileMeshPolicies(ctx context.Context, fleet *v1al
 		return nil
 	}
 	st := obs.mesh
-	ap := mesh.AuthorizationPolicy(fleet, r.meshParams(), obs.intent.Access, st.Relaxed)
+	ap := mesh.AuthorizationPolicy(fleet, r.meshParams(), obs.intent.Access, st.Relaxed, obs.wiring)
 	if st.Phase == mesh.Ambient {
-		ap = mesh.AmbientAuthorizationPolicy(fleet, r.meshParams(), obs.intent.Access, st.Relaxed)
+		ap = mesh.AmbientAuthorizationPolicy(fleet, r.meshParams(), obs.intent.Access, st.Relaxed, obs.wiring)
 	}
 	pa := mesh.PeerAuthentication(fleet)
 	if st.Policies {
@@ -191,3 +194,68 @@ func (r *FleetReconciler) sharingServiceAccount(ctx context.Context, fleet *v1al
 
 // ambient reports a fleet captured by an ambient mesh.
 func ambient(obs *observed) bool { return obs.mesh.Phase == mesh.Ambient }
+
+// strictInForce reports isolation strict in force in the fleet's namespace
+// for a fleet with policies: the mesh operator says the namespace is
+// enrolled with isolation strict and STRICT mTLS. At PERMISSIVE (the
+// cutover, a maintenance window, a data-plane migration) a principal rule
+// would drop plaintext callers that are still allowed, so the fleet keeps
+// the namespace-wide 8080 rule then, as the mesh operator withholds its
+// allow-nothing baseline.
+func strictInForce(obs *observed) bool {
+	st := obs.namespace.state
+	return obs.mesh.Policies && obs.intent.Access != v1alpha1.Policies &&
+		st.Enrolled && st.Isolation == contract.IsolationStrict && st.MTLS == contract.MTLSStrict
+}
+
+// resolveWiring resolves the fleet's wiring graph into identities under
+// isolation strict: the ServiceAccounts of the live Pods labelled
+// celld.eric.dev/client-of: FLEET in its namespace and of the Pods its
+// routing source selects. The Pods are listed uncached (the cache holds
+// member Pods only), filtered by the API server; this runs on every
+// reconcile of a strict fleet, and the Applier writes FLEET-mesh only when
+// the identities changed. The names come from Pods' specs but only ever
+// become principals of the Pods' own namespaces, so a Pod can admit no
+// identity but its own.
+func (r *FleetReconciler) resolveWiring(ctx context.Context, fleet *v1alpha1.CelldFleet, obs *observed) (mesh.Wiring, error) {
+	if !strictInForce(obs) {
+		return mesh.Wiring{}, nil
+	}
+	w := mesh.Wiring{Strict: true}
+	add := func(namespace string, selector map[string]string) error {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
+		if err := r.Client.List(ctx, list, client.InNamespace(namespace), client.MatchingLabels(selector)); err != nil {
+			return fmt.Errorf("listing Pods in %s selected by %v: %w", namespace, selector, err)
+		}
+		for _, p := range list.Items {
+			if p.GetDeletionTimestamp() != nil {
+				continue
+			}
+			if phase, _, _ := unstructured.NestedString(p.Object, "status", "phase"); phase == string(corev1.PodSucceeded) || phase == string(corev1.PodFailed) {
+				continue
+			}
+			sa, _, _ := unstructured.NestedString(p.Object, "spec", "serviceAccountName")
+			if sa == "" {
+				sa = "default"
+			}
+			w.Callers = append(w.Callers, istiopolicy.Principal(r.Config.IstioTrustDomain, namespace, sa))
+		}
+		return nil
+	}
+	if err := add(fleet.Namespace, map[string]string{labels.ClientOf: fleet.Name}); err != nil {
+		return mesh.Wiring{}, err
+	}
+	if rt := fleet.Spec.Routing; rt != nil {
+		sel := map[string]string{}
+		for k, v := range rt.Source.PodLabels {
+			sel[k] = string(v)
+		}
+		if err := add(rt.Source.Namespace, sel); err != nil {
+			return mesh.Wiring{}, err
+		}
+	}
+	sort.Strings(w.Callers)
+	w.Callers = slices.Compact(w.Callers)
+	return w, nil
+}

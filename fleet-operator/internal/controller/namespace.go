@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,10 +25,9 @@ const DeclarationsFinalizer = labels.FleetGroup + "/namespace-declarations"
 
 // namespaceView is the fleet's namespace as the mesh contract reads it.
 type namespaceView struct {
+	ns       *corev1.Namespace
 	state    contract.State
 	problems []contract.Problem
-	// declared are the label keys this fleet's field manager owns there.
-	declared []string
 }
 
 func (r *FleetReconciler) observeNamespace(ctx context.Context, fleet *v1alpha1.CelldFleet) (namespaceView, error) {
@@ -38,22 +36,26 @@ func (r *FleetReconciler) observeNamespace(ctx context.Context, fleet *v1alpha1.
 		return namespaceView{}, err
 	}
 	st, problems := contract.Parse(ns.Labels)
-	return namespaceView{state: st, problems: problems, declared: labelsOwnedBy(ns, declarationManager(fleet))}, nil
+	return namespaceView{ns: ns, state: st, problems: problems}, nil
 }
 
 func declarationManager(fleet *v1alpha1.CelldFleet) string {
 	return contract.FieldManager(names.Operator, "fleet/"+fleet.Namespace+"/"+fleet.Name)
 }
 
-// declaration is what the fleet needs from its namespace: enrollment when it
-// asks for the mesh, and, while the namespace is enrolled, the
-// cross-namespace edges namespace isolation must admit: the operator's
-// namespace for /state reads and the routing source.
+// declaration is what the fleet needs from its namespace. Enrollment, in
+// modes auto (the default, also without spec.mesh) and enabled: the mesh
+// seed's auto joins whenever a Ready ServiceMesh exists, and the request is
+// how the mesh operator learns of it; where no ServiceMesh (or no licensed,
+// Ready one) exists, nobody acts on it. And, while the namespace is
+// enrolled, the cross-namespace edges namespace isolation must admit: the
+// operator's namespace for /state reads and the routing source. A disabled
+// fleet declares nothing.
 func declaration(fleet *v1alpha1.CelldFleet, view namespaceView, in mesh.Intent, operatorNS string) contract.Declaration {
 	if in.Disabled {
 		return contract.Declaration{}
 	}
-	d := contract.Declaration{Enroll: fleet.Spec.Mesh != nil && fleet.Spec.Mesh.Mode == v1alpha1.MeshEnabled}
+	d := contract.Declaration{Enroll: true}
 	// Edges matter only to an enrolled namespace's isolation; elsewhere they
 	// would be labels nobody reads.
 	if view.state.Enrolled {
@@ -65,10 +67,20 @@ func declaration(fleet *v1alpha1.CelldFleet, view namespaceView, in mesh.Intent,
 	return d
 }
 
+// freshReader reads past the cache, for decisions that must not rest on a
+// stale namespace (see contract.ApplyLabels).
+func (r *FleetReconciler) freshReader() client.Reader {
+	if r.Reader != nil {
+		return r.Reader
+	}
+	return r.Client
+}
+
 // reconcileDeclarations applies the fleet's namespace labels with its own
-// field manager, so another writer's identical label is not disturbed and
-// the label goes only with its last writer. Nothing is written when the
-// labels already stand as declared.
+// field manager through the contract's one writer (contract.ApplyLabels):
+// another writer's identical label is not disturbed, the label goes only
+// with its last writer, an admin's core.navique.com/mesh=disabled is never
+// replaced, and nothing is written when the labels already stand.
 func (r *FleetReconciler) reconcileDeclarations(ctx context.Context, fleet *v1alpha1.CelldFleet, view namespaceView, d contract.Declaration) error {
 	want, err := d.Labels(fleet.Namespace)
 	if err != nil {
@@ -87,14 +99,7 @@ func (r *FleetReconciler) reconcileDeclarations(ctx context.Context, fleet *v1al
 		}
 		controllerutil.AddFinalizer(fleet, DeclarationsFinalizer)
 	}
-	if sameKeys(view.declared, want) && satisfied(view, want) {
-		return nil
-	}
-	ac, err := contract.NamespaceApply(fleet.Namespace, d)
-	if err != nil {
-		return err
-	}
-	if err := r.Client.Apply(ctx, ac, client.FieldOwner(declarationManager(fleet)), client.ForceOwnership); err != nil {
+	if _, err := contract.ApplyLabels(ctx, r.Client, r.freshReader(), contract.WorkloadOperator, declarationManager(fleet), view.ns.DeepCopy(), want); err != nil {
 		return fmt.Errorf("declaring namespace labels: %w", err)
 	}
 	return nil
@@ -110,53 +115,14 @@ func (r *FleetReconciler) withdrawDeclarations(ctx context.Context, fleet *v1alp
 	if err != nil && client.IgnoreNotFound(err) != nil {
 		return err
 	}
-	if err == nil && len(view.declared) > 0 {
-		ac, _ := contract.NamespaceApply(fleet.Namespace, contract.Declaration{})
-		if err := r.Client.Apply(ctx, ac, client.FieldOwner(declarationManager(fleet)), client.ForceOwnership); err != nil {
+	if err == nil {
+		if _, err := contract.ApplyLabels(ctx, r.Client, r.freshReader(), contract.WorkloadOperator, declarationManager(fleet), view.ns, nil); err != nil {
 			return fmt.Errorf("withdrawing namespace labels: %w", err)
 		}
 	}
 	patch := client.MergeFrom(fleet.DeepCopy())
 	controllerutil.RemoveFinalizer(fleet, DeclarationsFinalizer)
 	return r.Client.Patch(ctx, fleet, patch)
-}
-
-func satisfied(view namespaceView, want map[string]string) bool {
-	for k := range want {
-		found := false
-		for _, d := range view.declared {
-			found = found || d == k
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
-}
-
-func sameKeys(have []string, want map[string]string) bool {
-	return len(have) == len(want) && satisfied(namespaceView{declared: have}, want)
-}
-
-// labelsOwnedBy lists the label keys a field manager owns on an object,
-// from its managedFields.
-func labelsOwnedBy(obj client.Object, manager string) []string {
-	var keys []string
-	for _, mf := range obj.GetManagedFields() {
-		if mf.Manager != manager || mf.FieldsV1 == nil {
-			continue
-		}
-		var fields map[string]map[string]map[string]any
-		if err := json.Unmarshal(mf.FieldsV1.GetRawBytes(), &fields); err != nil {
-			continue
-		}
-		for k := range fields["f:metadata"]["f:labels"] {
-			if len(k) > 2 && k[:2] == "f:" {
-				keys = append(keys, k[2:])
-			}
-		}
-	}
-	return keys
 }
 
 // namespaceToFleets wakes every fleet of a namespace whose labels changed.

@@ -34,3 +34,8 @@ const (
 // ReasonAmbientSharedServiceAccount: an ambient fleet with AllowAll whose
 // ServiceAccount other Pods run as; those Pods are refused on 8080.
 const ReasonAmbientSharedServiceAccount = "AmbientSharedServiceAccount"
+
+// ReasonNamespaceOptedOut: an admin labelled the fleet's namespace
+// core.navique.com/mesh=disabled; no writer overrides it, so the fleet
+// stays outside the mesh.
+const ReasonNamespaceOptedOut = "NamespaceOptedOut"

@@ -15,6 +15,8 @@ import (
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/mesh"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/state"
+	"github.com/ericdev/fleetmesh/shared/contract"
+	"github.com/ericdev/fleetmesh/shared/labels"
 )
 
 // Condition types of a CelldFleet.
@@ -205,7 +207,20 @@ func degraded(obs *observed) bool {
 // reports whether it did.
 func setMeshCondition(fleet *v1alpha1.CelldFleet, obs *observed, set func(t string, s metav1.ConditionStatus, reason, msg string)) bool {
 	st := obs.mesh
-	if fleet.Spec.Mesh != nil && fleet.Spec.Mesh.Mode == v1alpha1.MeshEnabled && !obs.namespace.state.Enrolled && !obs.intent.Sidecar {
+	enabled := fleet.Spec.Mesh != nil && fleet.Spec.Mesh.Mode == v1alpha1.MeshEnabled
+	outside := !obs.namespace.state.Enrolled && !obs.intent.Sidecar && !obs.intent.Disabled
+	if outside && st.Phase == mesh.NotMeshed && obs.namespace.state.Request == contract.RequestDisabled {
+		// An admin's opt-out wins over the fleet's request (auto or
+		// enabled); the fleet says so rather than looking merely unmeshed.
+		msg := fmt.Sprintf("Namespace %s is labelled %s=%s by an admin: it is never enrolled, and the fleet does not replace that label. "+
+			"Members run outside the mesh.", fleet.Namespace, labels.Mesh, labels.MeshDisabled)
+		if enabled {
+			msg = "spec.mesh.mode is enabled, but the fleet cannot join: " + msg + " Remove the namespace label to let it join, or set spec.mesh.mode: auto or disabled."
+		}
+		set(ConditionMeshReady, metav1.ConditionFalse, ReasonNamespaceOptedOut, msg)
+		return true
+	}
+	if enabled && outside {
 		set(ConditionMeshReady, metav1.ConditionFalse, "AwaitingEnrollment", fmt.Sprintf(
 			"spec.mesh.mode is enabled: namespace %s is labelled for enrollment and the fleet waits for a Ready mesh to enroll it "+
 				"(a licensed ServiceMesh with its control plane Ready). Members keep running meanwhile.", fleet.Namespace))

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
@@ -95,13 +96,64 @@ func fleet(access v1alpha1.ApplicationAccess) *v1alpha1.CelldFleet {
 var params = Params{OperatorNamespace: "fleet-system", OperatorServiceAccount: "fleet-operator", TrustDomain: "cluster.local"}
 
 func TestGoldenPolicies(t *testing.T) {
-	golden.AssertYAML(t, "meshed-allowall", AuthorizationPolicy(fleet(v1alpha1.AllowAll), params, v1alpha1.AllowAll, false))
-	golden.AssertYAML(t, "meshed-policies", AuthorizationPolicy(fleet(v1alpha1.Policies), params, v1alpha1.Policies, false))
-	golden.AssertYAML(t, "rolling-allowall", AuthorizationPolicy(fleet(v1alpha1.AllowAll), params, v1alpha1.AllowAll, true), PeerAuthentication(fleet(v1alpha1.AllowAll)))
-	golden.AssertYAML(t, "rolling-policies", AuthorizationPolicy(fleet(v1alpha1.Policies), params, v1alpha1.Policies, true), PeerAuthentication(fleet(v1alpha1.Policies)))
+	golden.AssertYAML(t, "meshed-allowall", AuthorizationPolicy(fleet(v1alpha1.AllowAll), params, v1alpha1.AllowAll, false, Wiring{}))
+	golden.AssertYAML(t, "meshed-policies", AuthorizationPolicy(fleet(v1alpha1.Policies), params, v1alpha1.Policies, false, Wiring{}))
+	golden.AssertYAML(t, "rolling-allowall", AuthorizationPolicy(fleet(v1alpha1.AllowAll), params, v1alpha1.AllowAll, true, Wiring{}), PeerAuthentication(fleet(v1alpha1.AllowAll)))
+	golden.AssertYAML(t, "rolling-policies", AuthorizationPolicy(fleet(v1alpha1.Policies), params, v1alpha1.Policies, true, Wiring{}), PeerAuthentication(fleet(v1alpha1.Policies)))
 	// A leaving fleet has no spec.mesh: its relaxed policy keeps 8080 open as before.
-	golden.AssertYAML(t, "leaving", AuthorizationPolicy(fleet(""), params, IntentFor(fleet(""), contract.State{}).Access, true), PeerAuthentication(fleet("")))
-	golden.AssertYAML(t, "ambient-allowall", AmbientAuthorizationPolicy(fleet(""), params, v1alpha1.AllowAll, false))
+	golden.AssertYAML(t, "leaving", AuthorizationPolicy(fleet(""), params, IntentFor(fleet(""), contract.State{}).Access, true, Wiring{}), PeerAuthentication(fleet("")))
+	golden.AssertYAML(t, "ambient-allowall", AmbientAuthorizationPolicy(fleet(""), params, v1alpha1.AllowAll, false, Wiring{}))
+	// Isolation strict: 8080 names the wired callers; with none, no 8080 rule.
+	golden.AssertYAML(t, "ambient-strict", AmbientAuthorizationPolicy(fleet(""), params, v1alpha1.AllowAll, false, strictWiring))
+	golden.AssertYAML(t, "meshed-strict", AuthorizationPolicy(fleet(v1alpha1.AllowAll), params, v1alpha1.AllowAll, false, strictWiring))
+	golden.AssertYAML(t, "ambient-strict-no-callers", AmbientAuthorizationPolicy(fleet(""), params, v1alpha1.AllowAll, false, Wiring{Strict: true}))
+}
+
+// strictWiring: a wired client, the routing source, and a client that
+// shares the fleet's ServiceAccount (refused: it is a peer identity).
+var strictWiring = Wiring{Strict: true, Callers: []string{
+	"cluster.local/ns/edge/sa/edge-proxy", "cluster.local/ns/fleets/sa/orders", "cluster.local/ns/fleets/sa/web",
+}}
+
+// TestStrictTruthTable judges the real builders' policies (both data
+// planes) with Istio's L4 rules: under isolation strict 8080 admits the
+// wired client and the routing source only; 8081 only peers and the
+// operator.
+func TestStrictTruthTable(t *testing.T) {
+	members := map[string]string{labels.Fleet: "orders"}
+	p := func(ns, sa string) string { return "cluster.local/ns/" + ns + "/sa/" + sa }
+	rows := []struct {
+		name      string
+		principal string
+		port      int
+		want      bool
+	}{
+		{"wired client", p("fleets", "web"), 8080, true},
+		{"routing source", p("edge", "edge-proxy"), 8080, true},
+		{"unlabelled Pod of the namespace", p("fleets", "batch"), 8080, false},
+		{"peer of another fleet", p("fleets", "ledger"), 8080, false},
+		{"peer of another fleet, peer port", p("fleets", "ledger"), 8081, false},
+		{"other Pod of the routing source's namespace", p("edge", "default"), 8080, false},
+		{"peer (the fleet's own identity) on 8080", p("fleets", "orders"), 8080, false},
+		{"peer", p("fleets", "orders"), 8081, true},
+		{"operator", p("fleet-system", "fleet-operator"), 8081, true},
+		{"operator on 8080", p("fleet-system", "fleet-operator"), 8080, false},
+		{"wired client on the peer port", p("fleets", "web"), 8081, false},
+	}
+	for name, ap := range map[string]*unstructured.Unstructured{
+		"ambient": AmbientAuthorizationPolicy(fleet(""), params, v1alpha1.AllowAll, false, strictWiring),
+		"sidecar": AuthorizationPolicy(fleet(v1alpha1.AllowAll), params, v1alpha1.AllowAll, false, strictWiring),
+	} {
+		pol := authzeval.FromUnstructured(ap, members)
+		for _, r := range rows {
+			ns := strings.Split(r.principal, "/")[2]
+			got := authzeval.Evaluate("STRICT", []authzeval.Policy{pol}, authzeval.Request{MTLS: true, Principal: r.principal, Namespace: ns, Port: r.port})
+			assert.Equal(t, r.want, got.Allowed, "%s: %s :%d (%s)", name, r.name, r.port, got.Why)
+		}
+	}
+	none := authzeval.FromUnstructured(AmbientAuthorizationPolicy(fleet(""), params, v1alpha1.AllowAll, false, Wiring{Strict: true}), members)
+	assert.False(t, authzeval.Evaluate("STRICT", []authzeval.Policy{none}, authzeval.Request{MTLS: true, Principal: p("fleets", "web"), Namespace: "fleets", Port: 8080}).Allowed,
+		"no wired caller: 8080 admits nobody")
 }
 
 func TestGoldenTemplates(t *testing.T) {
@@ -164,7 +216,7 @@ func TestAmbientCaptureIsGradual(t *testing.T) {
 	f := fleet(v1alpha1.AllowAll)
 	members := map[string]string{labels.Fleet: f.Name}
 	for _, relaxed := range []bool{false, true} {
-		ap := authzeval.FromUnstructured(AmbientAuthorizationPolicy(f, params, v1alpha1.AllowAll, relaxed), members)
+		ap := authzeval.FromUnstructured(AmbientAuthorizationPolicy(f, params, v1alpha1.AllowAll, relaxed, Wiring{}), members)
 		plaintextPeer := authzeval.Request{Port: 8081}
 		client := authzeval.Request{MTLS: true, Principal: "cluster.local/ns/" + f.Namespace + "/sa/web", Namespace: f.Namespace, Port: 8081}
 		peer := authzeval.Request{MTLS: true, Principal: "cluster.local/ns/" + f.Namespace + "/sa/" + f.Name, Namespace: f.Namespace, Port: 8081}
@@ -172,7 +224,7 @@ func TestAmbientCaptureIsGradual(t *testing.T) {
 		assert.False(t, authzeval.Evaluate("PERMISSIVE", []authzeval.Policy{ap}, client).Allowed, "relaxed=%t: a client identity on 8081", relaxed)
 		assert.True(t, authzeval.Evaluate("PERMISSIVE", []authzeval.Policy{ap}, peer).Allowed, "relaxed=%t: a captured peer on 8081", relaxed)
 	}
-	golden.AssertYAML(t, "ambient-relaxed", AmbientAuthorizationPolicy(f, params, v1alpha1.AllowAll, true))
+	golden.AssertYAML(t, "ambient-relaxed", AmbientAuthorizationPolicy(f, params, v1alpha1.AllowAll, true, Wiring{}))
 }
 
 // TestAllowAllAdmitsAnyCallerOn8080 judges the sidecar-mode policy with
@@ -183,7 +235,7 @@ func TestAllowAllAdmitsAnyCallerOn8080(t *testing.T) {
 	f := fleet(v1alpha1.AllowAll)
 	f.Spec.ServiceAccountName = "default"
 	members := map[string]string{labels.Fleet: f.Name}
-	ap := authzeval.FromUnstructured(AuthorizationPolicy(f, params, v1alpha1.AllowAll, false), members)
+	ap := authzeval.FromUnstructured(AuthorizationPolicy(f, params, v1alpha1.AllowAll, false, Wiring{}), members)
 	callers := map[string]authzeval.Request{
 		"a client sharing the fleet's ServiceAccount": {MTLS: true, Principal: "cluster.local/ns/" + f.Namespace + "/sa/default", Namespace: f.Namespace},
 		"the operator":   {MTLS: true, Principal: "cluster.local/ns/fleet-system/sa/fleet-operator", Namespace: "fleet-system"},
@@ -198,7 +250,7 @@ func TestAllowAllAdmitsAnyCallerOn8080(t *testing.T) {
 	assert.False(t, authzeval.Evaluate("STRICT", []authzeval.Policy{ap}, other).Allowed, "8081 stays limited to the peer identities")
 
 	// Ambient keeps the exclusion: the NetworkPolicy sees only HBONE there.
-	amb := authzeval.FromUnstructured(AmbientAuthorizationPolicy(f, params, v1alpha1.AllowAll, false), members)
+	amb := authzeval.FromUnstructured(AmbientAuthorizationPolicy(f, params, v1alpha1.AllowAll, false, Wiring{}), members)
 	shared := callers["a client sharing the fleet's ServiceAccount"]
 	shared.Port = 8080
 	assert.False(t, authzeval.Evaluate("STRICT", []authzeval.Policy{amb}, shared).Allowed, "ambient: peer identities stay off 8080")

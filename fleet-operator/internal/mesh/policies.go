@@ -1,6 +1,8 @@
 package mesh
 
 import (
+	"slices"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -26,18 +28,59 @@ type Params struct {
 	TrustDomain string
 }
 
+// Wiring is the fleet's wiring graph as isolation strict reads it: the
+// identities that may call the application port. Strict false means
+// isolation strict is not in force in the fleet's namespace, and 8080
+// follows applicationAccess alone.
+type Wiring struct {
+	Strict bool
+	// Callers are the principals of the fleet's wired clients (Pods of its
+	// namespace labelled celld.eric.dev/client-of: FLEET) and of its routing
+	// source Pods, sorted and without duplicates.
+	Callers []string
+}
+
+// appRule is the 8080 rule, if any. With Policies nothing admits 8080: the
+// user's own policies decide. Under isolation strict only the wired callers
+// are admitted (L4, by principal), never the peer-port identities (a
+// client sharing the fleet's ServiceAccount is refused with them; ambient
+// fleets report it), and with no wired caller there is no rule at all, so
+// Istio denies 8080. Otherwise open reports the rule of the mode: nil
+// sources for sidecar (the NetworkPolicy sees the real ports), the peer
+// identities excluded for ambient.
+func appRule(f *v1alpha1.CelldFleet, p Params, access v1alpha1.ApplicationAccess, w Wiring, open []policy.Source) (policy.Rule, bool) {
+	if access == v1alpha1.Policies {
+		return policy.Rule{}, false
+	}
+	if !w.Strict {
+		return policy.Rule{From: open, Ports: []int{names.AppPort}}, true
+	}
+	peers := peerIdentities(f, p)
+	var callers []string
+	for _, c := range w.Callers {
+		if !slices.Contains(peers, c) {
+			callers = append(callers, c)
+		}
+	}
+	if len(callers) == 0 {
+		return policy.Rule{}, false
+	}
+	return policy.Rule{From: []policy.Source{{Principals: callers}}, Ports: []int{names.AppPort}}, true
+}
+
 // AuthorizationPolicy is the ALLOW policy FLEET-mesh of a sidecar fleet.
 // Port 8081 admits only the fleet's and the operator's identities, or,
 // while relaxed, any source (unmeshed members have no identity; the
 // NetworkPolicy still limits who can connect). With AllowAll port 8080 is
 // open to any caller, as outside the mesh: in sidecar mode the
 // NetworkPolicy sees the real ports and already keeps members and the
-// operator on 8081. With Policies nothing admits 8080, so Istio denies it
-// until a policy of the user's own allows the caller.
-func AuthorizationPolicy(f *v1alpha1.CelldFleet, p Params, access v1alpha1.ApplicationAccess, relaxed bool) *unstructured.Unstructured {
+// operator on 8081; under isolation strict only the wired callers (see
+// appRule). With Policies nothing admits 8080, so Istio denies it until a
+// policy of the user's own allows the caller.
+func AuthorizationPolicy(f *v1alpha1.CelldFleet, p Params, access v1alpha1.ApplicationAccess, relaxed bool, w Wiring) *unstructured.Unstructured {
 	rules := []policy.Rule{peerRule(f, p, relaxed)}
-	if access != v1alpha1.Policies {
-		rules = append(rules, policy.Rule{Ports: []int{names.AppPort}})
+	if r, ok := appRule(f, p, access, w, nil); ok {
+		rules = append(rules, r)
 	}
 	return policy.AuthorizationPolicy(object(f), selector(f), policy.Allow, rules...)
 }
@@ -48,18 +91,19 @@ func AuthorizationPolicy(f *v1alpha1.CelldFleet, p Params, access v1alpha1.Appli
 // rule itself keeps the two peer-port identities off 8080. A client that
 // shares the fleet's ServiceAccount is refused with them; the fleet reports
 // such sharing (AmbientSharedServiceAccount). notPrincipals also matches
-// plaintext, which PeerAuthentication governs. While relaxed (members
-// captured one at a time), 8081 also admits plaintext, never another mesh
-// identity: plaintext arrives on the real port, where the NetworkPolicy
-// admits only peers and the operator.
-func AmbientAuthorizationPolicy(f *v1alpha1.CelldFleet, p Params, access v1alpha1.ApplicationAccess, relaxed bool) *unstructured.Unstructured {
+// plaintext, which PeerAuthentication governs. Under isolation strict 8080
+// admits the wired callers only (appRule). While relaxed (members captured
+// one at a time), 8081 also admits plaintext, never another mesh identity:
+// plaintext arrives on the real port, where the NetworkPolicy admits only
+// peers and the operator.
+func AmbientAuthorizationPolicy(f *v1alpha1.CelldFleet, p Params, access v1alpha1.ApplicationAccess, relaxed bool, w Wiring) *unstructured.Unstructured {
 	peer := peerRule(f, p, false)
 	if relaxed {
 		peer.From = append(peer.From, policy.Source{NotPrincipals: []string{"*"}})
 	}
 	rules := []policy.Rule{peer}
-	if access != v1alpha1.Policies {
-		rules = append(rules, policy.Rule{From: []policy.Source{{NotPrincipals: peerIdentities(f, p)}}, Ports: []int{names.AppPort}})
+	if r, ok := appRule(f, p, access, w, []policy.Source{{NotPrincipals: peerIdentities(f, p)}}); ok {
+		rules = append(rules, r)
 	}
 	return policy.AuthorizationPolicy(object(f), selector(f), policy.Allow, rules...)
 }

@@ -17,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -149,30 +148,16 @@ func labelsHeld(ns metav1.Object, match func(metav1.ManagedFieldsEntry) bool) ma
 
 // applyNamespaceLabels makes want exactly the set of labels the operator
 // applies on ns (server-side apply: keys it stops applying are removed
-// unless someone else also holds them). It writes nothing when that is
-// already so.
+// unless someone else also holds them). It goes through the contract's one
+// writer, contract.ApplyLabels, as the fleet operator does: values outside
+// what the contract lets the mesh operator write are refused, an admin's
+// core.navique.com/mesh=disabled is never replaced by the enrollment
+// request written for spec.enrollNamespaces (even one set between the read
+// and the write), and nothing is written when the labels already stand. ns
+// is read back afterwards for the next apply of this reconcile.
 func (r *ServiceMeshReconciler) applyNamespaceLabels(ctx context.Context, ns *corev1.Namespace, want map[string]string) error {
-	owned := ownedLabels(ns)
-	same := len(owned) == len(want)
-	for k, v := range want {
-		same = same && owned[k] && ns.Labels[k] == v
-	}
-	if same {
-		return nil
-	}
-	ac := corev1ac.Namespace(ns.Name)
-	if len(want) > 0 {
-		ac.WithLabels(want)
-	}
-	if err := r.Client.Apply(ctx, ac, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
-		return fmt.Errorf("applying labels on namespace %s: %w", ns.Name, err)
-	}
-	// Read back what the API server made of it (labels and managedFields)
-	// for the next apply of this reconcile.
-	if err := r.Reader.Get(ctx, client.ObjectKeyFromObject(ns), ns); err != nil {
-		return fmt.Errorf("reading namespace %s: %w", ns.Name, err)
-	}
-	return nil
+	_, err := contract.ApplyLabels(ctx, r.Client, r.Reader, contract.MeshOperator, FieldManager, ns, want)
+	return err
 }
 
 // applyEnrolledLabels applies the labels of an enrolled namespace, unless
@@ -469,8 +454,8 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 		// Held: what the operator applied stays, except what relaxes.
 		base = map[string]string{}
 		for k := range owned {
-			if !slices.Contains(contract.StateKeys(), k) {
-				base[k] = ns.Labels[k]
+			if v, ok := ns.Labels[k]; ok && !slices.Contains(contract.StateKeys(), k) {
+				base[k] = v
 			}
 		}
 	}

@@ -1,0 +1,113 @@
+package contract
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/testenv"
+)
+
+// docRows reads the label table of docs/mesh-contract.md: label, value,
+// written by.
+func docRows(t *testing.T) [][3]string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "docs", "mesh-contract.md"))
+	require.NoError(t, err)
+	_, after, ok := strings.Cut(string(b), "| label | value | written by | meaning |\n| --- | --- | --- | --- |\n")
+	require.True(t, ok, "docs/mesh-contract.md has the label table")
+	var rows [][3]string
+	for _, line := range strings.Split(after, "\n") {
+		if !strings.HasPrefix(line, "|") {
+			break
+		}
+		cells := strings.Split(strings.Trim(line, "|"), " | ")
+		require.Len(t, cells, 4, "row %q", line)
+		unquote := func(s string) string { return strings.Trim(strings.TrimSpace(s), "`") }
+		rows = append(rows, [3]string{unquote(cells[0]), unquote(cells[1]), strings.TrimSpace(cells[2])})
+	}
+	return rows
+}
+
+// TestDocTableIsTheContract: the documented label table and contract.Table
+// are the same rows, so a value the code may write is documented and a
+// documented value is one the code knows.
+func TestDocTableIsTheContract(t *testing.T) {
+	var want [][3]string
+	for _, r := range Table {
+		ws := make([]string, len(r.Writers))
+		for i, w := range r.Writers {
+			ws[i] = string(w)
+		}
+		want = append(want, [3]string{r.Key, r.Value, strings.Join(ws, ", ")})
+	}
+	assert.Equal(t, want, docRows(t))
+}
+
+// TestBuildersWriteOnlyTableValues: every label the contract's builders
+// produce is a value its writer may write.
+func TestBuildersWriteOnlyTableValues(t *testing.T) {
+	d, err := Declaration{Enroll: true, Edges: []string{"fleet-system", "edge"}}.Labels("shop")
+	require.NoError(t, err)
+	for k, v := range d {
+		assert.NoError(t, Permit(WorkloadOperator, k, v))
+	}
+	for _, dp := range []DataPlane{Ambient, Sidecar} {
+		for _, m := range []string{MTLSStrict, MTLSPermissive} {
+			for _, iso := range []string{IsolationOff, IsolationNamespace, IsolationStrict} {
+				l, err := Enrollment{dp, m, iso, "istio-system"}.StateLabels()
+				require.NoError(t, err)
+				for k, v := range l {
+					assert.NoError(t, Permit(MeshOperator, k, v))
+				}
+			}
+		}
+	}
+}
+
+func TestPermit(t *testing.T) {
+	assert.NoError(t, Permit(WorkloadOperator, labels.Mesh, labels.MeshEnabled))
+	assert.NoError(t, Permit(MeshOperator, labels.Mesh, labels.MeshEnabled))
+	assert.Error(t, Permit(WorkloadOperator, labels.Mesh, labels.MeshDisabled), "only an admin opts a namespace out")
+	assert.Error(t, Permit(MeshOperator, labels.Mesh, labels.MeshDisabled))
+	assert.Error(t, Permit(WorkloadOperator, labels.MeshState, labels.MeshStateEnrolled), "state is the mesh operator's")
+	assert.Error(t, Permit(MeshOperator, labels.MeshIsolation, "total"), "not a value of the table")
+	assert.NoError(t, Permit(MeshOperator, labels.IstioRevision, "canary-1-30"))
+	assert.Error(t, Permit(MeshOperator, labels.MeshControlPlane, "Not_A_Namespace"))
+	assert.Error(t, Permit(MeshOperator, labels.AllowFromPrefix+"edge", "true"), "edges are declared by workload operators")
+	assert.Error(t, Permit(WorkloadOperator, labels.AllowFromPrefix+"edge", "false"))
+	assert.Error(t, Permit(WorkloadOperator, "team", "a"), "not a label of the contract")
+}
+
+func TestWithhold(t *testing.T) {
+	req := map[string]string{labels.Mesh: labels.MeshEnabled, labels.AllowFromPrefix + "fleet-system": "true"}
+	tests := []struct {
+		name     string
+		current  map[string]string
+		held     []string
+		want     map[string]string
+		withheld map[string]string
+	}{
+		{"nothing there", map[string]string{}, nil, req, map[string]string{}},
+		{"an admin's enabled is shared", map[string]string{labels.Mesh: labels.MeshEnabled}, nil, req, map[string]string{}},
+		{"disabled: nothing new, not even an edge", map[string]string{labels.Mesh: labels.MeshDisabled}, nil,
+			map[string]string{}, map[string]string{labels.Mesh: labels.MeshDisabled, labels.AllowFromPrefix + "fleet-system": ""}},
+		{"disabled: a held edge may stay while its writer withdraws", map[string]string{labels.Mesh: labels.MeshDisabled, labels.AllowFromPrefix + "fleet-system": "true"},
+			[]string{labels.AllowFromPrefix + "fleet-system"},
+			map[string]string{labels.AllowFromPrefix + "fleet-system": "true"}, map[string]string{labels.Mesh: labels.MeshDisabled}},
+		{"an unknown value is the admin's to fix", map[string]string{labels.Mesh: "yes"}, nil,
+			map[string]string{labels.AllowFromPrefix + "fleet-system": "true"}, map[string]string{labels.Mesh: "yes"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, withheld := Withhold(tc.current, tc.held, req)
+			assert.Equal(t, tc.want, got)
+			assert.Equal(t, tc.withheld, withheld)
+		})
+	}
+}
