@@ -378,12 +378,13 @@ func routingReady(status metav1.ConditionStatus, reason string) func(*fleetv1.Ce
 	}
 }
 
-// assertRoutingPolicy checks NAME-routing: TCP 8080 from the source Pods in
+// assertRoutingPolicy checks NAME-routing: TCP 8080 (and HBONE 15008: the
+// sample fleets are auto, so they ask for the mesh) from the source Pods in
 // the source namespace, nothing else.
 func assertRoutingPolicy(t *testing.T, np *networkingv1.NetworkPolicy, namespace string, podLabels map[string]string) {
 	t.Helper()
 	require.Len(t, np.Spec.Ingress, 1)
-	assert.Equal(t, []int{8080}, policyPorts(np))
+	assert.Equal(t, []int{8080, 15008}, policyPorts(np))
 	require.Len(t, np.Spec.Ingress[0].From, 1)
 	from := np.Spec.Ingress[0].From[0]
 	require.NotNil(t, from.NamespaceSelector)

@@ -368,11 +368,11 @@ func TestOperatorsTogether(t *testing.T) {
 		})
 		np := &networkingv1.NetworkPolicy{}
 		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: togetherNS, Name: "vault"}, np))
-		assert.ElementsMatch(t, []int{8080, 8081}, policyPorts(np), "HBONE closed")
-		assert.False(t, exists(t, meshObject(f, "AuthorizationPolicy")), "the fleet's mesh policy is gone")
+		assert.ElementsMatch(t, []int{8080, 15008, 8081, 15008, 8081}, policyPorts(np), "mode enabled still asks for the mesh: HBONE stays open (nothing listens on it)")
+		assert.True(t, standby(t, f), "the fleet's mesh policy is back in its standby form (mode enabled still asks)")
 		for k := range nsLabels(t, togetherNS) {
-			if k == "core.navique.com/mesh" {
-				continue // the fleet's own request: mode enabled still asks
+			if k == "core.navique.com/mesh" || strings.HasPrefix(k, "allow-from.core.navique.com/") {
+				continue // the fleet's own request and its edges: mode enabled still asks
 			}
 			assert.False(t, strings.Contains(k, "core.navique.com") || strings.HasPrefix(k, "istio.io/"), "label %s left behind", k)
 		}
@@ -387,8 +387,8 @@ func TestOperatorsTogether(t *testing.T) {
 		assert.True(t, meta.IsStatusConditionTrue(getFleet(t, f).Status.Conditions, "Ready"), "still Ready after the mesh left")
 
 		for k := range nsLabels(t, autoNS) {
-			if k == "core.navique.com/mesh" {
-				continue // the auto fleet still asks: inert without a mesh
+			if k == "core.navique.com/mesh" || strings.HasPrefix(k, "allow-from.core.navique.com/") {
+				continue // the auto fleet still asks, with its edges: inert without a mesh
 			}
 			assert.False(t, strings.Contains(k, "core.navique.com") || strings.HasPrefix(k, "istio.io/"), "label %s left behind on %s", k, autoNS)
 		}

@@ -414,7 +414,7 @@ func (r *FleetReconciler) reconcileNetworking(ctx context.Context, fleet *v1alph
 	if obs.mesh.IstiodEgress {
 		params.IstiodNamespace = mesh.ControlPlaneNamespace(fleet, obs.intent)
 	}
-	params.HBONE = ambient(obs)
+	params.HBONE = hboneOpen(obs)
 	np, err := network.NetworkPolicy(fleet, params)
 	if err != nil {
 		return err

@@ -312,7 +312,7 @@ func testReconcile(t *testing.T, env *testenv.Env) {
 	h.reconcile(f)
 	assert.Equal(t, int64(1), h.writes.n.Load())
 	require.NoError(t, h.get(np, "gate", "orders"))
-	assert.Len(t, np.Spec.Ingress, 2, "the operator restores its ingress rules")
+	assert.Len(t, np.Spec.Ingress, 3, "the operator restores its ingress rules (with HBONE and the ambient probe source: an auto fleet asks for the mesh)")
 }
 
 func testConflict(t *testing.T, env *testenv.Env) {
@@ -440,7 +440,7 @@ func testCachedReads(t *testing.T, env *testenv.Env) {
 	h.reconcile(f)
 	assert.Equal(t, int64(1), h.writes.n.Load())
 	require.NoError(t, h.get(np, "cached", "stock"))
-	assert.Len(t, np.Spec.Ingress, 2, "the operator restores its ingress rules")
+	assert.Len(t, np.Spec.Ingress, 3, "the operator restores its ingress rules (with HBONE and the ambient probe source: an auto fleet asks for the mesh)")
 }
 
 func testPaused(t *testing.T, env *testenv.Env) {
@@ -600,11 +600,12 @@ func testMesh(t *testing.T, env *testenv.Env) {
 	require.NoError(t, h.get(np, "mesh", "m"))
 	assert.True(t, hasEgressPort(np, 15012), "old sidecars keep istiod while they run")
 
-	// No proxy left: both objects deleted, istiod egress closed, opt-out kept.
+	// No proxy left: the sidecar policies give way to the standby form (the
+	// fleet is auto, so it still asks for the mesh through its namespace),
+	// istiod egress closed, opt-out kept.
 	replacePods(t, env.Client, "mesh", "m", false)
 	h.reconcile(f)
-	assert.Error(t, h.get(policy(mesh.AuthorizationPolicyKind), "mesh", "m-mesh"))
-	assert.Error(t, h.get(policy(mesh.PeerAuthenticationKind), "mesh", "m-mesh"))
+	assertStandby(t, h, "mesh", "m")
 	require.NoError(t, h.get(np, "mesh", "m"))
 	assert.False(t, hasEgressPort(np, 15012))
 	require.NoError(t, h.get(f, "mesh", "m"))
@@ -626,6 +627,26 @@ func assertPeerRuleRelaxed(t *testing.T, ap *unstructured.Unstructured, relaxed 
 	require.NotEmpty(t, rules)
 	_, hasFrom := rules[0].(map[string]any)["from"]
 	assert.Equal(t, !relaxed, hasFrom, "peer-port rule identity requirement")
+}
+
+// assertStandby checks that the fleet's Istio policy is the standby form of
+// a fleet that asks for the mesh without being in it: the ambient policy,
+// relaxed (8081 admits the peer identities and plaintext), so that a capture
+// arriving before the fleet hears of an enrollment is covered.
+func assertStandby(t *testing.T, h *harness, namespace, fleet string) {
+	t.Helper()
+	ap := policy(mesh.AuthorizationPolicyKind)
+	require.NoError(t, h.get(ap, namespace, fleet+"-mesh"), "the standby policy exists")
+	rules, _, _ := unstructured.NestedSlice(ap.Object, "spec", "rules")
+	require.NotEmpty(t, rules)
+	from, _, _ := unstructured.NestedSlice(rules[0].(map[string]any), "from")
+	plaintext := false
+	for _, src := range from {
+		np, _, _ := unstructured.NestedStringSlice(src.(map[string]any), "source", "notPrincipals")
+		plaintext = plaintext || (len(np) == 1 && np[0] == "*")
+	}
+	assert.True(t, plaintext, "standby: 8081 admits plaintext besides the peer identities")
+	require.NoError(t, h.get(policy(mesh.PeerAuthenticationKind), namespace, fleet+"-mesh"), "standby: 8081 PERMISSIVE")
 }
 
 func hasEgressPort(np *networkingv1.NetworkPolicy, port int) bool {
@@ -913,7 +934,10 @@ func testContract(t *testing.T, env *testenv.Env) {
 	h.reconcile(b)
 	edgeOperator := labels.AllowFromPrefix + "fleet-system"
 	edgeRouting := labels.AllowFromPrefix + "edge"
-	assert.NotContains(t, namespaceLabels(t, h, "shared"), edgeOperator, "no mesh, no labels: each operator works alone")
+	// The edges go with the enrollment request, before any mesh enrolls the
+	// namespace; without a mesh nobody reads them.
+	assert.Equal(t, "true", namespaceLabels(t, h, "shared")[edgeOperator], "edges declared with the request")
+	assert.Equal(t, "true", namespaceLabels(t, h, "shared")[edgeRouting], "edges declared with the request")
 
 	t.Run("ambient-enrolled namespace: HBONE from the same sources, ports restricted by the AuthorizationPolicy, edges declared", func(t *testing.T) {
 		enroll(t, env.Client, "shared", "ambient")
@@ -963,14 +987,17 @@ func testContract(t *testing.T, env *testenv.Env) {
 		require.NoError(t, h.get(policy(mesh.AuthorizationPolicyKind), "shared", "c-mesh"))
 		unenroll(t, env.Client, "shared")
 		h.reconcile(c)
-		assert.Error(t, h.get(policy(mesh.AuthorizationPolicyKind), "shared", "c-mesh"))
+		assertStandby(t, h, "shared", "c")
 		np := &networkingv1.NetworkPolicy{}
 		require.NoError(t, h.get(np, "shared", "c"))
-		assert.ElementsMatch(t, []int{8080, 8081}, ingressPorts(np))
+		assert.ElementsMatch(t, []int{8080, 15008, 8081, 15008, 8081}, ingressPorts(np), "c is auto and still asks for the mesh: HBONE stays open, nothing listens on it")
 		for k, v := range namespaceLabels(t, h, "shared") {
 			if k == labels.Mesh {
 				assert.Equal(t, labels.MeshEnabled, v, "c is auto: its enrollment request stays, inert without a mesh")
 				continue
+			}
+			if strings.HasPrefix(k, labels.AllowFromPrefix) {
+				continue // the edges of the fleets' requests, inert likewise
 			}
 			assert.NotContains(t, k, "core.navique.com", "no other contract label left behind")
 		}

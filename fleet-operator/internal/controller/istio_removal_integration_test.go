@@ -67,7 +67,7 @@ func TestIstioRemoved(t *testing.T) {
 	h.reconcile(left)
 	require.NoError(t, h.get(left, "gone", "left"))
 	require.Equal(t, "Left", left.Status.Mesh)
-	assert.Error(t, h.get(policy(mesh.AuthorizationPolicyKind), "gone", "left-mesh"))
+	assertStandby(t, h, "gone", "left")
 	leaving := meshed("leaving")
 	require.NoError(t, h.get(leaving, "gone", "leaving"))
 	require.Equal(t, "Leaving", leaving.Status.Mesh)

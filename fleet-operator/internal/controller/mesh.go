@@ -30,7 +30,7 @@ import (
 
 // observeMesh decides the fleet's mesh state from the proxies its Pods run.
 func observeMesh(fleet *v1alpha1.CelldFleet, pods []corev1.Pod, sts *appsv1.StatefulSet, in mesh.Intent) mesh.State {
-	o := mesh.Observation{Desired: in.Sidecar, WasMeshed: mesh.WasMeshed(fleet), Ambient: in.Ambient}
+	o := mesh.Observation{Desired: in.Sidecar, WasMeshed: mesh.WasMeshed(fleet), Ambient: in.Ambient, Requested: !in.Disabled && !in.Sidecar}
 	if sts != nil && sts.Status.ObservedGeneration >= sts.Generation {
 		o.TargetRevision = sts.Status.UpdateRevision
 	}
@@ -115,11 +115,11 @@ func (r *FleetReconciler) reconcileMeshPolicies(ctx context.Context, fleet *v1al
 	}
 	st := obs.mesh
 	ap := mesh.AuthorizationPolicy(fleet, r.meshParams(), obs.intent.Access, st.Relaxed, obs.wiring)
-	if st.Phase == mesh.Ambient {
+	if st.Phase == mesh.Ambient || st.Standby {
 		ap = mesh.AmbientAuthorizationPolicy(fleet, r.meshParams(), obs.intent.Access, st.Relaxed, obs.wiring)
 	}
 	pa := mesh.PeerAuthentication(fleet)
-	if st.Policies {
+	if st.Policies || st.Standby {
 		if err := r.apply(ctx, fleet, ap); err != nil {
 			return err
 		}
@@ -194,6 +194,14 @@ func (r *FleetReconciler) sharingServiceAccount(ctx context.Context, fleet *v1al
 
 // ambient reports a fleet captured by an ambient mesh.
 func ambient(obs *observed) bool { return obs.mesh.Phase == mesh.Ambient }
+
+// hboneOpen: the fleet's NetworkPolicies admit HBONE (15008) from the
+// sources they admit as soon as the fleet asks for the mesh, not only once
+// it is captured: istio-cni captures members the moment the namespace turns
+// ambient, before this operator can react, and a captured member behind a
+// NetworkPolicy without 15008 is cut off (found by the transition
+// explorer). Nothing listens on 15008 in a member ztunnel does not capture.
+func hboneOpen(obs *observed) bool { return ambient(obs) || !obs.intent.Disabled }
 
 // strictInForce reports isolation strict in force in the fleet's namespace
 // for a fleet with policies: the mesh operator says the namespace is

@@ -55,14 +55,15 @@ func declaration(fleet *v1alpha1.CelldFleet, view namespaceView, in mesh.Intent,
 	if in.Disabled {
 		return contract.Declaration{}
 	}
-	d := contract.Declaration{Enroll: true}
-	// Edges matter only to an enrolled namespace's isolation; elsewhere they
-	// would be labels nobody reads.
-	if view.state.Enrolled {
-		d.Edges = []string{operatorNS}
-		if fleet.Spec.Routing != nil {
-			d.Edges = append(d.Edges, fleet.Spec.Routing.Source.Namespace)
-		}
+	// The edges go with the request, before any enrollment: the mesh
+	// operator applies namespace isolation as it enrolls, and ztunnel
+	// captures the members right after, so edges declared only once the
+	// namespace is enrolled would leave the operator's /state reads (and
+	// the routing source) denied in between (found by the transition
+	// explorer). Where nobody enrolls the namespace, nobody reads them.
+	d := contract.Declaration{Enroll: true, Edges: []string{operatorNS}}
+	if fleet.Spec.Routing != nil {
+		d.Edges = append(d.Edges, fleet.Spec.Routing.Source.Namespace)
 	}
 	return d
 }

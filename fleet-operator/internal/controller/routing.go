@@ -107,7 +107,7 @@ func (r *FleetReconciler) reconcileRouting(ctx context.Context, fleet *v1alpha1.
 	} else {
 		route = routing.IngressObject(fleet)
 	}
-	for _, obj := range []client.Object{route, routing.NetworkPolicy(fleet, ambient(obs))} {
+	for _, obj := range []client.Object{route, routing.NetworkPolicy(fleet, hboneOpen(obs))} {
 		if err := r.apply(ctx, fleet, obj); err != nil {
 			var conflict *apply.ConflictError
 			if errors.As(err, &conflict) {

@@ -65,6 +65,9 @@ type Observation struct {
 	// Ambient is the namespace enrolled in an ambient mesh (and the fleet
 	// not opted out).
 	Ambient bool
+	// Requested: the fleet asks for the mesh through its namespace (modes
+	// auto and enabled, no spec.mesh.istio).
+	Requested bool
 	// TargetRevision is the StatefulSet's update revision ("" if unknown).
 	TargetRevision string
 	Pods           []Pod
@@ -92,6 +95,13 @@ type State struct {
 	// for: injected by the namespace into a fleet that never opted in, or
 	// into a replacement on the opt-out template of a leaving fleet.
 	UnwantedProxy []string
+	// Standby: the fleet asks for the mesh and is not in it yet. Its ambient
+	// policy stands by, relaxed, wherever Istio's API is served, so that
+	// members ztunnel captures before this operator hears of the enrollment
+	// are already covered (without it, a captured member admits any mesh
+	// identity the NetworkPolicy lets through HBONE, clients on 8081
+	// included). A policy that selects no captured Pod enforces nothing.
+	Standby bool
 }
 
 // Decide computes the state from what the cluster shows now.
@@ -134,14 +144,16 @@ func Decide(o Observation) State {
 		return State{Phase: Leaving, Relaxed: true, Policies: true, IstiodEgress: true, UnwantedProxy: unwanted}
 	case o.Ambient || (captured > 0 && !o.Desired):
 		// istio-cni captures (and, once the namespace leaves, releases) the
-		// members one Pod at a time: while some are captured and some not,
-		// captured members must still take their peers' plaintext on 8081.
-		// The policies stay while any member is captured.
-		return State{Phase: Ambient, Policies: true, Relaxed: captured > 0 && uncaptured > 0}
+		// members one Pod at a time, and the first capture may come before
+		// this operator hears of the enrollment: captured members must take
+		// their peers' plaintext on 8081 until every member is captured, and
+		// again from the moment the namespace leaves, before the first
+		// release. The policies stay while any member is captured.
+		return State{Phase: Ambient, Policies: true, Relaxed: uncaptured > 0 || !o.Ambient}
 	case o.WasMeshed:
-		return State{Phase: Left}
+		return State{Phase: Left, Standby: o.Requested, Relaxed: o.Requested}
 	default:
-		return State{Phase: NotMeshed, UnwantedProxy: unwanted}
+		return State{Phase: NotMeshed, UnwantedProxy: unwanted, Standby: o.Requested, Relaxed: o.Requested}
 	}
 }
 

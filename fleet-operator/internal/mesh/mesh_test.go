@@ -203,11 +203,15 @@ func TestAmbientCaptureIsGradual(t *testing.T) {
 		}
 		return out
 	}
-	assert.Equal(t, State{Phase: Ambient, Policies: true}, Decide(Observation{Ambient: true, Pods: captured("-", "-")}), "nothing captured yet: nothing to relax")
+	assert.Equal(t, State{Phase: Ambient, Policies: true, Relaxed: true}, Decide(Observation{Ambient: true, Pods: captured("-", "-")}), "nothing captured yet: relaxed before the first capture")
 	assert.Equal(t, State{Phase: Ambient, Policies: true, Relaxed: true}, Decide(Observation{Ambient: true, Pods: captured("c", "-")}), "mid-capture")
 	assert.Equal(t, State{Phase: Ambient, Policies: true}, Decide(Observation{Ambient: true, Pods: captured("c", "c")}), "all captured")
 	assert.Equal(t, State{Phase: Ambient, Policies: true, Relaxed: true}, Decide(Observation{Pods: captured("c", "-")}), "namespace left, one member still captured")
+	assert.Equal(t, State{Phase: Ambient, Policies: true, Relaxed: true}, Decide(Observation{Pods: captured("c", "c")}), "namespace left: relaxed before the first release")
 	assert.Equal(t, State{Phase: NotMeshed}, Decide(Observation{Pods: captured("-", "-")}), "all released")
+	assert.Equal(t, State{Phase: NotMeshed, Standby: true, Relaxed: true}, Decide(Observation{Requested: true, Pods: captured("-", "-")}),
+		"asking for the mesh, not in it: the ambient policy stands by for a capture that comes first")
+	assert.Equal(t, State{Phase: NotMeshed}, Decide(Observation{Pods: captured("-", "-")}), "disabled or sidecar-desired fleets have no standby")
 	st := Decide(Observation{Ambient: true, WasMeshed: true, Pods: pods("f-0:a:p:-", "f-1:b:-:-")})
 	assert.Equal(t, Leaving, st.Phase, "sidecars leaving for ambient still relax first")
 
