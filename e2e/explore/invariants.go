@@ -2,6 +2,7 @@ package explore
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -47,6 +48,10 @@ type judgement struct {
 	readyOnce  map[types.UID]bool
 	violations []string
 	seen       map[string]bool
+	// wasStrict: namespaces whose mesh-mtls was STRICT in the previous state.
+	wasStrict map[string]bool
+	// last is the latest state judged.
+	last *snapshot
 }
 
 func newJudgement(w world) *judgement {
@@ -148,6 +153,7 @@ func (j *judgement) check(s *snapshot, step int) {
 	}
 	j.checkStrict(s, step, ambient)
 	j.checkDisks(s, step)
+	j.last = s
 }
 
 // members are the fleet's member Pods that take part in traffic.
@@ -197,32 +203,80 @@ func (j *judgement) checkAvailability(s *snapshot, f fleetv1.CelldFleet, running
 	}
 }
 
-// checkStrict: a namespace is STRICT only while every running Pod in it and
-// in its declared edge namespaces is meshed.
+// checkStrict: STRICT never precedes meshed workloads. When a namespace's
+// mesh-mtls turns STRICT, every running Pod in it and in its declared edge
+// namespaces is meshed. Pods that appear later are istio-cni's to capture,
+// and a plaintext Pod appearing later in an accepted edge does not switch
+// STRICT off (by design, docs/servicemesh.md); an edge declared later must
+// relax the namespace, which the check at rest (strictAtRest) holds.
 func (j *judgement) checkStrict(s *snapshot, step int, ambient bool) {
 	dp := podmesh.DataPlaneSidecar
 	if ambient {
 		dp = podmesh.DataPlaneAmbient
 	}
+	if j.wasStrict == nil {
+		j.wasStrict = map[string]bool{}
+	}
 	for _, ns := range []string{j.w.app, j.w.edge, j.w.other} {
-		strict := false
-		for _, pa := range s.in(gvrPAs, ns) {
-			mode, _, _ := unstructured.NestedString(pa.Object, "spec", "mtls", "mode")
-			sel, _, _ := unstructured.NestedMap(pa.Object, "spec", "selector")
-			strict = strict || (mode == "STRICT" && len(sel) == 0)
-		}
-		if !strict {
+		strict := namespaceStrict(s, ns) != nil
+		turned := strict && !j.wasStrict[ns]
+		j.wasStrict[ns] = strict
+		if !turned {
 			continue
 		}
 		state, _ := contract.Parse(s.nsLabels(ns))
 		for _, from := range append([]string{ns}, state.Edges...) {
 			for _, p := range s.pods(from) {
 				if !podmesh.MeshedIn(dp, &p) {
-					j.fail("strict "+ns+"/"+from+"/"+p.Name, "step %d, after %s: namespace %s is STRICT while Pod %s/%s is not meshed", step, s.last, ns, from, p.Name)
+					j.fail("strict "+ns+"/"+from+"/"+p.Name, "step %d, after %s: namespace %s turned STRICT while Pod %s/%s is not meshed", step, s.last, ns, from, p.Name)
 				}
 			}
 		}
 	}
+}
+
+// namespaceStrict is the namespace-wide PeerAuthentication in STRICT mode,
+// nil when there is none.
+func namespaceStrict(s *snapshot, ns string) *unstructured.Unstructured {
+	for _, pa := range s.in(gvrPAs, ns) {
+		mode, _, _ := unstructured.NestedString(pa.Object, "spec", "mtls", "mode")
+		sel, _, _ := unstructured.NestedMap(pa.Object, "spec", "selector")
+		if mode == "STRICT" && len(sel) == 0 {
+			return &pa
+		}
+	}
+	return nil
+}
+
+// strictAtRest: in the last state, a STRICT namespace's declared edges are
+// all accepted (recorded on its mesh-mtls) or meshed: an edge declared after
+// the cutover, with plaintext Pods, must have relaxed the namespace.
+func (j *judgement) strictAtRest(s *snapshot) []string {
+	ambient := len(s.objs[gvrZTunnels]) > 0
+	dp := podmesh.DataPlaneSidecar
+	if ambient {
+		dp = podmesh.DataPlaneAmbient
+	}
+	var out []string
+	for _, ns := range []string{j.w.app, j.w.edge, j.w.other} {
+		pa := namespaceStrict(s, ns)
+		if pa == nil {
+			continue
+		}
+		accepted := strings.Split(pa.GetAnnotations()[labels.MeshStrictEdges], ",")
+		state, _ := contract.Parse(s.nsLabels(ns))
+		for _, e := range state.Edges {
+			if slices.Contains(accepted, e) {
+				continue
+			}
+			for _, p := range s.pods(e) {
+				if !podmesh.MeshedIn(dp, &p) {
+					out = append(out, fmt.Sprintf("at rest, namespace %s is STRICT although its edge %s, declared after the cutover, runs the plaintext Pod %s", ns, e, p.Name))
+				}
+			}
+		}
+	}
+	return out
 }
 
 // checkDisks: a member's claim keeps its UID for the whole sequence.

@@ -102,13 +102,13 @@ func (r *Runner) Run(ctx context.Context, seq []Action) (Result, error) {
 	}
 	problems = append(problems, r.stuck(ctx, w)...)
 	if settled {
-		problems = append(problems, r.quiet(ctx)...)
+		problems = append(problems, r.quiet(ctx, rec)...)
 	}
 	problems = append(problems, r.leftovers(ctx, w, seq, adminLabel)...)
 	rec.stop()
 	j := newJudgement(w)
 	states := rec.replay(func(s *snapshot) { j.check(s, s.step) })
-	problems = append(append(j.violations, j.missing()...), problems...)
+	problems = append(append(append(j.violations, j.missing()...), j.strictAtRest(j.last)...), problems...)
 	return Result{Violations: problems, States: states, Took: time.Since(start)}, nil
 }
 
@@ -344,12 +344,17 @@ func (r *Runner) stuck(ctx context.Context, w world) []string {
 	return out
 }
 
-// quiet: at rest, neither operator writes (12 s, the API server's counts).
-func (r *Runner) quiet(ctx context.Context) []string {
+// quiet: at rest, neither operator writes (12 s, the API server's counts);
+// what changed meanwhile among the watched objects is named, so a label or
+// policy written back and forth shows who flaps.
+func (r *Runner) quiet(ctx context.Context, rec *recorder) []string {
 	before, err := cluster.APIServerWrites(ctx, r.Bed.Cluster.REST, operatorWrites)
 	if err != nil {
 		return []string{err.Error()}
 	}
+	rec.mu.Lock()
+	seen := len(rec.events)
+	rec.mu.Unlock()
 	time.Sleep(12 * time.Second)
 	after, err := cluster.APIServerWrites(ctx, r.Bed.Cluster.REST, operatorWrites)
 	if err != nil {
@@ -365,7 +370,18 @@ func (r *Runner) quiet(ctx context.Context) []string {
 		return nil
 	}
 	sort.Strings(out)
-	return []string{"at rest, writes within 12 s: " + strings.Join(out, ", ")}
+	changed := map[string]int{}
+	rec.mu.Lock()
+	for _, e := range rec.events[seen:] {
+		changed[fmt.Sprintf("%s %s/%s", e.gvr.Resource, e.obj.GetNamespace(), e.obj.GetName())]++
+	}
+	rec.mu.Unlock()
+	var objs []string
+	for k, n := range changed {
+		objs = append(objs, fmt.Sprintf("%s ×%d", k, n))
+	}
+	sort.Strings(objs)
+	return []string{"at rest, writes within 12 s: " + strings.Join(out, ", ") + "; watched objects changed: " + strings.Join(objs, ", ")}
 }
 
 // leftovers: nothing a deleted fleet or the deleted ServiceMesh owned is

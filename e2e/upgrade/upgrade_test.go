@@ -112,7 +112,13 @@ func TestUpgradeTouchesOnlyStatus(t *testing.T) {
 	defer func() { stopCNI(); <-cniDone }()
 
 	// The fleets of a cluster running the previous release.
-	require.NoError(t, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fleetsNS}}))
+	// The fleets' namespace is opted out of the mesh by its admin, as
+	// docs/install.md ("Upgrading") advises where fleets in mode auto must not
+	// join a mesh the cluster already runs: since this release auto fleets
+	// ask to join (CHANGELOG.md). The enrolled namespace below shows the
+	// other side: a namespace already in the mesh keeps its state.
+	require.NoError(t, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fleetsNS,
+		Labels: map[string]string{labels.Mesh: labels.MeshDisabled}}}))
 	require.NoError(t, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: meshedNS,
 		Labels: map[string]string{labels.Mesh: labels.MeshEnabled}}}))
 	require.NoError(t, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: edgeNS}}))

@@ -30,7 +30,7 @@ import (
 
 // observeMesh decides the fleet's mesh state from the proxies its Pods run.
 func observeMesh(fleet *v1alpha1.CelldFleet, pods []corev1.Pod, sts *appsv1.StatefulSet, in mesh.Intent) mesh.State {
-	o := mesh.Observation{Desired: in.Sidecar, WasMeshed: mesh.WasMeshed(fleet), Ambient: in.Ambient, Requested: !in.Disabled && !in.Sidecar}
+	o := mesh.Observation{Desired: in.Sidecar, WasMeshed: mesh.WasMeshed(fleet), Ambient: in.Ambient, Requested: in.AsksForMesh()}
 	if sts != nil && sts.Status.ObservedGeneration >= sts.Generation {
 		o.TargetRevision = sts.Status.UpdateRevision
 	}
@@ -201,7 +201,7 @@ func ambient(obs *observed) bool { return obs.mesh.Phase == mesh.Ambient }
 // ambient, before this operator can react, and a captured member behind a
 // NetworkPolicy without 15008 is cut off (found by the transition
 // explorer). Nothing listens on 15008 in a member ztunnel does not capture.
-func hboneOpen(obs *observed) bool { return ambient(obs) || !obs.intent.Disabled }
+func hboneOpen(obs *observed) bool { return ambient(obs) || obs.intent.AsksForMesh() }
 
 // strictInForce reports isolation strict in force in the fleet's namespace
 // for a fleet with policies: the mesh operator says the namespace is

@@ -66,7 +66,7 @@ type Observation struct {
 	// not opted out).
 	Ambient bool
 	// Requested: the fleet asks for the mesh through its namespace (modes
-	// auto and enabled, no spec.mesh.istio).
+	// auto and enabled, no spec.mesh.istio) and the namespace is not opted out.
 	Requested bool
 	// TargetRevision is the StatefulSet's update revision ("" if unknown).
 	TargetRevision string
@@ -235,6 +235,9 @@ type Intent struct {
 	Ambient bool
 	// Disabled: spec.mesh.mode disabled; members opt out explicitly.
 	Disabled bool
+	// OptedOut: an admin labelled the namespace core.navique.com/mesh=disabled;
+	// it is never enrolled, whatever the fleet asks.
+	OptedOut bool
 	// ControlPlane is istiod's namespace for a sidecar fleet.
 	ControlPlane string
 	// Access is who may call 8080 inside the mesh.
@@ -251,6 +254,7 @@ func IntentFor(f *v1alpha1.CelldFleet, ns contract.State) Intent {
 	if ns.ControlPlane != "" {
 		in.ControlPlane = ns.ControlPlane
 	}
+	in.OptedOut = ns.Request == contract.RequestDisabled
 	switch {
 	case mode == v1alpha1.MeshDisabled:
 		in.Disabled = true
@@ -269,6 +273,12 @@ func IntentFor(f *v1alpha1.CelldFleet, ns contract.State) Intent {
 	}
 	return in
 }
+
+// AsksForMesh: the fleet asks to join through its namespace (modes auto and
+// enabled without spec.mesh.istio) in a namespace an admin did not opt out.
+// Such a fleet may be captured by an ambient mesh before this operator hears
+// of it, so its HBONE port and standby policy are ready beforehand.
+func (in Intent) AsksForMesh() bool { return !in.Disabled && !in.Sidecar && !in.OptedOut }
 
 // ControlPlaneNamespace is the istiod namespace for a fleet: the intent's
 // for a sidecar fleet, or the one recorded when it was meshed (leaving).
