@@ -87,7 +87,12 @@ func (r *FleetReconciler) reconcileDeclarations(ctx context.Context, fleet *v1al
 	if err != nil {
 		return err
 	}
-	if len(want) > 0 && !controllerutil.ContainsFinalizer(fleet, DeclarationsFinalizer) {
+	// What the contract lets this fleet write now: on a namespace an admin
+	// opted out, nothing it does not already hold, and then it needs no
+	// finalizer either (an upgrade must not patch every such fleet).
+	held := contract.LabelsHeldBy(view.ns, declarationManager(fleet))
+	writable, _ := contract.Withhold(view.ns.Labels, held, want)
+	if len(writable)+len(held) > 0 && !controllerutil.ContainsFinalizer(fleet, DeclarationsFinalizer) {
 		// The finalizer comes first: a fleet deleted right after declaring
 		// must still withdraw its labels. The patch goes through a copy: the
 		// answer may carry a newer spec, which this reconcile must not
