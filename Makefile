@@ -32,10 +32,15 @@ generate: ## generate deepcopy code for the API types
 	for op in $(OPERATORS); do (cd $$op && $(CONTROLLER_GEN) object paths=./api/...); done
 
 manifests: generate ## generate CRDs and RBAC under <operator>/config, then sync them into the charts
+	@# The operators' own rules come from the controllers' markers; the mesh
+	@# operator's Sail installer rules (internal/sailinstall) go into a ClusterRole
+	@# of their own, which the chart binds only with sail.install=true.
 	for op in $(OPERATORS); do \
 	  (cd $$op && $(CONTROLLER_GEN) crd:allowDangerousTypes=false paths=./api/... output:crd:artifacts:config=config/crd/bases \
-	    && $(CONTROLLER_GEN) rbac:roleName=$$op paths=./internal/... output:rbac:artifacts:config=config/rbac); \
+	    && $(CONTROLLER_GEN) rbac:roleName=$$op paths=./internal/controller/... output:rbac:artifacts:config=config/rbac); \
 	done
+	cd mesh-operator && $(CONTROLLER_GEN) rbac:roleName=mesh-operator-sail-installer paths=./internal/sailinstall/... \
+	  output:rbac:artifacts:config=config/rbac/sail-installer
 	hack/sync-charts.sh
 
 charts: manifests ## lint and package both charts into bin/charts

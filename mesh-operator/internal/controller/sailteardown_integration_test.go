@@ -54,7 +54,7 @@ func (l *eventLog) find(reason string) []string {
 
 // startSailBed is the enrollment bed without Istio's CRDs: the Sail chart
 // the test installs ships its own (Helm fails on a CRD someone else applied).
-func startSailBed(t *testing.T, rec recorder.EventRecorder) *enrollmentBed {
+func startSailBed(t *testing.T, rec recorder.EventRecorder, installer bool) *enrollmentBed {
 	t.Helper()
 	s := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(s))
@@ -66,7 +66,7 @@ func startSailBed(t *testing.T, rec recorder.EventRecorder) *enrollmentBed {
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	require.NoError(t, err)
 	require.NoError(t, b.admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "mesh-system"}}))
-	grantOperatorRBAC(t, b.admin, b.root)
+	grantOperatorRBAC(t, b.admin, b.root, installer)
 	b.asOperator = rest.CopyConfig(env.Config)
 	b.asOperator.Impersonate = rest.ImpersonationConfig{UserName: operatorUser}
 	opClient, err := client.New(b.asOperator, client.Options{Scheme: s})
@@ -98,7 +98,7 @@ const testHold = "test.example.com/hold"
 // a Sail resource the operator does not own still uses it.
 func TestSailTeardownIntegration(t *testing.T) {
 	log := &eventLog{r: events.NewFakeRecorder(500)}
-	b := startSailBed(t, log.r)
+	b := startSailBed(t, log.r, true)
 	ctx := context.Background()
 	admin := b.admin
 	repo := serveChart(t, packageChart(t, b.root))

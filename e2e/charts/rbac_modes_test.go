@@ -1,0 +1,110 @@
+package charts
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// sailInstallerRole is the generated ClusterRole holding what installing the
+// Sail Operator takes (mesh-operator/config/rbac/sail-installer/role.yaml).
+const sailInstallerRole = "sail-installer"
+
+// generatedInstallerRules reads the installer rules controller-gen wrote from
+// the markers of mesh-operator/internal/sailinstall.
+func generatedInstallerRules(t testing.TB) []rbacv1.PolicyRule {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), meshChart, "config", "rbac", sailInstallerRole, "role.yaml"))
+	require.NoError(t, err, "the Sail installer's rules are generated into their own file; run `make manifests`")
+	var role rbacv1.ClusterRole
+	require.NoError(t, yaml.UnmarshalStrict(b, &role))
+	require.NotEmpty(t, role.Rules)
+	return role.Rules
+}
+
+// installerOnly are rights that only installing (and uninstalling) the Sail
+// Operator needs; the operator's own ClusterRole must hold none of them.
+var installerOnly = []struct{ group, resource, verb string }{
+	{rbacv1.GroupName, "clusterroles", "escalate"},
+	{rbacv1.GroupName, "clusterroles", "bind"},
+	{rbacv1.GroupName, "clusterroles", "create"},
+	{rbacv1.GroupName, "clusterrolebindings", "create"},
+	{"apiextensions.k8s.io", "customresourcedefinitions", "create"},
+	{"apiextensions.k8s.io", "customresourcedefinitions", "delete"},
+	{"", "configmaps", "list"},
+	{"", "configmaps", "create"},
+	{"", "configmaps", "update"},
+	{"", "configmaps", "delete"},
+	{"apps", "deployments", "create"},
+	{"", "serviceaccounts", "create"},
+	{"networking.k8s.io", "networkpolicies", "create"},
+}
+
+// grants reports whether any rule grants verb on group/resource, with or
+// without resourceNames.
+func grants(rules []rbacv1.PolicyRule, group, resource, verb string) bool {
+	for _, r := range rules {
+		if containsAny(r.APIGroups, group, "*") && containsAny(r.Resources, resource, "*") && containsAny(r.Verbs, verb, "*") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestMeshSailInstallerRBAC: the Sail installer's rules are rendered, in a
+// ClusterRole of their own, only with sail.install=true; rbac.create=false
+// renders no RBAC at all.
+func TestMeshSailInstallerRBAC(t *testing.T) {
+	const ns, name = "mesh-system", "mesh-operator"
+	installer := name + "-" + sailInstallerRole
+	core := generatedRules(t, meshChart)
+	for _, rule := range installerOnly {
+		assert.False(t, grants(core, rule.group, rule.resource, rule.verb),
+			"mesh-operator/config/rbac/role.yaml grants %s on %s/%s, which only the Sail installer needs", rule.verb, rule.group, rule.resource)
+	}
+	installerRules := generatedInstallerRules(t)
+	for _, rule := range installerOnly {
+		assert.True(t, grants(installerRules, rule.group, rule.resource, rule.verb), "the installer needs %s on %s/%s", rule.verb, rule.group, rule.resource)
+	}
+
+	t.Run("sail.install=true (default)", func(t *testing.T) {
+		m := render(t, meshRelease, nil)
+		assert.Equal(t, core, typed[rbacv1.ClusterRole](t, m, "ClusterRole", "", name).Rules)
+		assert.Equal(t, installerRules, typed[rbacv1.ClusterRole](t, m, "ClusterRole", "", installer).Rules)
+		crb := typed[rbacv1.ClusterRoleBinding](t, m, "ClusterRoleBinding", "", installer)
+		assert.Equal(t, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: installer}, crb.RoleRef)
+		assert.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: ns}}, crb.Subjects)
+		assertFlags(t, operatorContainer(t, deployment(t, m, ns, name)).Args, map[string]string{"sail-install": "true"})
+	})
+	t.Run("sail.install=false", func(t *testing.T) {
+		m := render(t, meshRelease, values{"sail": values{"install": false}})
+		assert.Nil(t, m.find("ClusterRole", "", installer), "no installer rules without sail.install")
+		assert.Nil(t, m.find("ClusterRoleBinding", "", installer))
+		assert.Len(t, m.all("ClusterRole"), 1, m.String())
+		assert.Equal(t, core, typed[rbacv1.ClusterRole](t, m, "ClusterRole", "", name).Rules)
+		for role, rules := range roles(t, m) {
+			for _, rule := range installerOnly {
+				assert.False(t, grants(rules, rule.group, rule.resource, rule.verb), "%s grants %s on %s/%s", role, rule.verb, rule.group, rule.resource)
+			}
+		}
+		assertFlags(t, operatorContainer(t, deployment(t, m, ns, name)).Args, map[string]string{"sail-install": "false"})
+	})
+	t.Run("rbac.create=false", func(t *testing.T) {
+		for _, install := range []bool{true, false} {
+			m := render(t, meshRelease, values{"rbac": values{"create": false}, "sail": values{"install": install}})
+			for _, kind := range []string{"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} {
+				assert.Empty(t, m.all(kind), "rbac.create=false renders no %s", kind)
+			}
+			assert.NotNil(t, m.find("ServiceAccount", ns, name), "the ServiceAccount is serviceAccount.create's")
+		}
+		m := render(t, fleetRelease, values{"rbac": values{"create": false}})
+		for _, kind := range []string{"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} {
+			assert.Empty(t, m.all(kind), "fleet chart: rbac.create=false renders no %s", kind)
+		}
+	})
+}
