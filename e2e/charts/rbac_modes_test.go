@@ -1,6 +1,7 @@
 package charts
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -107,4 +108,27 @@ func TestMeshSailInstallerRBAC(t *testing.T) {
 			assert.Empty(t, m.all(kind), "fleet chart: rbac.create=false renders no %s", kind)
 		}
 	})
+}
+
+// TestMeshSailValues: sail.values reach the operator as --sail-values, the
+// JSON object it passes to the Sail chart's install; without them the
+// flag is absent.
+func TestMeshSailValues(t *testing.T) {
+	const ns, name = "mesh-system", "mesh-operator"
+	args := operatorContainer(t, deployment(t, render(t, meshRelease, nil), ns, name)).Args
+	_, set := flagValue(args, "sail-values")
+	assert.False(t, set, "no --sail-values by default")
+
+	v := values{"image": "mirror.example:5000/sail-operator:1.30.0", "operator": values{"resources": values{"requests": values{"cpu": "20m"}}}}
+	args = operatorContainer(t, deployment(t, render(t, meshRelease, values{"sail": values{"values": v}}), ns, name)).Args
+	got, ok := flagValue(args, "sail-values")
+	require.True(t, ok, "--sail-values set once in %q", args)
+	var parsed map[string]any
+	require.NoError(t, json.Unmarshal([]byte(got), &parsed))
+	assert.Equal(t, map[string]any{"image": "mirror.example:5000/sail-operator:1.30.0",
+		"operator": map[string]any{"resources": map[string]any{"requests": map[string]any{"cpu": "20m"}}}}, parsed)
+
+	_, err := templateYAML(t, meshRelease, values{"sail": values{"values": "image: x"}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "at '/sail/values'")
 }

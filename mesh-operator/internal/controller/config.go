@@ -2,9 +2,11 @@ package controller
 
 import (
 	"crypto/ed25519"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/license"
@@ -42,6 +44,10 @@ type Config struct {
 	SailInstall bool
 	// SailChart is where the Sail Operator chart is fetched from.
 	SailChart sailinstall.ChartSource
+	// SailValues are the user's values for the Sail Operator chart (chart
+	// value sail.values, --sail-values as JSON), e.g. image registries for an
+	// air-gapped cluster. They apply when the operator installs the chart.
+	SailValues map[string]any
 	// SailNamespace is the namespace of the Sail Operator release and its holders record.
 	SailNamespace string
 	// HelmTimeout bounds one Helm install or uninstall.
@@ -63,6 +69,9 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.SailChart.Name, "sail-chart-name", DefaultSailChartName, "name of the Sail Operator chart in the repository")
 	fs.StringVar(&c.SailChart.Version, "sail-chart-version", DefaultSailChartVersion, "Sail Operator chart version to install; the default is the version this release is tested with; empty takes the newest stable version in the repository")
 	fs.BoolVar(&c.SailChart.InsecureHTTP, "sail-chart-insecure-http", false, "allow fetching the Sail Operator chart over plain http (test repositories only: the chart gets escalate and bind, and over http its digest proves nothing)")
+	fs.Func("sail-values", "values for the Sail Operator chart as a JSON object (e.g. {\"image\":\"mirror.example/sail-operator:1.30.0\"}), used when the operator installs it", func(s string) error {
+		return c.parseSailValues(s)
+	})
 	fs.StringVar(&c.SailNamespace, "sail-namespace", DefaultSailNamespace, "namespace the Sail Operator is installed into")
 	fs.DurationVar(&c.HelmTimeout, "sail-install-timeout", 5*time.Minute, "upper bound for one Helm install or uninstall of the Sail Operator")
 	fs.DurationVar(&c.CNIReleaseTimeout, "cni-release-timeout", DefaultCNIReleaseTimeout, "at teardown, how long ZTunnel and IstioCNI wait for istio-cni to release the Pods of namespaces that left the mesh")
@@ -95,5 +104,20 @@ func (c *Config) Validate() error {
 		return err
 	}
 	c.Keys = keys
+	return nil
+}
+
+// parseSailValues reads --sail-values: a JSON object (the chart renders
+// sail.values with toJson); empty or null means none.
+func (c *Config) parseSailValues(s string) error {
+	c.SailValues = nil
+	if strings.TrimSpace(s) == "" {
+		return nil
+	}
+	var v map[string]any
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		return fmt.Errorf("--sail-values must be a JSON object: %w", err)
+	}
+	c.SailValues = v
 	return nil
 }

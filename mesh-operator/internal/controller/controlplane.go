@@ -215,7 +215,7 @@ func (r *ServiceMeshReconciler) installSail(ctx context.Context, mesh *v1alpha1.
 		rel = nil
 	}
 	if rel == nil {
-		if err := r.Helm.Install(ctx, ch); err != nil {
+		if err := r.Helm.Install(ctx, ch, r.Config.SailValues); err != nil {
 			rd.msg = err.Error()
 			return rd, withReason("SailInstallFailed", err)
 		}

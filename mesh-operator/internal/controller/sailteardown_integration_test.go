@@ -204,11 +204,16 @@ func TestSailTeardownIntegration(t *testing.T) {
 		assert.Nil(t, holders(), "nothing installed")
 	})
 
-	t.Run("with the insecure setting the pinned default version is installed", func(t *testing.T) {
+	t.Run("with the insecure setting the pinned default version is installed, with the user's values", func(t *testing.T) {
+		// sail.values: an air-gapped cluster points the Sail Operator's image at its mirror.
+		b.r.Config.SailValues = map[string]any{"image": "mirror.example:5000/sail-operator:1.30.0"}
 		m := reconcile()
 		require.NotNil(t, m.Status.SailOperator)
 		assert.Equal(t, DefaultSailChartVersion, m.Status.SailOperator.ChartVersion)
 		assert.True(t, sailDeployment())
+		d := &appsv1.Deployment{}
+		require.NoError(t, admin.Get(ctx, client.ObjectKey{Namespace: b.r.Config.SailNamespace, Name: "sail-operator"}, d))
+		assert.Equal(t, "mirror.example:5000/sail-operator:1.30.0", d.Spec.Template.Spec.Containers[0].Image, "sail.values reach the Sail chart")
 		eventually(t, 10*time.Second, "the Sail API in discovery", func() bool {
 			_, err := b.discovery.ServerResourcesForGroupVersion("sailoperator.io/v1")
 			return err == nil

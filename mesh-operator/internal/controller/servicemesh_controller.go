@@ -97,7 +97,7 @@ const (
 // HelmClient is the part of sailinstall.Helm the reconciler uses.
 type HelmClient interface {
 	Get() (*sailinstall.Release, error)
-	Install(ctx context.Context, ch *sailinstall.Chart) error
+	Install(ctx context.Context, ch *sailinstall.Chart, values map[string]any) error
 	Uninstall() error
 }
 

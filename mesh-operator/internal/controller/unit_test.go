@@ -2,6 +2,7 @@ package controller
 
 import (
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -99,4 +100,21 @@ func TestChartValuesPinTheTestedSailVersion(t *testing.T) {
 	assert.Equal(t, DefaultSailChartVersion, v.Sail.Chart.Version)
 	assert.Equal(t, DefaultSailChartRepository, v.Sail.Chart.Repository)
 	assert.False(t, v.Sail.Chart.InsecureHTTP)
+}
+
+func TestSailValuesFlag(t *testing.T) {
+	var c Config
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	c.BindFlags(fs)
+	require.NoError(t, fs.Parse([]string{`--sail-values={"image":"mirror.example/sail-operator:1.30.0","operator":{"replicas":2}}`}))
+	assert.Equal(t, map[string]any{"image": "mirror.example/sail-operator:1.30.0", "operator": map[string]any{"replicas": float64(2)}}, c.SailValues)
+
+	for _, bad := range []string{`[1]`, `image: x`, `"x"`} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		c.BindFlags(fs)
+		err := fs.Parse([]string{"--sail-values=" + bad})
+		require.Error(t, err, bad)
+		assert.Contains(t, err.Error(), "--sail-values must be a JSON object")
+	}
 }
