@@ -132,3 +132,29 @@ func TestMeshSailValues(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "at '/sail/values'")
 }
+
+// TestMeshSailChartSource: an OCI registry as the Sail chart repository, and
+// its credentials from a Secret through the kubelet (environment), so the
+// operator's RBAC still names only the license Secret.
+func TestMeshSailChartSource(t *testing.T) {
+	const ns, name = "mesh-system", "mesh-operator"
+	m := render(t, meshRelease, values{"sail": values{"chart": values{"repository": "oci://registry.example:5000/charts", "credentialsSecret": "sail-mirror"}}})
+	c := operatorContainer(t, deployment(t, m, ns, name))
+	assertFlags(t, c.Args, map[string]string{"sail-chart-repository": "oci://registry.example:5000/charts"})
+	env := map[string]string{}
+	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			env[e.Name] = e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
+		}
+	}
+	assert.Equal(t, map[string]string{"SAIL_CHART_USERNAME": "sail-mirror/username", "SAIL_CHART_PASSWORD": "sail-mirror/password"}, env)
+	assertLicenseAccess(t, m, ns, name, "mesh-operator-license")
+
+	c = operatorContainer(t, deployment(t, render(t, meshRelease, nil), ns, name))
+	for _, e := range c.Env {
+		assert.Nil(t, e.ValueFrom.SecretKeyRef, "no credentials by default: %s", e.Name)
+	}
+	_, err := templateYAML(t, meshRelease, values{"sail": values{"chart": values{"repository": "ftp://registry.example/charts"}}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "at '/sail/chart/repository'")
+}

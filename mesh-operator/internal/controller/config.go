@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -29,6 +30,13 @@ const (
 	// DefaultCNIReleaseTimeout bounds how long a teardown waits for
 	// istio-cni to release the Pods of namespaces that left the mesh.
 	DefaultCNIReleaseTimeout = 2 * time.Minute
+)
+
+// The environment variables holding the Sail chart repository's credentials
+// (chart value sail.chart.credentialsSecret).
+const (
+	EnvSailChartUsername = "SAIL_CHART_USERNAME"
+	EnvSailChartPassword = "SAIL_CHART_PASSWORD"
 )
 
 // Config is the operator-wide configuration that comes from flags (set by the chart).
@@ -65,7 +73,7 @@ type Config struct {
 func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LicenseSecret, "license-secret", "mesh-operator-license", "name of the license Secret in the operator's namespace")
 	fs.BoolVar(&c.SailInstall, "sail-install", true, "let mode managed install the Sail Operator from its Helm chart when it is absent (needs the installer RBAC, see docs/servicemesh.md)")
-	fs.StringVar(&c.SailChart.Repository, "sail-chart-repository", DefaultSailChartRepository, "Helm chart repository (serving index.yaml) holding the Sail Operator chart, e.g. an internal mirror; a URL ending in .tgz is used as the chart archive itself")
+	fs.StringVar(&c.SailChart.Repository, "sail-chart-repository", DefaultSailChartRepository, "Helm chart repository (serving index.yaml) holding the Sail Operator chart, e.g. an internal mirror; oci://HOST/PATH for an OCI registry (the chart is HOST/PATH/NAME:VERSION); a URL ending in .tgz is used as the chart archive itself. Credentials: $SAIL_CHART_USERNAME and $SAIL_CHART_PASSWORD")
 	fs.StringVar(&c.SailChart.Name, "sail-chart-name", DefaultSailChartName, "name of the Sail Operator chart in the repository")
 	fs.StringVar(&c.SailChart.Version, "sail-chart-version", DefaultSailChartVersion, "Sail Operator chart version to install; the default is the version this release is tested with; empty takes the newest stable version in the repository")
 	fs.BoolVar(&c.SailChart.InsecureHTTP, "sail-chart-insecure-http", false, "allow fetching the Sail Operator chart over plain http (test repositories only: the chart gets escalate and bind, and over http its digest proves nothing)")
@@ -84,9 +92,13 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("the operator namespace and --license-secret are required")
 	}
 	if c.SailInstall {
+		// The repository's credentials come from the environment (the chart
+		// sets them from a Secret the kubelet reads), never from a flag that
+		// anyone who may list Pods could read.
+		c.SailChart.Username, c.SailChart.Password = os.Getenv(EnvSailChartUsername), os.Getenv(EnvSailChartPassword)
 		u, err := url.Parse(c.SailChart.Repository)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("--sail-chart-repository must be an https URL, got %q", c.SailChart.Repository)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "oci") || u.Host == "" {
+			return fmt.Errorf("--sail-chart-repository must be an https or oci URL, got %q", c.SailChart.Repository)
 		}
 		if u.Scheme == "http" && !c.SailChart.InsecureHTTP {
 			return fmt.Errorf("--sail-chart-repository %q is plain http, which lets anyone on the path replace the chart the operator installs with escalate and bind: "+

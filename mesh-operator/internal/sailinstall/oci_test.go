@@ -1,0 +1,100 @@
+package sailinstall
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/distribution/distribution/v3/configuration"
+	"github.com/distribution/distribution/v3/registry"
+	_ "github.com/distribution/distribution/v3/registry/auth/htpasswd"
+	_ "github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/crypto/bcrypt"
+	helmregistry "helm.sh/helm/v4/pkg/registry"
+)
+
+// ociRegistry runs a Docker registry (distribution) in memory on
+// 127.0.0.1 with basic auth, and returns its host:port.
+func ociRegistry(t *testing.T, user, password string) string {
+	t.Helper()
+	dir := t.TempDir()
+	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
+	require.NoError(t, err)
+	htpasswd := filepath.Join(dir, "htpasswd")
+	require.NoError(t, os.WriteFile(htpasswd, fmt.Appendf(nil, "%s:%s\n", user, hash), 0o600))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	host := ln.Addr().String()
+	require.NoError(t, ln.Close())
+
+	cfg := &configuration.Configuration{}
+	cfg.HTTP.Addr = host
+	cfg.HTTP.DrainTimeout = time.Second
+	cfg.Storage = map[string]configuration.Parameters{"inmemory": map[string]any{}}
+	cfg.Auth = configuration.Auth{"htpasswd": configuration.Parameters{"realm": "test", "path": htpasswd}}
+	cfg.Log.AccessLog.Disabled = true
+	cfg.Log.Level = "error"
+	ctx, cancel := context.WithCancel(context.Background())
+	reg, err := registry.NewRegistry(ctx, cfg)
+	require.NoError(t, err)
+	go func() { _ = reg.ListenAndServe() }()
+	t.Cleanup(func() {
+		cancel()
+		_ = reg.Shutdown(context.Background())
+	})
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + host + "/v2/")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusUnauthorized
+	}, 10*time.Second, 50*time.Millisecond, "the test registry on %s", host)
+	return host
+}
+
+// TestFetchFromOCIRegistry: an oci:// repository is pulled through Helm's
+// registry client, with basic auth, at the pinned version.
+func TestFetchFromOCIRegistry(t *testing.T) {
+	const user, password = "mirror", "s3cret"
+	host := ociRegistry(t, user, password)
+	pusher, err := helmregistry.NewClient(helmregistry.ClientOptPlainHTTP(), helmregistry.ClientOptBasicAuth(user, password),
+		helmregistry.ClientOptWriter(io.Discard), helmregistry.ClientOptCredentialsFile(filepath.Join(t.TempDir(), "config.json")))
+	require.NoError(t, err)
+	for _, v := range []string{"1.30.0", "1.31.0"} {
+		_, err = pusher.Push(tinyChart(t, v), host+"/charts/sail-operator:"+v)
+		require.NoError(t, err)
+	}
+
+	src := ChartSource{Repository: "oci://" + host + "/charts", Name: "sail-operator", Version: "1.30.0", InsecureHTTP: true, Username: user, Password: password}
+	ch, err := src.Fetch(context.Background(), &http.Client{Timeout: 30 * time.Second})
+	require.NoError(t, err)
+	assert.Equal(t, "sail-operator", ch.Metadata.Name)
+	assert.Equal(t, "1.30.0", ch.Metadata.Version, "the pinned version, not the newest")
+
+	bad := src
+	bad.Password = "wrong"
+	_, err = bad.Fetch(context.Background(), nil)
+	require.Error(t, err)
+	assert.Contains(t, strings.ToLower(err.Error()), "unauthorized")
+
+	https := src
+	https.InsecureHTTP = false
+	_, err = https.Fetch(context.Background(), nil)
+	require.Error(t, err, "without the insecure setting an OCI registry is spoken to over https only")
+
+	unpinned := src
+	unpinned.Version = ""
+	_, err = unpinned.Fetch(context.Background(), nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "needs a chart version")
+}
