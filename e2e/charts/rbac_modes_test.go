@@ -158,3 +158,30 @@ func TestMeshSailChartSource(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "at '/sail/chart/repository'")
 }
+
+// TestMeshSailChartCA: sail.chart.caConfigMap mounts the ConfigMap's ca.crt
+// read-only and passes it as --sail-chart-ca-file.
+func TestMeshSailChartCA(t *testing.T) {
+	const ns, name = "mesh-system", "mesh-operator"
+	d := deployment(t, render(t, meshRelease, nil), ns, name)
+	assert.Empty(t, d.Spec.Template.Spec.Volumes)
+	_, set := flagValue(operatorContainer(t, d).Args, "sail-chart-ca-file")
+	assert.False(t, set)
+
+	d = deployment(t, render(t, meshRelease, values{"sail": values{"chart": values{"caConfigMap": "mirror-ca"}}}), ns, name)
+	c := operatorContainer(t, d)
+	file, ok := flagValue(c.Args, "sail-chart-ca-file")
+	require.True(t, ok)
+	require.Len(t, c.VolumeMounts, 1)
+	assert.True(t, c.VolumeMounts[0].ReadOnly)
+	assert.Equal(t, c.VolumeMounts[0].MountPath+"/ca.crt", file)
+	require.Len(t, d.Spec.Template.Spec.Volumes, 1)
+	v := d.Spec.Template.Spec.Volumes[0]
+	assert.Equal(t, c.VolumeMounts[0].Name, v.Name)
+	require.NotNil(t, v.ConfigMap)
+	assert.Equal(t, "mirror-ca", v.ConfigMap.Name)
+	require.Len(t, v.ConfigMap.Items, 1)
+	assert.Equal(t, "ca.crt", v.ConfigMap.Items[0].Key)
+	assert.Equal(t, "ca.crt", v.ConfigMap.Items[0].Path)
+}
+

@@ -2,10 +2,12 @@ package sailinstall
 
 import (
 	"context"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -97,4 +99,35 @@ func TestFetchFromOCIRegistry(t *testing.T) {
 	_, err = unpinned.Fetch(context.Background(), nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "needs a chart version")
+}
+
+// TestHTTPClientTrustsCAFile: a repository whose certificate a private CA
+// signed (an internal mirror) is trusted with that CA's bundle, and refused
+// without it.
+func TestHTTPClientTrustsCAFile(t *testing.T) {
+	srv := httptest.NewTLSServer(repoHandler(t, map[string][]byte{"1.30.0": tinyChart(t, "1.30.0")}, sha))
+	t.Cleanup(srv.Close)
+	require.True(t, strings.HasPrefix(srv.URL, "https://127.0.0.1:"))
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	require.NoError(t, os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600))
+	src := ChartSource{Repository: srv.URL + "/repo", Name: "sail-operator", Version: "1.30.0"}
+
+	hc, err := HTTPClient(caFile, time.Minute)
+	require.NoError(t, err)
+	ch, err := src.Fetch(context.Background(), hc)
+	require.NoError(t, err)
+	assert.Equal(t, "1.30.0", ch.Metadata.Version)
+
+	hc, err = HTTPClient("", time.Minute)
+	require.NoError(t, err)
+	_, err = src.Fetch(context.Background(), hc)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "certificate")
+
+	_, err = HTTPClient(filepath.Join(t.TempDir(), "missing.crt"), time.Minute)
+	require.Error(t, err)
+	empty := filepath.Join(t.TempDir(), "empty.crt")
+	require.NoError(t, os.WriteFile(empty, []byte("not a certificate"), 0o600))
+	_, err = HTTPClient(empty, time.Minute)
+	require.ErrorContains(t, err, "no PEM certificate")
 }
