@@ -184,4 +184,3 @@ func TestMeshSailChartCA(t *testing.T) {
 	assert.Equal(t, "ca.crt", v.ConfigMap.Items[0].Key)
 	assert.Equal(t, "ca.crt", v.ConfigMap.Items[0].Path)
 }
-
