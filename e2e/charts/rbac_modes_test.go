@@ -184,3 +184,34 @@ func TestMeshSailChartCA(t *testing.T) {
 	assert.Equal(t, "ca.crt", v.ConfigMap.Items[0].Key)
 	assert.Equal(t, "ca.crt", v.ConfigMap.Items[0].Path)
 }
+
+// TestMeshSailChartKeyring: sail.chart.keyringConfigMap mounts keyring.gpg
+// read-only and passes it as --sail-chart-keyring, next to the CA bundle.
+func TestMeshSailChartKeyring(t *testing.T) {
+	const ns, name = "mesh-system", "mesh-operator"
+	d := deployment(t, render(t, meshRelease, values{"sail": values{"chart": values{"caConfigMap": "mirror-ca", "keyringConfigMap": "sail-keys"}}}), ns, name)
+	c := operatorContainer(t, d)
+	mounts := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		assert.True(t, m.ReadOnly, m.Name)
+		mounts[m.Name] = m.MountPath
+	}
+	sources := map[string]string{}
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		require.NotNil(t, v.ConfigMap, v.Name)
+		require.Len(t, v.ConfigMap.Items, 1)
+		sources[v.Name] = v.ConfigMap.Name + "/" + v.ConfigMap.Items[0].Key
+	}
+	keyring, ok := flagValue(c.Args, "sail-chart-keyring")
+	require.True(t, ok)
+	ca, ok := flagValue(c.Args, "sail-chart-ca-file")
+	require.True(t, ok)
+	assert.Equal(t, mounts["sail-chart-keyring"]+"/keyring.gpg", keyring)
+	assert.Equal(t, mounts["sail-chart-ca"]+"/ca.crt", ca)
+	assert.Equal(t, map[string]string{"sail-chart-keyring": "sail-keys/keyring.gpg", "sail-chart-ca": "mirror-ca/ca.crt"}, sources)
+
+	d = deployment(t, render(t, meshRelease, values{"sail": values{"chart": values{"keyringConfigMap": "sail-keys"}}}), ns, name)
+	assert.Len(t, d.Spec.Template.Spec.Volumes, 1)
+	_, set := flagValue(operatorContainer(t, d).Args, "sail-chart-ca-file")
+	assert.False(t, set)
+}

@@ -80,6 +80,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.SailChart.Name, "sail-chart-name", DefaultSailChartName, "name of the Sail Operator chart in the repository")
 	fs.StringVar(&c.SailChart.Version, "sail-chart-version", DefaultSailChartVersion, "Sail Operator chart version to install; the default is the version this release is tested with; empty takes the newest stable version in the repository")
 	fs.BoolVar(&c.SailChart.InsecureHTTP, "sail-chart-insecure-http", false, "allow fetching the Sail Operator chart over plain http (test repositories only: the chart gets escalate and bind, and over http its digest proves nothing)")
+	fs.StringVar(&c.SailChart.Keyring, "sail-chart-keyring", "", "OpenPGP keyring; when set, the Sail chart is installed only with a provenance file (.prov) signed by one of its keys (helm install --verify)")
 	fs.StringVar(&c.SailChartCAFile, "sail-chart-ca-file", "", "PEM file of CAs to trust, besides the system's, for the Sail chart repository or OCI registry (an internal mirror signed by a private CA)")
 	fs.Func("sail-values", "values for the Sail Operator chart as a JSON object (e.g. {\"image\":\"mirror.example/sail-operator:1.30.0\"}), used when the operator installs it", func(s string) error {
 		return c.parseSailValues(s)

@@ -13,12 +13,14 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path"
 	"sort"
 	"strings"
 
 	"github.com/Masterminds/semver/v3"
 	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	"helm.sh/helm/v4/pkg/provenance"
 	"helm.sh/helm/v4/pkg/registry"
 	"sigs.k8s.io/yaml"
 )
@@ -42,6 +44,10 @@ type ChartSource struct {
 	// Username and Password authenticate to the repository (HTTP basic
 	// auth; for an OCI registry, its token exchange). Empty: anonymous.
 	Username, Password string
+	// Keyring is an OpenPGP keyring file; when set, the chart must come with
+	// a provenance file (.prov) signed by one of its keys and naming the
+	// archive's sha256, as `helm install --verify` requires.
+	Keyring string
 }
 
 func (s ChartSource) String() string {
@@ -92,7 +98,30 @@ func (s ChartSource) Fetch(ctx context.Context, hc *http.Client) (*chart.Chart, 
 			return nil, fmt.Errorf("chart %s: sha256 %s does not match the repository index's digest %s", archiveURL, got, digest)
 		}
 	}
+	if s.Keyring != "" {
+		// The .prov sits next to the archive (helm package --sign).
+		prov, err := s.get(ctx, hc, archiveURL+".prov")
+		if err != nil {
+			return nil, fmt.Errorf("chart %s: the keyring requires its provenance file (.prov): %w", archiveURL, err)
+		}
+		if err := s.verify(data, prov, path.Base(archiveURL)); err != nil {
+			return nil, err
+		}
+	}
 	return s.load(archiveURL, data)
+}
+
+// verify checks that prov is signed by a key of the keyring and names
+// data's sha256 for filename.
+func (s ChartSource) verify(data, prov []byte, filename string) error {
+	sig, err := provenance.NewFromKeyring(s.Keyring, "")
+	if err != nil {
+		return fmt.Errorf("the Sail chart keyring %s: %w", s.Keyring, err)
+	}
+	if _, err := sig.Verify(data, prov, filename); err != nil {
+		return fmt.Errorf("chart %s: provenance verification failed: %w", filename, err)
+	}
+	return nil
 }
 
 // load reads the archive and checks it is the configured version.
@@ -137,12 +166,24 @@ func (s ChartSource) fetchOCI(hc *http.Client) (*chart.Chart, error) {
 		return nil, fmt.Errorf("chart repository %s: %w", s.Repository, err)
 	}
 	ref := strings.TrimSuffix(strings.TrimPrefix(s.Repository, ociScheme), "/") + "/" + s.Name + ":" + strings.TrimPrefix(s.Version, "v")
-	res, err := rc.Pull(ref)
+	var pullOpts []registry.PullOption
+	if s.Keyring != "" {
+		pullOpts = append(pullOpts, registry.PullOptWithProv(true))
+	}
+	res, err := rc.Pull(ref, pullOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("pulling chart %s%s: %w", ociScheme, ref, err)
 	}
 	if res.Chart == nil || len(res.Chart.Data) > maxChartBytes {
 		return nil, fmt.Errorf("pulling chart %s%s: no chart layer, or larger than %d bytes", ociScheme, ref, maxChartBytes)
+	}
+	if s.Keyring != "" {
+		if res.Prov == nil || len(res.Prov.Data) == 0 {
+			return nil, fmt.Errorf("pulling chart %s%s: the keyring requires its provenance (.prov) layer, which the registry does not have", ociScheme, ref)
+		}
+		if err := s.verify(res.Chart.Data, res.Prov.Data, s.Name+"-"+strings.TrimPrefix(s.Version, "v")+".tgz"); err != nil {
+			return nil, err
+		}
 	}
 	return s.load(ociScheme+ref+"@"+res.Manifest.Digest, res.Chart.Data)
 }

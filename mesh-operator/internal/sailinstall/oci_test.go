@@ -72,10 +72,13 @@ func TestFetchFromOCIRegistry(t *testing.T) {
 	pusher, err := helmregistry.NewClient(helmregistry.ClientOptPlainHTTP(), helmregistry.ClientOptBasicAuth(user, password),
 		helmregistry.ClientOptWriter(io.Discard), helmregistry.ClientOptCredentialsFile(filepath.Join(t.TempDir(), "config.json")))
 	require.NoError(t, err)
-	for _, v := range []string{"1.30.0", "1.31.0"} {
-		_, err = pusher.Push(tinyChart(t, v), host+"/charts/sail-operator:"+v)
-		require.NoError(t, err)
-	}
+	vendor := newSigner(t, "vendor")
+	archive := tinyChart(t, "1.30.0")
+	_, err = pusher.Push(archive, host+"/charts/sail-operator:1.30.0",
+		helmregistry.PushOptProvData(vendor.sign(t, archive, "sail-operator-1.30.0.tgz", "1.30.0")))
+	require.NoError(t, err)
+	_, err = pusher.Push(tinyChart(t, "1.31.0"), host+"/charts/sail-operator:1.31.0")
+	require.NoError(t, err)
 
 	src := ChartSource{Repository: "oci://" + host + "/charts", Name: "sail-operator", Version: "1.30.0", InsecureHTTP: true, Username: user, Password: password}
 	ch, err := src.Fetch(context.Background(), &http.Client{Timeout: 30 * time.Second})
@@ -93,6 +96,22 @@ func TestFetchFromOCIRegistry(t *testing.T) {
 	https.InsecureHTTP = false
 	_, err = https.Fetch(context.Background(), nil)
 	require.Error(t, err, "without the insecure setting an OCI registry is spoken to over https only")
+
+	// With a keyring: the provenance layer pushed with 1.30.0 is verified;
+	// 1.31.0 has none, and another key does not vouch for 1.30.0.
+	signed := src
+	signed.Keyring = vendor.keyring
+	_, err = signed.Fetch(context.Background(), nil)
+	require.NoError(t, err)
+	unsigned := signed
+	unsigned.Version = "1.31.0"
+	_, err = unsigned.Fetch(context.Background(), nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "provenance")
+	foreign := signed
+	foreign.Keyring = newSigner(t, "other").keyring
+	_, err = foreign.Fetch(context.Background(), nil)
+	require.ErrorContains(t, err, "provenance verification failed")
 
 	unpinned := src
 	unpinned.Version = ""
