@@ -32,10 +32,15 @@ generate: ## generate deepcopy code for the API types
 	for op in $(OPERATORS); do (cd $$op && $(CONTROLLER_GEN) object paths=./api/...); done
 
 manifests: generate ## generate CRDs and RBAC under <operator>/config, then sync them into the charts
+	@# The operators' own rules come from the controllers' markers; the mesh
+	@# operator's Sail installer rules (internal/sailinstall) go into a ClusterRole
+	@# of their own, which the chart binds only with sail.install=true.
 	for op in $(OPERATORS); do \
 	  (cd $$op && $(CONTROLLER_GEN) crd:allowDangerousTypes=false paths=./api/... output:crd:artifacts:config=config/crd/bases \
-	    && $(CONTROLLER_GEN) rbac:roleName=$$op paths=./internal/... output:rbac:artifacts:config=config/rbac); \
+	    && $(CONTROLLER_GEN) rbac:roleName=$$op paths=./internal/controller/... output:rbac:artifacts:config=config/rbac); \
 	done
+	cd mesh-operator && $(CONTROLLER_GEN) rbac:roleName=mesh-operator-sail-installer paths=./internal/sailinstall/... \
+	  output:rbac:artifacts:config=config/rbac/sail-installer
 	hack/sync-charts.sh
 
 charts: manifests ## lint and package both charts into bin/charts
@@ -57,9 +62,13 @@ lint: ## gofmt, go vet and staticcheck on every module
 	@out=$$(gofmt -l $(GO_MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	for m in $(GO_MODULES); do (cd $$m && go vet ./... && go vet -tags integration,e2e ./... && go vet -tags e2e,kind ./... && staticcheck -tags integration,e2e ./...); done
 
-build: ## build both operator binaries and the kubectl-celld plugin into bin/
-	for op in $(OPERATORS); do (cd $$op && go build -o $(BIN)/$$op ./cmd/$$op); done
-	cd fleet-operator && go build -o $(BIN)/kubectl-celld ./cmd/kubectl-celld
+# Stamped into the binaries (--version, the start-up log line); release images get the tag's version.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+VERSION_LDFLAGS := -X github.com/ericdev/fleetmesh/shared/version.Version=$(VERSION)
+
+build: ## build both operator binaries and the kubectl-celld plugin into bin/ (version stamped from git describe, or VERSION=...)
+	for op in $(OPERATORS); do (cd $$op && go build -ldflags "$(VERSION_LDFLAGS)" -o $(BIN)/$$op ./cmd/$$op); done
+	cd fleet-operator && go build -ldflags "$(VERSION_LDFLAGS)" -o $(BIN)/kubectl-celld ./cmd/kubectl-celld
 
 test-unit: ## pure tests: builders, golden files, parsers, decision logic (no API server)
 	for m in $(GO_MODULES); do (cd $$m && go test $(GO_TEST_FLAGS) ./...); done
@@ -81,7 +90,7 @@ e2e-kind: ## kind end-to-end: real cluster, images loaded, both charts installed
 	cd e2e && FLEETMESH_E2E_KIND=1 go test -tags e2e,kind -count=1 -timeout 60m ./cluster/kind/ ./kindspec/
 
 images: build ## build both operator images with docker (not available on the dev sandbox)
-	for op in $(OPERATORS); do docker build -f $$op/Dockerfile -t $$op:dev .; done
+	for op in $(OPERATORS); do docker build --build-arg VERSION=$(VERSION) -f $$op/Dockerfile -t $$op:dev .; done
 
 demo: tools ## start the local control plane, run both operators under their charts' RBAC, apply samples, show status
 	hack/demo.sh up

@@ -48,6 +48,14 @@ var (
 		"podLabels": values{"sidecar.istio.io/inject": "true"},
 		"metrics":   values{"port": 9090},
 	}
+	// sail.install=false, as on OpenShift Service Mesh 3: no installer
+	// rights, and the UID left to the platform.
+	meshLean       = release{chart: meshChart, name: "lean", namespace: "mesh-lean"}
+	meshLeanValues = values{
+		"sail":               values{"install": false},
+		"podSecurityContext": values{"runAsUser": nil, "runAsGroup": nil},
+		"image":              values{"digest": "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
+	}
 )
 
 // TestRenderedChartsApply renders both charts with default and non-default
@@ -59,7 +67,7 @@ func TestRenderedChartsApply(t *testing.T) {
 	c := upAPIServer(t)
 	cs := clientset(t, c)
 	// Helm creates the release namespace; the fleet namespaces are the user's.
-	createNamespaces(t, cs, "fleet-system", "mesh-system", "ops", "mesh-alt", "a", "b", "c")
+	createNamespaces(t, cs, "fleet-system", "mesh-system", "ops", "mesh-alt", "mesh-lean", "a", "b", "c")
 
 	for _, r := range []struct {
 		release release
@@ -69,6 +77,7 @@ func TestRenderedChartsApply(t *testing.T) {
 		{fleetNamespaced, fleetNamespacedValues},
 		{meshRelease, nil},
 		{meshLicensed, meshLicensedValues},
+		{meshLean, meshLeanValues},
 	} {
 		out, err := templateYAML(t, r.release, r.values)
 		require.NoError(t, err)
@@ -166,6 +175,28 @@ func TestRenderedChartsApply(t *testing.T) {
 			{"update", "", "namespaces", "", "team-a"},
 			{"list", "", "secrets", "", ""},
 		})
+	})
+	// The Sail installer's rights: with the default sail.install=true, and
+	// not at all with sail.install=false.
+	installer := []access{
+		{"escalate", "rbac.authorization.k8s.io", "clusterroles", "", "sail-operator"},
+		{"bind", "rbac.authorization.k8s.io", "clusterroles", "", "sail-operator"},
+		{"create", "apiextensions.k8s.io", "customresourcedefinitions", "", ""},
+		{"delete", "apiextensions.k8s.io", "customresourcedefinitions", "", "istios.sailoperator.io"},
+		{"list", "", "configmaps", "sail-operator", ""},
+		{"create", "apps", "deployments", "sail-operator", ""},
+	}
+	t.Run("mesh-operator, sail.install=true installs the Sail Operator", func(t *testing.T) {
+		assertAccess(t, cs, "mesh-system", "mesh-operator", installer, nil)
+	})
+	t.Run("mesh-operator, sail.install=false", func(t *testing.T) {
+		assertAccess(t, cs, "mesh-lean", "lean-mesh-operator", []access{
+			{"create", "sailoperator.io", "istios", "", ""},
+			{"patch", "", "namespaces", "", "team-a"},
+			{"get", "", "configmaps", "kube-system", "cilium-config"},
+			{"get", "", "configmaps", "sail-operator", "sail-operator-holders"},
+			{"get", "", "secrets", "mesh-lean", "mesh-operator-license"},
+		}, append(installer, access{"get", "", "configmaps", "kube-system", "kubeadm-config"}))
 	})
 	t.Run("mesh-operator, license Secret from value", func(t *testing.T) {
 		assertAccess(t, cs, "mesh-alt", "mesh-mesh-operator", []access{
@@ -330,6 +361,34 @@ func TestHelmInstallUninstall(t *testing.T) {
 	uninstall(meshRelease)
 	_, err = dyn.Resource(meshes).Get(ctx, "cluster", metav1.GetOptions{})
 	require.NoError(t, err, "the ServiceMesh survives a second uninstall")
+
+	// Each chart alone in each RBAC mode.
+	clusterRoles := func() []string {
+		t.Helper()
+		list, err := cs.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=Helm"})
+		require.NoError(t, err)
+		var names []string
+		for _, r := range list.Items {
+			names = append(names, r.Name)
+		}
+		return names
+	}
+	for _, tc := range []struct {
+		release release
+		set     []string
+		roles   []string
+	}{
+		{meshRelease, nil, []string{"mesh-operator", "mesh-operator-sail-installer"}},
+		{meshRelease, []string{"sail.install=false"}, []string{"mesh-operator"}},
+		{meshRelease, []string{"rbac.create=false"}, nil},
+		{fleetRelease, nil, []string{"fleet-operator"}},
+		{fleetRelease, []string{"rbac.create=false"}, nil},
+	} {
+		install(tc.release, tc.set...)
+		assert.ElementsMatch(t, tc.roles, clusterRoles(), "%s %v", tc.release.chart, tc.set)
+		uninstall(tc.release)
+		assert.Empty(t, clusterRoles(), "%s %v: uninstalled", tc.release.chart, tc.set)
+	}
 }
 
 // installableChart returns the chart's directory, or, when the API server

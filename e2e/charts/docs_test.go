@@ -20,19 +20,21 @@ func TestSecurityDocListsRules(t *testing.T) {
 	require.NoError(t, err)
 	doc := string(b)
 	for _, tc := range []struct {
-		operator, heading string
+		operator, heading, file string
+		rules                   []rbacv1.PolicyRule
 	}{
-		{fleetChart, "### What it may do in a fleet namespace"},
-		{meshChart, "### Cluster-wide"},
+		{fleetChart, "### What it may do in a fleet namespace", "role.yaml", generatedRules(t, fleetChart)},
+		{meshChart, "### Cluster-wide", "role.yaml", generatedRules(t, meshChart)},
+		{meshChart, "### Installing the Sail Operator (sail.install=true)", sailInstallerRole + "/role.yaml", generatedInstallerRules(t)},
 	} {
 		rows := tableRows(t, doc, tc.operator, tc.heading)
 		var want []string
-		for _, r := range generatedRules(t, tc.operator) {
+		for _, r := range tc.rules {
 			want = append(want, ruleRow(r))
 		}
 		assert.ElementsMatch(t, want, rows,
-			"docs/security.md (%s, %q) must list %s/config/rbac/role.yaml; rows as they should start:\n%s",
-			tc.operator, tc.heading, tc.operator, strings.Join(want, "\n"))
+			"docs/security.md (%s, %q) must list %s/config/rbac/%s; rows as they should start:\n%s",
+			tc.operator, tc.heading, tc.operator, tc.file, strings.Join(want, "\n"))
 	}
 }
 
@@ -49,7 +51,15 @@ func ruleRow(r rbacv1.PolicyRule) string {
 	for i, res := range r.Resources {
 		resources[i] = "`" + res + "`"
 	}
-	return fmt.Sprintf("| %s | %s | %s |", strings.Join(groups, ", "), strings.Join(resources, ", "), strings.Join(r.Verbs, ", "))
+	res := strings.Join(resources, ", ")
+	if len(r.ResourceNames) > 0 {
+		names := make([]string, len(r.ResourceNames))
+		for i, n := range r.ResourceNames {
+			names[i] = "`" + n + "`"
+		}
+		res += " named " + strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("| %s | %s | %s |", strings.Join(groups, ", "), res, strings.Join(r.Verbs, ", "))
 }
 
 // tableRows returns the first three columns of the table rows under

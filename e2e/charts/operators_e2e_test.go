@@ -53,8 +53,11 @@ func runOperator(t *testing.T, c *cluster.Cluster, r release, set []string, tags
 	args := operatorContainer(t, deployment(t, m, r.namespace, r.name)).Args
 	for i, a := range args {
 		switch {
-		case strings.HasPrefix(a, "--metrics-bind-address="):
+		case a == "--metrics-bind-address=:8080":
 			args[i] = "--metrics-bind-address=127.0.0.1:0"
+		case strings.HasPrefix(a, "--metrics-bind-address=:"):
+			// A port the test chose (and will connect to), on loopback.
+			args[i] = "--metrics-bind-address=127.0.0.1" + strings.TrimPrefix(a, "--metrics-bind-address=")
 		case strings.HasPrefix(a, "--health-probe-bind-address="):
 			args[i] = "--health-probe-bind-address=127.0.0.1:0"
 		}

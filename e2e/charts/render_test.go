@@ -28,6 +28,8 @@ var (
 		{"sidecar inject", values{"podLabels": values{"sidecar.istio.io/inject": "true"}}},
 		{"crds.install=false", values{"crds": values{"install": false}}},
 		{"metrics disabled", values{"metrics": values{"enabled": false}}},
+		{"monitoring", values{"metrics": values{"secure": true, "serviceMonitor": values{"enabled": true, "labels": values{"release": "prom"}, "interval": "1m"},
+			"prometheusRule": values{"enabled": true, "labels": values{"release": "prom"}}}}},
 		{"everything else", values{
 			"networkPolicyEnforced": true,
 			"serviceAccount":        values{"create": false, "name": "fleet-sa"},
@@ -49,6 +51,9 @@ var (
 		{"sidecar inject", values{"podLabels": values{"sidecar.istio.io/inject": "true"}}},
 		{"crds.install=false", values{"crds": values{"install": false}}},
 		{"metrics disabled", values{"metrics": values{"enabled": false}}},
+		{"monitoring", values{"metrics": values{"secure": true, "serviceMonitor": values{"enabled": true, "labels": values{"release": "prom"}, "interval": "1m"},
+			"prometheusRule": values{"enabled": true, "labels": values{"release": "prom"}}}}},
+		{"sail.install=false", values{"sail": values{"install": false}}},
 	}
 )
 
@@ -344,6 +349,11 @@ func TestRBACNeverBroad(t *testing.T) {
 					where := c.release.chart + "/" + vs.name + ": " + role
 					for _, list := range [][]string{r.APIGroups, r.Resources, r.Verbs, r.ResourceNames} {
 						assert.NotContains(t, list, "*", where)
+					}
+					if strings.HasSuffix(role, "-metrics-reader") {
+						// The one non-resource rule: Prometheus reading /metrics.
+						assert.Equal(t, rbacv1.PolicyRule{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}, r, where)
+						continue
 					}
 					assert.Empty(t, r.NonResourceURLs, where)
 					if containsAny(r.Resources, "secrets") {

@@ -122,7 +122,9 @@ func (b *Bed) binDir() string { return filepath.Join(b.Opts.WorkDir, "bin") }
 // The operators' charts as the bed installs their RBAC.
 var (
 	fleetChart = Chart{Name: "fleet-operator", Namespace: FleetNamespace}
-	meshChart  = Chart{Name: "mesh-operator", Namespace: MeshNamespace}
+	// The bed runs the mesh operator with --sail-install=false (it never
+	// installs a Sail Operator here), so it gets exactly that mode's rules.
+	meshChart = Chart{Name: "mesh-operator", Namespace: MeshNamespace, Set: []string{"sail.install=false"}}
 )
 
 // operatorCRDs are the directories holding both operators' CRDs in a tree.

@@ -14,12 +14,17 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
 // Options are the flags every operator process takes.
 type Options struct {
-	MetricsAddr             string
+	MetricsAddr string
+	// MetricsSecure serves metrics over TLS to authenticated and authorized
+	// callers only (TokenReview and SubjectAccessReview for GET /metrics).
+	MetricsSecure           bool
+	MetricsCertDir          string
 	ProbeAddr               string
 	LeaderElect             bool
 	LeaderElectionID        string
@@ -35,6 +40,8 @@ type Options struct {
 func (o *Options) Bind(fs *flag.FlagSet, leaderElectionID string) {
 	o.LeaderElectionID = leaderElectionID
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "address the Prometheus metrics endpoint binds to; \"0\" disables it")
+	fs.BoolVar(&o.MetricsSecure, "metrics-secure", false, "serve metrics over TLS (self-signed unless --metrics-cert-dir) and only to callers the API server authenticates and authorizes for GET /metrics (needs create on tokenreviews and subjectaccessreviews)")
+	fs.StringVar(&o.MetricsCertDir, "metrics-cert-dir", "", "directory with tls.crt and tls.key for --metrics-secure; empty: a self-signed certificate")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz probes bind to")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", false, "elect a leader so that only one replica reconciles; required with more than one replica")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader Lease (default: --namespace)")
@@ -64,7 +71,7 @@ func (o *Options) NewManager(scheme *runtime.Scheme, customize func(*ctrl.Option
 	graceful := o.GracefulPeriod
 	opts := ctrl.Options{
 		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
+		Metrics:                 o.metricsOptions(),
 		HealthProbeBindAddress:  o.ProbeAddr,
 		LeaderElection:          o.LeaderElect,
 		LeaderElectionID:        o.LeaderElectionID,
@@ -95,4 +102,18 @@ func (o *Options) NewManager(scheme *runtime.Scheme, customize func(*ctrl.Option
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// metricsOptions serves metrics in plain HTTP, or with --metrics-secure over
+// TLS behind controller-runtime's authentication and authorization filter:
+// each scrape's bearer token is checked with a TokenReview, and its user
+// with a SubjectAccessReview for GET on the non-resource URL /metrics.
+func (o *Options) metricsOptions() metricsserver.Options {
+	opts := metricsserver.Options{BindAddress: o.MetricsAddr}
+	if o.MetricsSecure {
+		opts.SecureServing = true
+		opts.FilterProvider = filters.WithAuthenticationAndAuthorization
+		opts.CertDir = o.MetricsCertDir
+	}
+	return opts
 }

@@ -3,12 +3,15 @@ package manager
 import (
 	"flag"
 	"fmt"
+	"io"
 	"os"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+
+	"github.com/ericdev/fleetmesh/shared/version"
 )
 
 // Operator is what differs between the operators' processes; Main does the rest.
@@ -33,17 +36,22 @@ type Operator struct {
 
 // Main runs op until SIGTERM and exits the process with its result.
 func Main(op Operator) {
-	if err := run(op, flag.CommandLine, os.Args[1:]); err != nil {
+	if err := run(op, flag.CommandLine, os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, op.Name+":", err)
 		os.Exit(1)
 	}
 }
 
-func run(op Operator, fs *flag.FlagSet, args []string) error {
+func run(op Operator, fs *flag.FlagSet, args []string, stdout io.Writer) error {
 	var common Options
 	common.Bind(fs, op.LeaderElectionID)
 	op.BindFlags(fs)
+	printVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *printVersion {
+		_, err := fmt.Fprintf(stdout, "%s %s\n", op.Name, version.Version)
 		return err
 	}
 	if err := common.Validate(); err != nil {
@@ -69,7 +77,7 @@ func run(op Operator, fs *flag.FlagSet, args []string) error {
 	if err := op.Setup(mgr); err != nil {
 		return fmt.Errorf("setting up controllers: %w", err)
 	}
-	values := []any{"namespace", common.Namespace}
+	values := []any{"version", version.Version, "namespace", common.Namespace}
 	if op.StartupValues != nil {
 		values = append(values, op.StartupValues()...)
 	}

@@ -33,3 +33,15 @@ gives a boolean, which the API rejects as a label value.
 {{- end -}}
 {{- join "\n" $lines -}}
 {{- end -}}
+
+{{- /*
+Documentation links in NOTES point at the repository at this chart's release
+tag (fleet-operator/vVERSION), so what a user reads matches what is installed.
+*/ -}}
+{{- define "fleet-operator.docs" -}}
+https://github.com/ericdev/fleetmesh/blob/fleet-operator/v{{ .Chart.Version }}
+{{- end -}}
+
+{{- define "fleet-operator.raw" -}}
+https://raw.githubusercontent.com/ericdev/fleetmesh/fleet-operator/v{{ .Chart.Version }}
+{{- end -}}

@@ -33,3 +33,15 @@ gives a boolean, which the API rejects as a label value.
 {{- end -}}
 {{- join "\n" $lines -}}
 {{- end -}}
+
+{{- /*
+Documentation links in NOTES point at the repository at this chart's release
+tag (mesh-operator/vVERSION), so what a user reads matches what is installed.
+*/ -}}
+{{- define "mesh-operator.docs" -}}
+https://github.com/ericdev/fleetmesh/blob/mesh-operator/v{{ .Chart.Version }}
+{{- end -}}
+
+{{- define "mesh-operator.raw" -}}
+https://raw.githubusercontent.com/ericdev/fleetmesh/mesh-operator/v{{ .Chart.Version }}
+{{- end -}}

@@ -56,7 +56,14 @@ type Options struct {
 	// KeepCluster makes Down leave the cluster running (for debugging a CI
 	// run); Up still reuses nothing.
 	KeepCluster bool
+	// LogsDir receives the cluster's logs (kind export logs) when Down
+	// deletes it, in LogsDir/<Name>; empty means $FLEETMESH_KIND_LOGS, and
+	// no logs when that is empty too. CI uploads it when a run fails.
+	LogsDir string
 }
+
+// LogsDirEnv names the default of Options.LogsDir.
+const LogsDirEnv = "FLEETMESH_KIND_LOGS"
 
 // DefaultName is the kind cluster name when Options.Name is empty.
 const DefaultName = "fleetmesh"
@@ -79,6 +86,9 @@ func New(opts Options) *Provider {
 	}
 	if opts.WaitForReady == 0 {
 		opts.WaitForReady = 5 * time.Minute
+	}
+	if opts.LogsDir == "" {
+		opts.LogsDir = os.Getenv(LogsDirEnv)
 	}
 	return &Provider{opts: opts}
 }
@@ -154,6 +164,13 @@ func (p *Provider) finishUp(ctx context.Context) (*cluster.Cluster, error) {
 // Down deletes the cluster (unless KeepCluster) and a temporary work dir.
 func (p *Provider) Down(context.Context) error {
 	var err error
+	if p.created && p.opts.LogsDir != "" {
+		// Before the cluster goes: nodes' journals, kubelet, containerd and
+		// every Pod's logs, for a failed CI run to be read afterwards.
+		if logErr := p.kind.CollectLogs(p.opts.Name, filepath.Join(p.opts.LogsDir, p.opts.Name)); logErr != nil {
+			fmt.Fprintf(os.Stderr, "kind: collecting the logs of %s: %v\n", p.opts.Name, logErr)
+		}
+	}
 	if p.created && !p.opts.KeepCluster {
 		if err = p.kind.Delete(p.opts.Name, p.kubeconfig); err == nil {
 			p.created = false

@@ -2,9 +2,12 @@ package controller
 
 import (
 	"crypto/ed25519"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"net/url"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/license"
@@ -29,6 +32,13 @@ const (
 	DefaultCNIReleaseTimeout = 2 * time.Minute
 )
 
+// The environment variables holding the Sail chart repository's credentials
+// (chart value sail.chart.credentialsSecret).
+const (
+	EnvSailChartUsername = "SAIL_CHART_USERNAME"
+	EnvSailChartPassword = "SAIL_CHART_PASSWORD"
+)
+
 // Config is the operator-wide configuration that comes from flags (set by the chart).
 type Config struct {
 	// OperatorNamespace holds the license Secret.
@@ -42,6 +52,13 @@ type Config struct {
 	SailInstall bool
 	// SailChart is where the Sail Operator chart is fetched from.
 	SailChart sailinstall.ChartSource
+	// SailChartCAFile is a PEM bundle of CAs trusted, besides the
+	// system's, for the chart repository (an internal mirror or registry).
+	SailChartCAFile string
+	// SailValues are the user's values for the Sail Operator chart (chart
+	// value sail.values, --sail-values as JSON), e.g. image registries for an
+	// air-gapped cluster. They apply when the operator installs the chart.
+	SailValues map[string]any
 	// SailNamespace is the namespace of the Sail Operator release and its holders record.
 	SailNamespace string
 	// HelmTimeout bounds one Helm install or uninstall.
@@ -59,10 +76,15 @@ type Config struct {
 func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LicenseSecret, "license-secret", "mesh-operator-license", "name of the license Secret in the operator's namespace")
 	fs.BoolVar(&c.SailInstall, "sail-install", true, "let mode managed install the Sail Operator from its Helm chart when it is absent (needs the installer RBAC, see docs/servicemesh.md)")
-	fs.StringVar(&c.SailChart.Repository, "sail-chart-repository", DefaultSailChartRepository, "Helm chart repository (serving index.yaml) holding the Sail Operator chart, e.g. an internal mirror; a URL ending in .tgz is used as the chart archive itself")
+	fs.StringVar(&c.SailChart.Repository, "sail-chart-repository", DefaultSailChartRepository, "Helm chart repository (serving index.yaml) holding the Sail Operator chart, e.g. an internal mirror; oci://HOST/PATH for an OCI registry (the chart is HOST/PATH/NAME:VERSION); a URL ending in .tgz is used as the chart archive itself. Credentials: $SAIL_CHART_USERNAME and $SAIL_CHART_PASSWORD")
 	fs.StringVar(&c.SailChart.Name, "sail-chart-name", DefaultSailChartName, "name of the Sail Operator chart in the repository")
 	fs.StringVar(&c.SailChart.Version, "sail-chart-version", DefaultSailChartVersion, "Sail Operator chart version to install; the default is the version this release is tested with; empty takes the newest stable version in the repository")
 	fs.BoolVar(&c.SailChart.InsecureHTTP, "sail-chart-insecure-http", false, "allow fetching the Sail Operator chart over plain http (test repositories only: the chart gets escalate and bind, and over http its digest proves nothing)")
+	fs.StringVar(&c.SailChart.Keyring, "sail-chart-keyring", "", "OpenPGP keyring; when set, the Sail chart is installed only with a provenance file (.prov) signed by one of its keys (helm install --verify)")
+	fs.StringVar(&c.SailChartCAFile, "sail-chart-ca-file", "", "PEM file of CAs to trust, besides the system's, for the Sail chart repository or OCI registry (an internal mirror signed by a private CA)")
+	fs.Func("sail-values", "values for the Sail Operator chart as a JSON object (e.g. {\"image\":\"mirror.example/sail-operator:1.30.0\"}), used when the operator installs it", func(s string) error {
+		return c.parseSailValues(s)
+	})
 	fs.StringVar(&c.SailNamespace, "sail-namespace", DefaultSailNamespace, "namespace the Sail Operator is installed into")
 	fs.DurationVar(&c.HelmTimeout, "sail-install-timeout", 5*time.Minute, "upper bound for one Helm install or uninstall of the Sail Operator")
 	fs.DurationVar(&c.CNIReleaseTimeout, "cni-release-timeout", DefaultCNIReleaseTimeout, "at teardown, how long ZTunnel and IstioCNI wait for istio-cni to release the Pods of namespaces that left the mesh")
@@ -75,9 +97,13 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("the operator namespace and --license-secret are required")
 	}
 	if c.SailInstall {
+		// The repository's credentials come from the environment (the chart
+		// sets them from a Secret the kubelet reads), never from a flag that
+		// anyone who may list Pods could read.
+		c.SailChart.Username, c.SailChart.Password = os.Getenv(EnvSailChartUsername), os.Getenv(EnvSailChartPassword)
 		u, err := url.Parse(c.SailChart.Repository)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("--sail-chart-repository must be an https URL, got %q", c.SailChart.Repository)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "oci") || u.Host == "" {
+			return fmt.Errorf("--sail-chart-repository must be an https or oci URL, got %q", c.SailChart.Repository)
 		}
 		if u.Scheme == "http" && !c.SailChart.InsecureHTTP {
 			return fmt.Errorf("--sail-chart-repository %q is plain http, which lets anyone on the path replace the chart the operator installs with escalate and bind: "+
@@ -95,5 +121,20 @@ func (c *Config) Validate() error {
 		return err
 	}
 	c.Keys = keys
+	return nil
+}
+
+// parseSailValues reads --sail-values: a JSON object (the chart renders
+// sail.values with toJson); empty or null means none.
+func (c *Config) parseSailValues(s string) error {
+	c.SailValues = nil
+	if strings.TrimSpace(s) == "" {
+		return nil
+	}
+	var v map[string]any
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		return fmt.Errorf("--sail-values must be a JSON object: %w", err)
+	}
+	c.SailValues = v
 	return nil
 }

@@ -30,6 +30,10 @@ import (
 // +kubebuilder:rbac:groups=sailoperator.io,resources=istiocnis;ztunnels,verbs=get;create;patch;delete
 // +kubebuilder:rbac:groups=apps,resources=daemonsets,verbs=get
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;create;delete
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=list
+// Cilium's configuration (observe) and the holders record (sailStatus), by
+// name: with sail.install=false the operator reads no other ConfigMap.
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get,resourceNames=cilium-config;sail-operator-holders
 
 // readiness is what the reconcile learned about the control plane.
 type readiness struct {
@@ -158,8 +162,6 @@ func withReason(reason string, err error) error {
 	return &reasonedError{reason: reason, err: err}
 }
 
-// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch;create;patch;delete
-
 // installSail installs the Sail Operator chart and registers the operator as
 // a holder of the installation. The record is written before the release,
 // so an install interrupted at any point is still found and finished (or
@@ -213,7 +215,7 @@ func (r *ServiceMeshReconciler) installSail(ctx context.Context, mesh *v1alpha1.
 		rel = nil
 	}
 	if rel == nil {
-		if err := r.Helm.Install(ctx, ch); err != nil {
+		if err := r.Helm.Install(ctx, ch, r.Config.SailValues); err != nil {
 			rd.msg = err.Error()
 			return rd, withReason("SailInstallFailed", err)
 		}
@@ -292,11 +294,11 @@ func (r *ServiceMeshReconciler) applyControlPlane(ctx context.Context, mesh *v1a
 		return rd, err
 	}
 	// A Sail installed through the holders record (by us earlier, or by
-	// another tool) must not be removed while we use it.
-	if rec, err := r.records().Get(ctx, r.Config.SailNamespace); err != nil {
-		return rd, err
-	} else if rec != nil && !rec.Holds(sailinstall.HolderKey) {
-		if err := r.records().Join(ctx, r.Config.SailNamespace, sailinstall.HolderKey, fmt.Sprintf("ServiceMesh %s (uid %s)", mesh.Name, mesh.UID)); err != nil {
+	// another tool) must not be removed while we use it. Holding it obliges
+	// the last holder to uninstall, which takes the installer's rights: with
+	// --sail-install=false the operator neither has them nor joins.
+	if r.Config.SailInstall {
+		if err := r.joinRecord(ctx, mesh); err != nil {
 			return rd, err
 		}
 	}
@@ -367,6 +369,15 @@ func (r *ServiceMeshReconciler) applyControlPlane(ctx context.Context, mesh *v1a
 	rd.ready, rd.reason = true, "SailResourcesReady"
 	rd.msg = fmt.Sprintf("%s are Ready.", strings.Join(rd.controlPlane.Resources, ", "))
 	return rd, nil
+}
+
+// joinRecord adds the operator to a holders record that exists without it.
+func (r *ServiceMeshReconciler) joinRecord(ctx context.Context, mesh *v1alpha1.ServiceMesh) error {
+	rec, err := r.records().Get(ctx, r.Config.SailNamespace)
+	if err != nil || rec == nil || rec.Holds(sailinstall.HolderKey) {
+		return err
+	}
+	return r.records().Join(ctx, r.Config.SailNamespace, sailinstall.HolderKey, fmt.Sprintf("ServiceMesh %s (uid %s)", mesh.Name, mesh.UID))
 }
 
 // ambientInUse says what still needs the operator's ambient data plane
@@ -546,6 +557,11 @@ func (r *ServiceMeshReconciler) sailStatus(ctx context.Context, present bool) (*
 		return &v1alpha1.SailOperatorStatus{Source: v1alpha1.SailPreinstalled}, nil
 	}
 	out := &v1alpha1.SailOperatorStatus{Source: v1alpha1.SailInstalled, Namespace: rec.Namespace, Holders: rec.Holders}
+	if !r.Config.SailInstall {
+		// Helm's release records are the installer's to read (a list of
+		// ConfigMaps): without them the chart version stays unreported.
+		return out, nil
+	}
 	rel, err := r.Helm.Get()
 	if err != nil {
 		return out, err

@@ -58,7 +58,8 @@ func startEnrollmentBed(t *testing.T, licenseID string, rec recorder.EventRecord
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	require.NoError(t, err)
 	require.NoError(t, b.admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "mesh-system"}}))
-	grantOperatorRBAC(t, b.admin, b.root)
+	// sail.install=false: only the operator's own rules.
+	grantOperatorRBAC(t, b.admin, b.root, false)
 	b.asOperator = rest.CopyConfig(env.Config)
 	b.asOperator.Impersonate = rest.ImpersonationConfig{UserName: operatorUser}
 	opClient, err := client.New(b.asOperator, client.Options{Scheme: s})

@@ -25,17 +25,9 @@ import (
 	"github.com/ericdev/fleetmesh/shared/labels"
 )
 
-// What Helm does with the Sail Operator chart (upstream's kinds: its
-// Deployment, ServiceAccount, Service, NetworkPolicy, RBAC and CRDs; release
-// records as ConfigMaps). Granting a ClusterRole needs escalate and bind:
-// see docs/servicemesh.md.
-//
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=serviceaccounts;services,verbs=get;create;patch;delete
-// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;create;patch;delete
-// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;create;patch;delete
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles;roles,verbs=get;create;patch;delete;escalate;bind
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterrolebindings;rolebindings,verbs=get;create;patch;delete
+// The rights installing and uninstalling the Sail Operator take are
+// declared in internal/sailinstall (rbac.go): the chart grants them only
+// with sail.install=true.
 
 // finalize tears down what the ServiceMesh owns, in an order that never
 // strands anything: first the Sail CRs (the Sail Operator must still run to
@@ -249,6 +241,9 @@ const (
 	ReasonSailInUse               = "SailInUse"
 	ReasonSailOperatorUninstalled = "SailOperatorUninstalled"
 	ReasonUntrustedCRDsIgnored    = "UntrustedCRDsIgnored"
+	// ReasonSailUninstallDisabled: the holders record names the operator,
+	// but with --sail-install=false it has no rights to uninstall.
+	ReasonSailUninstallDisabled = "SailUninstallDisabled"
 )
 
 // releaseSail leaves the Sail holders record. The last holder out
@@ -263,6 +258,16 @@ func (r *ServiceMeshReconciler) releaseSail(ctx context.Context, mesh *v1alpha1.
 	rec, err := r.records().Get(ctx, ns)
 	if err != nil || rec == nil || !rec.Holds(sailinstall.HolderKey) {
 		return "", "", err
+	}
+	if !r.Config.SailInstall {
+		// Installed while --sail-install was true, and held by us ever
+		// since; leaving or uninstalling needs the installer's rights,
+		// which the chart grants only with sail.install=true. Left as it is.
+		msg := fmt.Sprintf("The holders record %s/%s names this operator, but with sail.install=false (--sail-install=false) it holds no rights to leave it or uninstall the Sail Operator: "+
+			"the installation is left as it is. Uninstall it yourself (helm uninstall -n %s %s, then delete the record), or set sail.install=true before deleting the ServiceMesh.",
+			ns, sailinstall.RecordName, ns, rec.Release)
+		r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, ReasonSailUninstallDisabled, "Delete", "%s", msg)
+		return ReasonSailUninstallDisabled, msg, nil
 	}
 	var others []string
 	for _, h := range rec.Holders {
@@ -355,8 +360,6 @@ func (r *ServiceMeshReconciler) releaseSail(ctx context.Context, mesh *v1alpha1.
 	}
 	return ReasonSailOperatorUninstalled, msg, nil
 }
-
-// +kubebuilder:rbac:groups=sailoperator.io,resources=istios;istiocnis;ztunnels,verbs=list
 
 // foreignSailResources lists the Istio, IstioCNI and ZTunnel resources this
 // ServiceMesh does not control, as Kind/name.

@@ -49,17 +49,25 @@ import (
 const operatorUser = "system:serviceaccount:mesh-system:mesh-operator"
 
 // grantOperatorRBAC gives operatorUser exactly what the chart gives the
-// operator: the generated ClusterRole, plus the namespaced Role for its license Secret.
-func grantOperatorRBAC(t *testing.T, c client.Client, root string) {
+// operator: the generated ClusterRole, with installer also the generated Sail
+// installer ClusterRole (chart value sail.install=true), plus the namespaced
+// Role for its license Secret.
+func grantOperatorRBAC(t *testing.T, c client.Client, root string, installer bool) {
 	ctx := context.Background()
-	data, err := os.ReadFile(filepath.Join(root, "mesh-operator/config/rbac/role.yaml"))
-	require.NoError(t, err)
-	role := &rbacv1.ClusterRole{}
-	require.NoError(t, yaml.Unmarshal(data, role))
-	require.NoError(t, c.Create(ctx, role))
 	subject := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: operatorUser}}
-	require.NoError(t, c.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "mesh-operator"},
-		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name}, Subjects: subject}))
+	files := []string{"mesh-operator/config/rbac/role.yaml"}
+	if installer {
+		files = append(files, "mesh-operator/config/rbac/sail-installer/role.yaml")
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(filepath.Join(root, f))
+		require.NoError(t, err)
+		role := &rbacv1.ClusterRole{}
+		require.NoError(t, yaml.Unmarshal(data, role))
+		require.NoError(t, c.Create(ctx, role))
+		require.NoError(t, c.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name}, Subjects: subject}))
+	}
 	require.NoError(t, c.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "mesh-system", Name: "mesh-operator"},
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"license"}, Verbs: []string{"get"}}}}))
 	require.NoError(t, c.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "mesh-system", Name: "mesh-operator"},
@@ -110,7 +118,7 @@ func TestIntegration(t *testing.T) {
 	_, otherPriv, err := ed25519.GenerateKey(rand.Reader)
 	require.NoError(t, err)
 	require.NoError(t, admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "mesh-system"}}))
-	grantOperatorRBAC(t, admin, root)
+	grantOperatorRBAC(t, admin, root, true)
 
 	// The reconciler acts as the operator's ServiceAccount under the
 	// generated RBAC: a verb missing from the markers fails the test.

@@ -54,7 +54,7 @@ func (l *eventLog) find(reason string) []string {
 
 // startSailBed is the enrollment bed without Istio's CRDs: the Sail chart
 // the test installs ships its own (Helm fails on a CRD someone else applied).
-func startSailBed(t *testing.T, rec recorder.EventRecorder) *enrollmentBed {
+func startSailBed(t *testing.T, rec recorder.EventRecorder, installer bool) *enrollmentBed {
 	t.Helper()
 	s := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(s))
@@ -66,7 +66,7 @@ func startSailBed(t *testing.T, rec recorder.EventRecorder) *enrollmentBed {
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	require.NoError(t, err)
 	require.NoError(t, b.admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "mesh-system"}}))
-	grantOperatorRBAC(t, b.admin, b.root)
+	grantOperatorRBAC(t, b.admin, b.root, installer)
 	b.asOperator = rest.CopyConfig(env.Config)
 	b.asOperator.Impersonate = rest.ImpersonationConfig{UserName: operatorUser}
 	opClient, err := client.New(b.asOperator, client.Options{Scheme: s})
@@ -98,7 +98,7 @@ const testHold = "test.example.com/hold"
 // a Sail resource the operator does not own still uses it.
 func TestSailTeardownIntegration(t *testing.T) {
 	log := &eventLog{r: events.NewFakeRecorder(500)}
-	b := startSailBed(t, log.r)
+	b := startSailBed(t, log.r, true)
 	ctx := context.Background()
 	admin := b.admin
 	repo := serveChart(t, packageChart(t, b.root))
@@ -204,11 +204,16 @@ func TestSailTeardownIntegration(t *testing.T) {
 		assert.Nil(t, holders(), "nothing installed")
 	})
 
-	t.Run("with the insecure setting the pinned default version is installed", func(t *testing.T) {
+	t.Run("with the insecure setting the pinned default version is installed, with the user's values", func(t *testing.T) {
+		// sail.values: an air-gapped cluster points the Sail Operator's image at its mirror.
+		b.r.Config.SailValues = map[string]any{"image": "mirror.example:5000/sail-operator:1.30.0"}
 		m := reconcile()
 		require.NotNil(t, m.Status.SailOperator)
 		assert.Equal(t, DefaultSailChartVersion, m.Status.SailOperator.ChartVersion)
 		assert.True(t, sailDeployment())
+		d := &appsv1.Deployment{}
+		require.NoError(t, admin.Get(ctx, client.ObjectKey{Namespace: b.r.Config.SailNamespace, Name: "sail-operator"}, d))
+		assert.Equal(t, "mirror.example:5000/sail-operator:1.30.0", d.Spec.Template.Spec.Containers[0].Image, "sail.values reach the Sail chart")
 		eventually(t, 10*time.Second, "the Sail API in discovery", func() bool {
 			_, err := b.discovery.ServerResourcesForGroupVersion("sailoperator.io/v1")
 			return err == nil

@@ -97,7 +97,7 @@ const (
 // HelmClient is the part of sailinstall.Helm the reconciler uses.
 type HelmClient interface {
 	Get() (*sailinstall.Release, error)
-	Install(ctx context.Context, ch *sailinstall.Chart) error
+	Install(ctx context.Context, ch *sailinstall.Chart, values map[string]any) error
 	Uninstall() error
 }
 
@@ -128,6 +128,12 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	// The chart comes from a flag-configured repository; a dead mirror
+	// must fail the reconcile, not hang it.
+	hc, err := sailinstall.HTTPClient(cfg.SailChartCAFile, 2*time.Minute)
+	if err != nil {
+		return err
+	}
 	lic := metrics.NewLicense(time.Now)
 	if err := ctrlmetrics.Registry.Register(lic); err != nil {
 		return err
@@ -138,9 +144,7 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 		Discovery: dc,
 		Helm: &sailinstall.Helm{Config: mgr.GetConfig(), Namespace: cfg.SailNamespace, ReleaseName: SailReleaseName,
 			Log: ctrl.Log.WithName("sail-install"), Timeout: cfg.HelmTimeout},
-		// The chart comes from a flag-configured repository; a dead mirror
-		// must fail the reconcile, not hang it.
-		HTTP:     &http.Client{Timeout: 2 * time.Minute},
+		HTTP:     hc,
 		Config:   cfg,
 		Recorder: mgr.GetEventRecorder("mesh-operator"),
 		Now:      time.Now,

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -69,7 +70,15 @@ func TestConfigFlags(t *testing.T) {
 	assert.False(t, c.SailChart.InsecureHTTP)
 
 	require.NoError(t, fs.Parse([]string{"--sail-chart-repository", "oci://registry.local/charts"}))
-	assert.ErrorContains(t, c.Validate(), "https URL")
+	require.NoError(t, c.Validate(), "OCI registries are supported (over https unless --sail-chart-insecure-http)")
+	require.NoError(t, fs.Parse([]string{"--sail-chart-repository", "ftp://registry.local/charts"}))
+	assert.ErrorContains(t, c.Validate(), "https or oci URL")
+	t.Setenv(EnvSailChartUsername, "mirror")
+	t.Setenv(EnvSailChartPassword, "s3cret")
+	require.NoError(t, fs.Parse([]string{"--sail-chart-repository", "https://mirror.example.com/charts"}))
+	require.NoError(t, c.Validate())
+	assert.Equal(t, "mirror", c.SailChart.Username, "credentials come from the environment")
+	assert.Equal(t, "s3cret", c.SailChart.Password)
 	require.NoError(t, fs.Parse([]string{"--sail-chart-repository", "http://mirror.example.com/charts"}))
 	assert.ErrorContains(t, c.Validate(), "--sail-chart-insecure-http", "plain http needs the explicit flag")
 	require.NoError(t, fs.Parse([]string{"--sail-chart-repository", "http://mirror.example.com/charts", "--sail-chart-insecure-http"}))
@@ -99,4 +108,21 @@ func TestChartValuesPinTheTestedSailVersion(t *testing.T) {
 	assert.Equal(t, DefaultSailChartVersion, v.Sail.Chart.Version)
 	assert.Equal(t, DefaultSailChartRepository, v.Sail.Chart.Repository)
 	assert.False(t, v.Sail.Chart.InsecureHTTP)
+}
+
+func TestSailValuesFlag(t *testing.T) {
+	var c Config
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	c.BindFlags(fs)
+	require.NoError(t, fs.Parse([]string{`--sail-values={"image":"mirror.example/sail-operator:1.30.0","operator":{"replicas":2}}`}))
+	assert.Equal(t, map[string]any{"image": "mirror.example/sail-operator:1.30.0", "operator": map[string]any{"replicas": float64(2)}}, c.SailValues)
+
+	for _, bad := range []string{`[1]`, `image: x`, `"x"`} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		c.BindFlags(fs)
+		err := fs.Parse([]string{"--sail-values=" + bad})
+		require.Error(t, err, bad)
+		assert.Contains(t, err.Error(), "--sail-values must be a JSON object")
+	}
 }

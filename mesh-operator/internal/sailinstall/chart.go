@@ -12,12 +12,16 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path"
 	"sort"
 	"strings"
 
 	"github.com/Masterminds/semver/v3"
 	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	"helm.sh/helm/v4/pkg/provenance"
+	"helm.sh/helm/v4/pkg/registry"
 	"sigs.k8s.io/yaml"
 )
 
@@ -37,6 +41,13 @@ type ChartSource struct {
 	// InsecureHTTP allows plain-http URLs (tests serving a chart on
 	// 127.0.0.1). Without it every URL fetched must be https.
 	InsecureHTTP bool
+	// Username and Password authenticate to the repository (HTTP basic
+	// auth; for an OCI registry, its token exchange). Empty: anonymous.
+	Username, Password string
+	// Keyring is an OpenPGP keyring file; when set, the chart must come with
+	// a provenance file (.prov) signed by one of its keys and naming the
+	// archive's sha256, as `helm install --verify` requires.
+	Keyring string
 }
 
 func (s ChartSource) String() string {
@@ -57,6 +68,9 @@ const maxChartBytes = 32 << 20
 func (s ChartSource) Fetch(ctx context.Context, hc *http.Client) (*chart.Chart, error) {
 	if hc == nil {
 		hc = http.DefaultClient
+	}
+	if strings.HasPrefix(s.Repository, ociScheme) {
+		return s.fetchOCI(hc)
 	}
 	if err := s.checkScheme(s.Repository); err != nil {
 		return nil, err
@@ -84,14 +98,94 @@ func (s ChartSource) Fetch(ctx context.Context, hc *http.Client) (*chart.Chart, 
 			return nil, fmt.Errorf("chart %s: sha256 %s does not match the repository index's digest %s", archiveURL, got, digest)
 		}
 	}
+	if s.Keyring != "" {
+		// The .prov sits next to the archive (helm package --sign).
+		prov, err := s.get(ctx, hc, archiveURL+".prov")
+		if err != nil {
+			return nil, fmt.Errorf("chart %s: the keyring requires its provenance file (.prov): %w", archiveURL, err)
+		}
+		if err := s.verify(data, prov, path.Base(archiveURL)); err != nil {
+			return nil, err
+		}
+	}
+	return s.load(archiveURL, data)
+}
+
+// verify checks that prov is signed by a key of the keyring and names
+// data's sha256 for filename.
+func (s ChartSource) verify(data, prov []byte, filename string) error {
+	sig, err := provenance.NewFromKeyring(s.Keyring, "")
+	if err != nil {
+		return fmt.Errorf("the Sail chart keyring %s: %w", s.Keyring, err)
+	}
+	if _, err := sig.Verify(data, prov, filename); err != nil {
+		return fmt.Errorf("chart %s: provenance verification failed: %w", filename, err)
+	}
+	return nil
+}
+
+// load reads the archive and checks it is the configured version.
+func (s ChartSource) load(from string, data []byte) (*chart.Chart, error) {
 	ch, err := loader.LoadArchive(bytes.NewReader(data))
 	if err != nil {
-		return nil, fmt.Errorf("loading chart %s: %w", archiveURL, err)
+		return nil, fmt.Errorf("loading chart %s: %w", from, err)
 	}
 	if s.Version != "" && ch.Metadata.Version != strings.TrimPrefix(s.Version, "v") && ch.Metadata.Version != s.Version {
-		return nil, fmt.Errorf("chart %s is version %s, not the configured %s", archiveURL, ch.Metadata.Version, s.Version)
+		return nil, fmt.Errorf("chart %s is version %s, not the configured %s", from, ch.Metadata.Version, s.Version)
 	}
 	return ch, nil
+}
+
+const ociScheme = "oci://"
+
+// fetchOCI pulls the chart from an OCI registry with Helm's registry client,
+// in memory. The registry addresses content by digest (the manifest names
+// the chart layer's sha256, which the client checks), so no index digest is
+// needed; the version must be given, since a tag list is no release list.
+// Credentials are Username/Password when set; otherwise the pull is
+// anonymous (Helm's credential store is pointed at an empty file, and the
+// operator's image carries no Docker configuration).
+func (s ChartSource) fetchOCI(hc *http.Client) (*chart.Chart, error) {
+	if s.Version == "" {
+		return nil, fmt.Errorf("chart repository %s: an OCI registry needs a chart version (--sail-chart-version)", s.Repository)
+	}
+	opts := []registry.ClientOption{
+		registry.ClientOptHTTPClient(hc),
+		registry.ClientOptWriter(io.Discard),
+		// An empty store: no credentials are read from files.
+		registry.ClientOptCredentialsFile(os.DevNull),
+	}
+	if s.Username != "" || s.Password != "" {
+		opts = append(opts, registry.ClientOptBasicAuth(s.Username, s.Password))
+	}
+	if s.InsecureHTTP {
+		opts = append(opts, registry.ClientOptPlainHTTP())
+	}
+	rc, err := registry.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("chart repository %s: %w", s.Repository, err)
+	}
+	ref := strings.TrimSuffix(strings.TrimPrefix(s.Repository, ociScheme), "/") + "/" + s.Name + ":" + strings.TrimPrefix(s.Version, "v")
+	var pullOpts []registry.PullOption
+	if s.Keyring != "" {
+		pullOpts = append(pullOpts, registry.PullOptWithProv(true))
+	}
+	res, err := rc.Pull(ref, pullOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("pulling chart %s%s: %w", ociScheme, ref, err)
+	}
+	if res.Chart == nil || len(res.Chart.Data) > maxChartBytes {
+		return nil, fmt.Errorf("pulling chart %s%s: no chart layer, or larger than %d bytes", ociScheme, ref, maxChartBytes)
+	}
+	if s.Keyring != "" {
+		if res.Prov == nil || len(res.Prov.Data) == 0 {
+			return nil, fmt.Errorf("pulling chart %s%s: the keyring requires its provenance (.prov) layer, which the registry does not have", ociScheme, ref)
+		}
+		if err := s.verify(res.Chart.Data, res.Prov.Data, s.Name+"-"+strings.TrimPrefix(s.Version, "v")+".tgz"); err != nil {
+			return nil, err
+		}
+	}
+	return s.load(ociScheme+ref+"@"+res.Manifest.Digest, res.Chart.Data)
 }
 
 // index is the part of a repository's index.yaml the operator reads.
@@ -177,6 +271,9 @@ func (s ChartSource) get(ctx context.Context, hc *http.Client, u string) ([]byte
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, err
+	}
+	if s.Username != "" || s.Password != "" {
+		req.SetBasicAuth(s.Username, s.Password)
 	}
 	resp, err := hc.Do(req)
 	if err != nil {

@@ -41,12 +41,20 @@ func tinyChart(t *testing.T, version string) []byte {
 }
 
 func repo(t *testing.T, archives map[string][]byte, digest func(string, []byte) string) *httptest.Server {
+	srv := httptest.NewServer(repoHandler(t, archives, digest))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// repoHandler serves archives as a chart repository under /repo.
+func repoHandler(t *testing.T, archives map[string][]byte, digest func(string, []byte) string) http.Handler {
+	t.Helper()
 	index := "apiVersion: v1\nentries:\n  sail-operator:\n"
 	for v, a := range archives {
 		index += fmt.Sprintf("  - version: %s\n    urls: [sail-operator-%s.tgz]\n    digest: %s\n", v, v, digest(v, a))
 	}
 	index += "  - version: not-semver\n    urls: [x.tgz]\n  - version: 9.9.9\n    urls: []\n"
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/repo/index.yaml" {
 			_, _ = w.Write([]byte(index))
 			return
@@ -58,9 +66,7 @@ func repo(t *testing.T, archives map[string][]byte, digest func(string, []byte) 
 			}
 		}
 		http.NotFound(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	return srv
+	})
 }
 
 func sha(_ string, b []byte) string {

@@ -78,10 +78,10 @@ func (h *Helm) Get() (*Release, error) {
 	return out, nil
 }
 
-// Install installs ch as the release. It does not wait for the operator's
+// Install installs ch as the release with the user's values. It does not wait for the operator's
 // Deployment (readiness shows in the Sail CRs' conditions instead); Helm
 // itself waits for the chart's CRDs to be established.
-func (h *Helm) Install(ctx context.Context, ch *chart.Chart) error {
+func (h *Helm) Install(ctx context.Context, ch *chart.Chart, values map[string]any) error {
 	cfg, err := h.configuration()
 	if err != nil {
 		return err
@@ -92,7 +92,9 @@ func (h *Helm) Install(ctx context.Context, ch *chart.Chart) error {
 	in.WaitStrategy = kube.HookOnlyStrategy
 	in.Timeout = h.Timeout
 	in.Description = "installed by mesh-operator for the ServiceMesh"
-	if _, err := in.RunWithContext(ctx, ch, nil); err != nil {
+	// values are the user's (sail.values), coalesced with the chart's own
+	// defaults by Helm as `helm install -f` would.
+	if _, err := in.RunWithContext(ctx, ch, values); err != nil {
 		return fmt.Errorf("helm install %s/%s: %w", h.Namespace, h.ReleaseName, err)
 	}
 	return nil
