@@ -304,15 +304,14 @@ func playCNI(ctx context.Context, k8s client.Client, namespaces ...string) {
 // observer watches member Pods, the enrolled namespace and
 // PeerAuthentications, and keeps every state it sees.
 type observer struct {
-	mu        sync.Mutex
-	members   map[string]map[types.UID]bool // namespace/pod -> UIDs seen
-	notReady  map[string]map[string]bool    // namespace/fleet -> member names not ready or gone
-	maxDown   int
-	nsLabels  []map[string]string
-	paModes   map[string][]string // namespace/name -> modes in order seen
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
-	initialNS map[string]string
+	mu       sync.Mutex
+	members  map[string]map[types.UID]bool // namespace/pod -> UIDs seen
+	notReady map[string]map[string]bool    // namespace/fleet -> member names not ready or gone
+	maxDown  int
+	nsLabels []map[string]string
+	paModes  map[string][]string // namespace/name -> modes in order seen
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
 }
 
 var (
