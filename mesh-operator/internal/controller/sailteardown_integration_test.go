@@ -331,7 +331,9 @@ func TestSailTeardownIntegration(t *testing.T) {
 		b.r.Helm = &sailinstall.Helm{Config: b.asOperator, Namespace: b.r.Config.SailNamespace, ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}
 		createMesh()
 		eventually(t, 30*time.Second, "the Sail API in discovery again", func() bool {
-			b.reconcile(t)
+			if !b.reconcileDuringInstall(t) {
+				return false
+			}
 			_, err := b.discovery.ServerResourcesForGroupVersion("sailoperator.io/v1")
 			return err == nil
 		})
@@ -388,8 +390,7 @@ func TestSailTeardownIntegration(t *testing.T) {
 		b.r.Helm = &sailinstall.Helm{Config: b.asOperator, Namespace: b.r.Config.SailNamespace, ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}
 		createMesh()
 		eventually(t, 30*time.Second, "the Sail Operator installed again", func() bool {
-			b.reconcile(t)
-			return sailDeployment()
+			return b.reconcileDuringInstall(t) && sailDeployment()
 		})
 		victim := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "victim"}, Data: map[string]string{"k": "v"}}
 		require.NoError(t, admin.Create(ctx, victim))
