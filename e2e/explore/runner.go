@@ -106,6 +106,11 @@ func (r *Runner) Run(ctx context.Context, seq []Action) (Result, error) {
 	}
 	problems = append(problems, r.leftovers(ctx, w, seq, adminLabel)...)
 	rec.stop()
+	// The sequence's namespaces go (fleets with them): later sequences must
+	// not meet its fleets, which would join their meshes.
+	for _, ns := range []string{w.app, w.edge, w.other} {
+		_ = r.K8s.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	}
 	j := newJudgement(w)
 	states := rec.replay(func(s *snapshot) { j.check(s, s.step) })
 	problems = append(append(append(j.violations, j.missing()...), j.strictAtRest(j.last)...), problems...)
@@ -125,6 +130,20 @@ func (r *Runner) reset(ctx context.Context) error {
 				return err
 			}
 		}
+	}
+	if err := waitUntil(ctx, 3*time.Minute, func() (bool, string) {
+		list := &corev1.NamespaceList{}
+		if err := r.K8s.List(ctx, list); err != nil {
+			return false, err.Error()
+		}
+		for _, ns := range list.Items {
+			if strings.HasPrefix(ns.Name, "x") && strings.Contains(ns.Name, "-") && ns.DeletionTimestamp != nil {
+				return false, "namespace " + ns.Name + " still terminating"
+			}
+		}
+		return true, ""
+	}); err != nil {
+		return err
 	}
 	sm := &meshv1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: "cluster"}}
 	if err := r.K8s.Delete(ctx, sm); client.IgnoreNotFound(err) != nil {
