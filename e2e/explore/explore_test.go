@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ericdev/fleetmesh/e2e/cluster"
+	"github.com/ericdev/fleetmesh/e2e/cnifake"
 	"github.com/ericdev/fleetmesh/e2e/harness"
 	"github.com/ericdev/fleetmesh/e2e/sailfake"
 	fleetv1 "github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
@@ -60,7 +61,7 @@ func startRunner(t *testing.T, tree string) *Runner {
 	t.Cleanup(stopSail)
 	cniCtx, stopCNI := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); PlayCNI(cniCtx, k8s) }()
+	go func() { defer close(done); cnifake.Play(cniCtx, k8s) }()
 	t.Cleanup(func() { stopCNI(); <-done })
 	return &Runner{Bed: bed, K8s: k8s, Dyn: dyn, Root: root, Log: os.Stderr, Pause: 3 * time.Second, Settle: 2 * time.Minute}
 }

@@ -27,7 +27,6 @@ import (
 	fleetv1 "github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 	meshv1 "github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/shared/labels"
-	"github.com/ericdev/fleetmesh/shared/podmesh"
 )
 
 // Runner plays sequences on a running bed (both operators, sailfake).
@@ -448,46 +447,6 @@ func (r *Runner) leftovers(ctx context.Context, w world, seq []Action, adminLabe
 		}
 	}
 	return out
-}
-
-// PlayCNI plays istio-cni for every namespace until ctx ends: a Pod of an
-// ambient namespace without a proxy is marked redirected while a ZTunnel
-// exists, and unmarked otherwise.
-func PlayCNI(ctx context.Context, k8s client.Client) {
-	for ctx.Err() == nil {
-		zts := &unstructured.UnstructuredList{}
-		zts.SetAPIVersion("sailoperator.io/v1")
-		zts.SetKind("ZTunnelList")
-		up := false
-		if k8s.List(ctx, zts) == nil {
-			for _, z := range zts.Items {
-				up = up || z.GetDeletionTimestamp() == nil
-			}
-		}
-		nsList := &corev1.NamespaceList{}
-		pods := &corev1.PodList{}
-		if k8s.List(ctx, nsList) != nil || k8s.List(ctx, pods) != nil {
-			time.Sleep(200 * time.Millisecond)
-			continue
-		}
-		ambient := map[string]bool{}
-		for _, ns := range nsList.Items {
-			ambient[ns.Name] = ns.Labels[labels.IstioDataPlaneMode] == "ambient"
-		}
-		for i := range pods.Items {
-			p := &pods.Items[i]
-			want := up && ambient[p.Namespace] && !podmesh.HasProxy(p) && p.DeletionTimestamp == nil && p.Labels[labels.IstioDataPlaneMode] != "none"
-			if want == podmesh.Redirected(p) {
-				continue
-			}
-			body := `{"metadata":{"annotations":{"ambient.istio.io/redirection":null}}}`
-			if want {
-				body = `{"metadata":{"annotations":{"ambient.istio.io/redirection":"enabled"}}}`
-			}
-			_ = k8s.Patch(ctx, p, client.RawPatch(types.MergePatchType, []byte(body)))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }
 
 func waitUntil(ctx context.Context, timeout time.Duration, cond func() (bool, string)) error {

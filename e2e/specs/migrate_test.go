@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ericdev/fleetmesh/e2e/cluster"
+	"github.com/ericdev/fleetmesh/e2e/cnifake"
 	"github.com/ericdev/fleetmesh/e2e/injector"
 	"github.com/ericdev/fleetmesh/e2e/sailfake"
 	fleetv1 "github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
@@ -91,7 +92,7 @@ func TestOperatorsMigrateDataPlane(t *testing.T) {
 
 	cniCtx, stopCNI := context.WithCancel(ctx)
 	cniDone := make(chan struct{})
-	go func() { defer close(cniDone); playCNI(cniCtx, migrateNS) }()
+	go func() { defer close(cniDone); cnifake.Play(cniCtx, k8s, migrateNS) }()
 	defer func() { stopCNI(); <-cniDone }()
 
 	sm := &meshv1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: "cluster"},
@@ -211,46 +212,6 @@ func TestOperatorsMigrateDataPlane(t *testing.T) {
 // while ztunnel runs).
 func meshedNow(p *corev1.Pod, ztunnelUp bool) bool {
 	return podmesh.HasProxy(p) || (podmesh.Redirected(p) && ztunnelUp)
-}
-
-// playCNI marks Pods of ambient-labelled namespaces without a proxy as
-// redirected while a ZTunnel exists, and unmarks the others, as istio-cni
-// does (a real CNI marks a new Pod before it starts; this one within 100 ms).
-func playCNI(ctx context.Context, namespaces ...string) {
-	for ctx.Err() == nil {
-		zts := &unstructured.UnstructuredList{}
-		zts.SetAPIVersion("sailoperator.io/v1")
-		zts.SetKind("ZTunnelList")
-		up := false
-		if k8s.List(ctx, zts) == nil {
-			for _, z := range zts.Items {
-				up = up || z.GetDeletionTimestamp() == nil
-			}
-		}
-		for _, n := range namespaces {
-			ns := &corev1.Namespace{}
-			if k8s.Get(ctx, client.ObjectKey{Name: n}, ns) != nil {
-				continue
-			}
-			pods := &corev1.PodList{}
-			if k8s.List(ctx, pods, client.InNamespace(n)) != nil {
-				continue
-			}
-			for i := range pods.Items {
-				p := &pods.Items[i]
-				want := up && ns.Labels[labels.IstioDataPlaneMode] == "ambient" && !podmesh.HasProxy(p) && p.DeletionTimestamp == nil
-				if want == podmesh.Redirected(p) {
-					continue
-				}
-				body := `{"metadata":{"annotations":{"ambient.istio.io/redirection":null}}}`
-				if want {
-					body = `{"metadata":{"annotations":{"ambient.istio.io/redirection":"enabled"}}}`
-				}
-				_ = k8s.Patch(ctx, p, client.RawPatch(types.MergePatchType, []byte(body)))
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // recorder keeps every change of the watched resources so that the states

@@ -39,12 +39,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ericdev/fleetmesh/e2e/cluster"
+	"github.com/ericdev/fleetmesh/e2e/cnifake"
 	"github.com/ericdev/fleetmesh/e2e/harness"
 	"github.com/ericdev/fleetmesh/e2e/sailfake"
 	fleetv1 "github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 	meshv1 "github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/shared/labels"
-	"github.com/ericdev/fleetmesh/shared/podmesh"
 )
 
 // previousRelease is the tree users upgrade from. No release is tagged yet;
@@ -108,7 +108,7 @@ func TestUpgradeTouchesOnlyStatus(t *testing.T) {
 	defer stopSail()
 	cniCtx, stopCNI := context.WithCancel(ctx)
 	cniDone := make(chan struct{})
-	go func() { defer close(cniDone); playCNI(cniCtx, k8s, meshedNS) }()
+	go func() { defer close(cniDone); cnifake.Play(cniCtx, k8s, meshedNS) }()
 	defer func() { stopCNI(); <-cniDone }()
 
 	// The fleets of a cluster running the previous release.
@@ -277,28 +277,6 @@ func waitFor(t *testing.T, timeout time.Duration, cond func() (bool, string)) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	t.Fatalf("timed out after %s; last: %s", timeout, last)
-}
-
-// playCNI plays istio-cni for the namespaces: it marks Pods of ambient
-// namespaces as redirected, the mesh operator's cutover signal.
-func playCNI(ctx context.Context, k8s client.Client, namespaces ...string) {
-	for ctx.Err() == nil {
-		for _, n := range namespaces {
-			ns := &corev1.Namespace{}
-			pods := &corev1.PodList{}
-			if k8s.Get(ctx, client.ObjectKey{Name: n}, ns) != nil || k8s.List(ctx, pods, client.InNamespace(n)) != nil {
-				continue
-			}
-			for i := range pods.Items {
-				p := &pods.Items[i]
-				if ns.Labels[labels.IstioDataPlaneMode] != "ambient" || podmesh.Redirected(p) || p.DeletionTimestamp != nil {
-					continue
-				}
-				_ = k8s.Patch(ctx, p, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"ambient.istio.io/redirection":"enabled"}}}`)))
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // observer watches member Pods, the enrolled namespace and
