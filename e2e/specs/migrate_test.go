@@ -29,6 +29,7 @@ import (
 
 	"github.com/ericdev/fleetmesh/e2e/cluster"
 	"github.com/ericdev/fleetmesh/e2e/cnifake"
+	"github.com/ericdev/fleetmesh/e2e/harness"
 	"github.com/ericdev/fleetmesh/e2e/injector"
 	"github.com/ericdev/fleetmesh/e2e/sailfake"
 	fleetv1 "github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
@@ -152,6 +153,10 @@ func TestOperatorsMigrateDataPlane(t *testing.T) {
 	// and an undeclared namespace never gets past isolation.
 	foreign := caller{name: "shop-1", namespace: migrateOther, serviceAccount: "fleet-operator", meshed: true,
 		labels: map[string]string{"app": "edge-proxy", "app.kubernetes.io/name": "fleet-operator"}}
+	// The fleet operator as its chart deploys it into a STRICT mesh: with a
+	// sidecar, so it has an identity (as in TestOperatorsTogether).
+	operator := caller{name: "fleet-operator", namespace: harness.FleetNamespace, serviceAccount: argValue(bed.Fleet.Args, "--operator-service-account"), meshed: true,
+		labels: map[string]string{"app.kubernetes.io/name": "fleet-operator", "app.kubernetes.io/instance": "fleet-operator"}}
 	var wrong []string
 	seen := map[string]bool{}
 	report := func(s *snapshot, format string, args ...any) {
@@ -199,6 +204,23 @@ func TestOperatorsMigrateDataPlane(t *testing.T) {
 			captured := !podmesh.HasProxy(m) && meshed
 			if v := s.judge(foreign, m, 8080, captured, meshed); v.allowed() || (meshed && v.istio) {
 				report(s, "undeclared namespace reaches %s: %s", m.Name, v.why)
+			}
+			// The access table's required rows hold at every step: the
+			// peers (each as meshed as it is at this state) and the
+			// operator's /state reads on 8081.
+			for k := range members {
+				if k == i {
+					continue
+				}
+				src := &members[k]
+				peer := caller{name: src.Name, namespace: migrateNS, labels: src.Labels, serviceAccount: src.Spec.ServiceAccountName,
+					meshed: meshedNow(src, up) || (bornCaptured[src.UID] && up)}
+				if v := s.judge(peer, m, 8081, captured, meshed); !v.allowed() {
+					report(s, "peer %s cannot reach %s:8081: %s", src.Name, m.Name, v.why)
+				}
+			}
+			if v := s.judge(operator, m, 8081, captured, meshed); !v.allowed() {
+				report(s, "the operator cannot read %s's /state: %s", m.Name, v.why)
 			}
 		}
 	})

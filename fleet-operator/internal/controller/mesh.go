@@ -30,7 +30,7 @@ import (
 
 // observeMesh decides the fleet's mesh state from the proxies its Pods run.
 func observeMesh(fleet *v1alpha1.CelldFleet, pods []corev1.Pod, sts *appsv1.StatefulSet, in mesh.Intent) mesh.State {
-	o := mesh.Observation{Desired: in.Sidecar, WasMeshed: mesh.WasMeshed(fleet), Ambient: in.Ambient, Requested: in.AsksForMesh()}
+	o := mesh.Observation{Desired: in.Sidecar, WasMeshed: mesh.WasMeshed(fleet), Ambient: in.Ambient, Requested: in.AsksForMesh(), Strict: in.Strict}
 	if sts != nil && sts.Status.ObservedGeneration >= sts.Generation {
 		o.TargetRevision = sts.Status.UpdateRevision
 	}
@@ -115,7 +115,7 @@ func (r *FleetReconciler) reconcileMeshPolicies(ctx context.Context, fleet *v1al
 	}
 	st := obs.mesh
 	ap := mesh.AuthorizationPolicy(fleet, r.meshParams(), obs.intent.Access, st.Relaxed, obs.wiring)
-	if st.Phase == mesh.Ambient || st.Standby {
+	if st.Phase == mesh.Ambient || st.Standby || st.Captured {
 		ap = mesh.AmbientAuthorizationPolicy(fleet, r.meshParams(), obs.intent.Access, st.Relaxed, obs.wiring)
 	}
 	pa := mesh.PeerAuthentication(fleet)
@@ -201,7 +201,9 @@ func ambient(obs *observed) bool { return obs.mesh.Phase == mesh.Ambient }
 // ambient, before this operator can react, and a captured member behind a
 // NetworkPolicy without 15008 is cut off (found by the transition
 // explorer). Nothing listens on 15008 in a member ztunnel does not capture.
-func hboneOpen(obs *observed) bool { return ambient(obs) || obs.intent.AsksForMesh() }
+func hboneOpen(obs *observed) bool {
+	return ambient(obs) || obs.mesh.Captured || obs.intent.AsksForMesh()
+}
 
 // strictInForce reports isolation strict in force in the fleet's namespace
 // for a fleet with policies: the mesh operator says the namespace is

@@ -68,6 +68,8 @@ type Observation struct {
 	// Requested: the fleet asks for the mesh through its namespace (modes
 	// auto and enabled, no spec.mesh.istio) and the namespace is not opted out.
 	Requested bool
+	// Strict: the namespace's mesh-mtls state label says STRICT is in force.
+	Strict bool
 	// TargetRevision is the StatefulSet's update revision ("" if unknown).
 	TargetRevision string
 	Pods           []Pod
@@ -102,6 +104,10 @@ type State struct {
 	// identity the NetworkPolicy lets through HBONE, clients on 8081
 	// included). A policy that selects no captured Pod enforces nothing.
 	Standby bool
+	// Captured: some member is captured by ztunnel. Its policy is then the
+	// ambient one whatever the fleet wants next (a sidecar join, leaving),
+	// and HBONE stays open, until ztunnel has released every member.
+	Captured bool
 }
 
 // Decide computes the state from what the cluster shows now.
@@ -139,7 +145,7 @@ func Decide(o Observation) State {
 	case o.Desired && withoutProxy == 0:
 		return State{Phase: Meshed, Policies: true, IstiodEgress: true}
 	case o.Desired:
-		return State{Phase: Joining, Relaxed: true, Policies: true, IstiodEgress: true, MissingProxy: missing}
+		return State{Phase: Joining, Relaxed: true, Policies: true, IstiodEgress: true, MissingProxy: missing, Captured: captured > 0}
 	case o.WasMeshed && withProxy > 0:
 		return State{Phase: Leaving, Relaxed: true, Policies: true, IstiodEgress: true, UnwantedProxy: unwanted}
 	case o.Ambient || (captured > 0 && !o.Desired):
@@ -149,7 +155,14 @@ func Decide(o Observation) State {
 		// their peers' plaintext on 8081 until every member is captured, and
 		// again from the moment the namespace leaves, before the first
 		// release. The policies stay while any member is captured.
-		return State{Phase: Ambient, Policies: true, Relaxed: uncaptured > 0 || !o.Ambient}
+		//
+		// The migration to another data plane and the teardown set the
+		// namespace PERMISSIVE before they remove its ambient label, and the
+		// release follows that label at once: relaxing at PERMISSIVE is what
+		// lets the fleet be relaxed before the first release. (At PERMISSIVE
+		// plaintext is accepted anyway; the NetworkPolicy still limits 8081
+		// to peers and the operator.)
+		return State{Phase: Ambient, Policies: true, Relaxed: uncaptured > 0 || !o.Ambient || !o.Strict, Captured: captured > 0}
 	case o.WasMeshed:
 		return State{Phase: Left, Standby: o.Requested, Relaxed: o.Requested}
 	default:
@@ -238,6 +251,8 @@ type Intent struct {
 	// OptedOut: an admin labelled the namespace core.navique.com/mesh=disabled;
 	// it is never enrolled, whatever the fleet asks.
 	OptedOut bool
+	// Strict: the namespace is enrolled with STRICT mTLS in force.
+	Strict bool
 	// ControlPlane is istiod's namespace for a sidecar fleet.
 	ControlPlane string
 	// Access is who may call 8080 inside the mesh.
@@ -255,6 +270,7 @@ func IntentFor(f *v1alpha1.CelldFleet, ns contract.State) Intent {
 		in.ControlPlane = ns.ControlPlane
 	}
 	in.OptedOut = ns.Request == contract.RequestDisabled
+	in.Strict = ns.Enrolled && ns.MTLS == contract.MTLSStrict
 	switch {
 	case mode == v1alpha1.MeshDisabled:
 		in.Disabled = true

@@ -208,15 +208,28 @@ func TestAmbientCaptureIsGradual(t *testing.T) {
 		}
 		return out
 	}
-	assert.Equal(t, State{Phase: Ambient, Policies: true, Relaxed: true}, Decide(Observation{Ambient: true, Pods: captured("-", "-")}), "nothing captured yet: relaxed before the first capture")
-	assert.Equal(t, State{Phase: Ambient, Policies: true, Relaxed: true}, Decide(Observation{Ambient: true, Pods: captured("c", "-")}), "mid-capture")
-	assert.Equal(t, State{Phase: Ambient, Policies: true}, Decide(Observation{Ambient: true, Pods: captured("c", "c")}), "all captured")
-	assert.Equal(t, State{Phase: Ambient, Policies: true, Relaxed: true}, Decide(Observation{Pods: captured("c", "-")}), "namespace left, one member still captured")
-	assert.Equal(t, State{Phase: Ambient, Policies: true, Relaxed: true}, Decide(Observation{Pods: captured("c", "c")}), "namespace left: relaxed before the first release")
-	assert.Equal(t, State{Phase: NotMeshed}, Decide(Observation{Pods: captured("-", "-")}), "all released")
-	assert.Equal(t, State{Phase: NotMeshed, Standby: true, Relaxed: true}, Decide(Observation{Requested: true, Pods: captured("-", "-")}),
-		"asking for the mesh, not in it: the ambient policy stands by for a capture that comes first")
-	assert.Equal(t, State{Phase: NotMeshed}, Decide(Observation{Pods: captured("-", "-")}), "disabled or sidecar-desired fleets have no standby")
+	amb := State{Phase: Ambient, Policies: true}
+	with := func(s State, relaxed, captured bool) State { s.Relaxed, s.Captured = relaxed, captured; return s }
+	for _, c := range []struct {
+		name string
+		obs  Observation
+		want State
+	}{
+		{"nothing captured yet: relaxed before the first capture", Observation{Ambient: true, Strict: true, Pods: captured("-", "-")}, with(amb, true, false)},
+		{"mid-capture", Observation{Ambient: true, Strict: true, Pods: captured("c", "-")}, with(amb, true, true)},
+		{"all captured, STRICT", Observation{Ambient: true, Strict: true, Pods: captured("c", "c")}, with(amb, false, true)},
+		{"all captured, PERMISSIVE (cutover, migration or teardown under way): relaxed before any release", Observation{Ambient: true, Pods: captured("c", "c")}, with(amb, true, true)},
+		{"namespace left, one member still captured", Observation{Pods: captured("c", "-")}, with(amb, true, true)},
+		{"namespace left: relaxed before the first release", Observation{Strict: true, Pods: captured("c", "c")}, with(amb, true, true)},
+		{"all released", Observation{Pods: captured("-", "-")}, State{Phase: NotMeshed}},
+		{"asking for the mesh, not in it: the ambient policy stands by for a capture that comes first", Observation{Requested: true, Pods: captured("-", "-")},
+			State{Phase: NotMeshed, Standby: true, Relaxed: true}},
+		{"disabled or sidecar-desired fleets have no standby", Observation{Pods: captured("-", "-")}, State{Phase: NotMeshed}},
+		{"a sidecar join while members are still captured keeps the ambient policy (Captured)", Observation{Desired: true, Pods: captured("c", "-")},
+			State{Phase: Joining, Relaxed: true, Policies: true, IstiodEgress: true, Captured: true}},
+	} {
+		assert.Equal(t, c.want, Decide(c.obs), c.name)
+	}
 	st := Decide(Observation{Ambient: true, WasMeshed: true, Pods: pods("f-0:a:p:-", "f-1:b:-:-")})
 	assert.Equal(t, Leaving, st.Phase, "sidecars leaving for ambient still relax first")
 
