@@ -81,7 +81,14 @@ func runSequence(t *testing.T, r *Runner, seq []Action) Result {
 func TestExplore(t *testing.T) {
 	root, err := cluster.RepoRoot()
 	require.NoError(t, err)
-	r := startRunner(t, root)
+	// EXPLORE_TREE builds the operators from another tree, e.g. an earlier
+	// commit's (git archive), to shrink a sequence against the code it
+	// failed on.
+	tree := root
+	if v := os.Getenv("EXPLORE_TREE"); v != "" {
+		tree = v
+	}
+	r := startRunner(t, tree)
 
 	files, err := filepath.Glob(filepath.Join("testdata", "regressions", "*.json"))
 	require.NoError(t, err)
