@@ -91,10 +91,23 @@ func TestOperatorsMigrateDataPlane(t *testing.T) {
 		return meta.IsStatusConditionTrue(f.Status.Conditions, "Ready"), "not Ready"
 	})
 
+	// The fleet's callers as real Pods: a labelled client beside it and the
+	// routing source in the edge namespace. Their operator, played by
+	// rollWorkloads, rolls them as docs/servicemesh.md tells users to once
+	// their namespace is labelled for sidecar injection.
+	workloads := []*corev1.Pod{
+		graphPod(migrateNS, "web", "default", map[string]string{"app": "web", labels.ClientOf: f.Name}),
+		graphPod(migrateEdgeNS, "edge-proxy", "default", map[string]string{"app": "edge-proxy"}),
+	}
+	for _, p := range workloads {
+		require.NoError(t, k8s.Create(ctx, p.DeepCopy()))
+	}
+
 	cniCtx, stopCNI := context.WithCancel(ctx)
-	cniDone := make(chan struct{})
-	go func() { defer close(cniDone); cnifake.Play(cniCtx, k8s, migrateNS) }()
-	defer func() { stopCNI(); <-cniDone }()
+	cniDone, rollDone := make(chan struct{}), make(chan struct{})
+	go func() { defer close(cniDone); cnifake.Play(cniCtx, k8s, migrateNS, migrateEdgeNS) }()
+	defer func() { stopCNI(); <-cniDone; <-rollDone }()
+	go func() { defer close(rollDone); rollWorkloads(cniCtx, t, workloads) }()
 
 	sm := &meshv1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: "cluster"},
 		Spec: meshv1.ServiceMeshSpec{Mode: meshv1.ModeManaged, DataPlane: meshv1.DataPlaneAmbient, Isolation: meshv1.IsolationNamespace}}
@@ -173,16 +186,18 @@ func TestOperatorsMigrateDataPlane(t *testing.T) {
 	known, bornCaptured := map[types.UID]bool{}, map[types.UID]bool{}
 	states := rec.replay(func(s *snapshot) {
 		up := s.count(gvrZTunnels) > 0
-		ambientNS := s.nsLabels(migrateNS)[labels.IstioDataPlaneMode] == "ambient"
-		for _, u := range s.in(gvrPods, migrateNS) {
-			if !known[u.GetUID()] {
-				known[u.GetUID()] = true
-				p := corev1.Pod{}
-				_ = runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p)
-				bornCaptured[u.GetUID()] = up && ambientNS && !podmesh.HasProxy(&p)
-			}
-			if _, marked := u.GetAnnotations()[labels.IstioAmbientRedirection]; marked {
-				bornCaptured[u.GetUID()] = false
+		for _, ns := range []string{migrateNS, migrateEdgeNS} {
+			ambientNS := s.nsLabels(ns)[labels.IstioDataPlaneMode] == "ambient"
+			for _, u := range s.in(gvrPods, ns) {
+				if !known[u.GetUID()] {
+					known[u.GetUID()] = true
+					p := corev1.Pod{}
+					_ = runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p)
+					bornCaptured[u.GetUID()] = up && ambientNS && !podmesh.HasProxy(&p)
+				}
+				if _, marked := u.GetAnnotations()[labels.IstioAmbientRedirection]; marked {
+					bornCaptured[u.GetUID()] = false
+				}
 			}
 		}
 		if s.nsLabels(migrateNS)[labels.MeshState] != labels.MeshStateEnrolled {
@@ -222,12 +237,92 @@ func TestOperatorsMigrateDataPlane(t *testing.T) {
 			if v := s.judge(operator, m, 8081, captured, meshed); !v.allowed() {
 				report(s, "the operator cannot read %s's /state: %s", m.Name, v.why)
 			}
+			// The labelled client and the routing source reach the
+			// application port, each as meshed as it is at this state
+			// (while the user rolls one, its replacement is judged once
+			// it runs).
+			for _, ns := range []string{migrateNS, migrateEdgeNS} {
+				for _, u := range s.in(gvrPods, ns) {
+					w := corev1.Pod{}
+					if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &w) != nil || !isWorkload(&w) ||
+						!podmesh.Running(&w) || w.Status.PodIP == "" {
+						continue
+					}
+					src := caller{name: w.Name, namespace: ns, labels: w.Labels, serviceAccount: w.Spec.ServiceAccountName,
+						meshed: meshedNow(&w, up) || (bornCaptured[w.UID] && up)}
+					if v := s.judge(src, m, 8080, captured, meshed); !v.allowed() {
+						report(s, "%s (meshed %t) cannot reach %s:8080: %s", src, src.meshed, m.Name, v.why)
+					}
+				}
+			}
 		}
 	})
 	t.Logf("judged %d observed states", states)
 	if len(wrong) > 0 {
 		t.Fatalf("the migration broke a guarantee:\n  %s", strings.Join(wrong, "\n  "))
 	}
+}
+
+// isWorkload: one of the fleet's callers rollWorkloads keeps (the client
+// or the routing source, whatever generation).
+func isWorkload(p *corev1.Pod) bool {
+	return p.Labels["app"] == "web" || p.Labels["app"] == "edge-proxy"
+}
+
+// rollWorkloads plays the callers' own operator: once a workload's
+// namespace is labelled for sidecar injection and the workload runs no
+// proxy, it is replaced by a new generation (which the injector then
+// gives a sidecar), the rollout docs/servicemesh.md asks users for.
+// Ambient needs no roll.
+func rollWorkloads(ctx context.Context, t *testing.T, workloads []*corev1.Pod) {
+	gen := map[string]int{}
+	for ctx.Err() == nil {
+		for _, want := range workloads {
+			ns := &corev1.Namespace{}
+			if k8s.Get(ctx, client.ObjectKey{Name: want.Namespace}, ns) != nil {
+				continue
+			}
+			injecting := ns.Labels[labels.IstioInjection] == "enabled" || ns.Labels[labels.IstioRevision] != ""
+			name := fmt.Sprintf("%s-%d", want.Name, gen[want.Name])
+			if gen[want.Name] == 0 {
+				name = want.Name
+			}
+			live := &corev1.Pod{}
+			if k8s.Get(ctx, client.ObjectKey{Namespace: want.Namespace, Name: name}, live) != nil || !injecting || podmesh.HasProxy(live) {
+				continue
+			}
+			gen[want.Name]++
+			next := want.DeepCopy()
+			next.Name = fmt.Sprintf("%s-%d", want.Name, gen[want.Name])
+			// The test injector serves Pods that carry Istio's per-Pod
+			// label (Istio's own would follow the namespace label alone).
+			next.Labels[labels.IstioInject] = "true"
+			if err := k8s.Create(ctx, next); err != nil {
+				t.Logf("rolling %s: %v", name, err)
+				continue
+			}
+			// The new generation is up before the old one goes, as a
+			// Deployment's surge would have it.
+			_ = waitPodIP(ctx, next)
+			_ = k8s.Delete(ctx, live)
+			t.Logf("rolled %s/%s into %s for the sidecar", want.Namespace, name, next.Name)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func waitPodIP(ctx context.Context, p *corev1.Pod) error {
+	for ctx.Err() == nil {
+		got := &corev1.Pod{}
+		if k8s.Get(ctx, client.ObjectKeyFromObject(p), got) == nil && got.Status.PodIP != "" {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return ctx.Err()
 }
 
 // meshedNow: the Pod speaks mTLS at this state (a proxy, or redirection
