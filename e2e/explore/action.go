@@ -42,18 +42,23 @@ const (
 	FleetScale      = "fleet.scale"      // Arg: replicas
 	FleetImage      = "fleet.image"      // a new image version
 	FleetPause      = "fleet.pause"      // Arg: on/off
-	FleetIstio      = "fleet.istio"      // Arg: on/off (spec.mesh.istio)
+	FleetIstio      = "fleet.istio"      // Arg: on/off/policies (spec.mesh.istio; policies: applicationAccess Policies)
 	FleetMode       = "fleet.mode"       // Arg: auto/enabled/disabled
-	FleetRouting    = "fleet.routing"    // Arg: on/off (Ingress from the edge namespace)
+	FleetRouting    = "fleet.routing"    // Arg: on/gateway/off (Ingress, or an HTTPRoute on the edge namespace's Gateway)
 	FleetDelete     = "fleet.delete"     //
 	MeshCreate      = "mesh.create"      // Arg: ambient/sidecar
 	MeshDelete      = "mesh.delete"      //
 	MeshMTLS        = "mesh.mtls"        // Arg: strict/permissive
 	MeshDataPlane   = "mesh.dataplane"   // Arg: ambient/sidecar
+	MeshIsolation   = "mesh.isolation"   // Arg: off/namespace/strict
+	MeshMaintenance = "mesh.maintenance" // Arg: short (expires 20 s later, by itself)/long/clear
 	NamespaceLabel  = "ns.label"         // Arg: enabled/disabled/none (the admin's core.navique.com/mesh)
 	OperatorRestart = "operator.restart" // Arg: fleet/mesh (SIGKILL, then start)
 	Injector        = "env.injector"     // Arg: on/off (the test sidecar injector)
 	HandEdit        = "env.handedit"     // deletes the fleet's NetworkPolicy by hand
+	Gateway         = "env.gateway"      // Arg: accept/reject (the played Gateway controller's answer to routes)
+	License         = "env.license"      // Arg: delete/restore/expiring (valid 20 s more)
+	CRDs            = "env.crds"         // Arg: istio-off/istio-on/gateway-off/gateway-on (remove or restore the CRDs)
 )
 
 var fleetNames = []string{"a", "b"}
@@ -69,18 +74,23 @@ var alphabet = []struct {
 	{FleetScale, true, []string{"1", "2", "3"}, 2},
 	{FleetImage, true, nil, 3},
 	{FleetPause, true, []string{"on", "off"}, 1},
-	{FleetIstio, true, []string{"on", "off"}, 2},
+	{FleetIstio, true, []string{"on", "off", "policies"}, 2},
 	{FleetMode, true, []string{"auto", "enabled", "disabled"}, 2},
-	{FleetRouting, true, []string{"on", "off"}, 2},
+	{FleetRouting, true, []string{"on", "gateway", "off"}, 2},
 	{FleetDelete, true, nil, 1},
 	{MeshCreate, false, []string{"ambient", "sidecar"}, 2},
 	{MeshDelete, false, nil, 1},
 	{MeshMTLS, false, []string{"strict", "permissive"}, 1},
 	{MeshDataPlane, false, []string{"ambient", "sidecar"}, 1},
+	{MeshIsolation, false, []string{"off", "namespace", "strict"}, 1},
+	{MeshMaintenance, false, []string{"short", "long", "clear"}, 1},
 	{NamespaceLabel, false, []string{"enabled", "disabled", "none"}, 2},
 	{OperatorRestart, false, []string{"fleet", "mesh"}, 1},
 	{Injector, false, []string{"on", "off"}, 1},
 	{HandEdit, true, nil, 1},
+	{Gateway, false, []string{"accept", "reject"}, 1},
+	{License, false, []string{"delete", "restore", "expiring"}, 1},
+	{CRDs, false, []string{"istio-off", "istio-on", "gateway-off", "gateway-on"}, 1},
 }
 
 // Generate is the sequence of n actions for seed: the same seed always

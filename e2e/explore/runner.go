@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -43,6 +44,7 @@ type Runner struct {
 
 	inj *injector.Injector
 	n   int
+	env environment
 }
 
 // Result is what one sequence showed.
@@ -97,7 +99,13 @@ func (r *Runner) Run(ctx context.Context, seq []Action) (Result, error) {
 	var problems []string
 	settled := r.settle(ctx, rec)
 	if !settled {
-		problems = append(problems, fmt.Sprintf("no quiescence within %s after the last action", r.Settle))
+		why := ""
+		for _, p := range []*harness.Process{r.Bed.Fleet, r.Bed.Mesh} {
+			if !p.Leading() {
+				why += fmt.Sprintf(" (%s never acquired its leader lease)", p.Name)
+			}
+		}
+		problems = append(problems, fmt.Sprintf("no quiescence within %s after the last action%s", r.Settle, why))
 	}
 	problems = append(problems, r.stuck(ctx, w)...)
 	if settled {
@@ -112,16 +120,23 @@ func (r *Runner) Run(ctx context.Context, seq []Action) (Result, error) {
 	}
 	j := newJudgement(w)
 	states := rec.replay(func(s *snapshot) { j.check(s, s.step) })
-	problems = append(append(append(j.violations, j.missing()...), j.strictAtRest(j.last)...), problems...)
+	if j.last != nil {
+		j.atRest = true
+		j.check(j.last, len(seq)+1)
+	}
+	problems = append(append(append(append(j.violations, j.missing()...), j.strictAtRest(j.last)...), j.honestAtRest(j.last)...), problems...)
 	return Result{Violations: problems, States: states, Took: time.Since(start)}, nil
 }
 
 // reset removes what an earlier sequence left cluster-wide: the
-// ServiceMesh, the injector, a dead operator.
+// ServiceMesh, the injector, a dead operator, a changed environment.
 func (r *Runner) reset(ctx context.Context) error {
 	if r.inj != nil {
 		r.inj.Stop(ctx)
 		r.inj = nil
+	}
+	if err := r.restoreEnvironment(ctx); err != nil {
+		return err
 	}
 	for _, p := range []*harness.Process{r.Bed.Fleet, r.Bed.Mesh} {
 		if !p.Running() {
@@ -174,6 +189,9 @@ func (r *Runner) populate(ctx context.Context, w world) error {
 		if err := r.K8s.Create(ctx, p); err != nil {
 			return err
 		}
+	}
+	if err := r.createGateway(ctx, w); err != nil {
+		return err
 	}
 	return waitUntil(ctx, time.Minute, func() (bool, string) {
 		for _, p := range pods {
@@ -249,12 +267,22 @@ func (r *Runner) do(ctx context.Context, w world, a Action) error {
 	case FleetPause:
 		return patchFleet(`{"spec":{"maintenance":{"paused":` + onOff("true", "false") + `}}}`)
 	case FleetIstio:
-		return patchFleet(`{"spec":{"mesh":{"istio":` + onOff("{}", "null") + `}}}`)
+		istio := map[string]string{"on": `{"applicationAccess":"AllowAll"}`, "policies": `{"applicationAccess":"Policies"}`, "off": "null"}[a.Arg]
+		return patchFleet(`{"spec":{"mesh":{"istio":` + istio + `}}}`)
 	case FleetMode:
 		return patchFleet(`{"spec":{"mesh":{"mode":"` + a.Arg + `"}}}`)
 	case FleetRouting:
-		routing := fmt.Sprintf(`{"hostnames":["%s.example.com"],"ingress":{"className":"nginx"},"source":{"namespace":"%s","podLabels":{"app":"%s"}}}`, a.Fleet, w.edge, edgeApp)
-		return patchFleet(`{"spec":{"routing":` + onOff(routing, "null") + `}}`)
+		// A switch between Ingress and Gateway names the one and clears the
+		// other (merge patch).
+		through := `"ingress":{"className":"nginx"},"gateway":null`
+		if a.Arg == "gateway" {
+			through = fmt.Sprintf(`"gateway":{"name":"%s","namespace":"%s"},"ingress":null`, gatewayName, w.edge)
+		}
+		routing := fmt.Sprintf(`{"hostnames":["%s.example.com"],%s,"source":{"namespace":"%s","podLabels":{"app":"%s"}}}`, a.Fleet, through, w.edge, edgeApp)
+		if a.Arg == "off" {
+			routing = "null"
+		}
+		return patchFleet(`{"spec":{"routing":` + routing + `}}`)
 	case FleetDelete:
 		if !fleetExists {
 			return nil
@@ -274,6 +302,37 @@ func (r *Runner) do(ctx context.Context, w world, a Action) error {
 		return patchMesh(`{"spec":{"mtls":{"mode":"` + a.Arg + `"}}}`)
 	case MeshDataPlane:
 		return patchMesh(`{"spec":{"dataPlane":"` + a.Arg + `"}}`)
+	case MeshIsolation:
+		return patchMesh(`{"spec":{"isolation":"` + a.Arg + `"}}`)
+	case MeshMaintenance:
+		until := map[string]time.Duration{"short": shortLived, "long": time.Hour}[a.Arg]
+		value := "null"
+		if a.Arg == "short" {
+			r.env.expiresIn(until)
+		}
+		if until > 0 {
+			value = `"` + time.Now().Add(until).UTC().Format(time.RFC3339) + `"`
+		}
+		return patchMesh(`{"spec":{"mtls":{"maintenanceUntil":` + value + `}}}`)
+	case Gateway:
+		r.env.mu.Lock()
+		r.env.accept = a.Arg == "accept"
+		r.env.mu.Unlock()
+		return nil
+	case License:
+		return r.setLicense(ctx, a.Arg)
+	case CRDs:
+		group, state, _ := strings.Cut(a.Arg, "-")
+		r.env.mu.Lock()
+		gone := r.env.removed[group]
+		r.env.mu.Unlock()
+		switch {
+		case state == "off" && !gone:
+			return r.removeCRDs(ctx, group)
+		case state == "on" && gone:
+			return r.restoreCRDs(ctx, w, group)
+		}
+		return nil
 	case NamespaceLabel:
 		value := `"` + a.Arg + `"`
 		if a.Arg == "none" {
@@ -320,7 +379,12 @@ func (r *Runner) settle(ctx context.Context, rec *recorder) bool {
 		rec.mu.Lock()
 		n := len(rec.events)
 		rec.mu.Unlock()
-		if n != last {
+		// An operator restarted by the sequence reconciles nothing until
+		// it holds its lease: silence before that is not rest.
+		// Nor is it before what the sequence set to expire has expired.
+		if !r.Bed.Fleet.Leading() || !r.Bed.Mesh.Leading() || time.Now().Before(r.env.lastExpiry().Add(time.Second)) {
+			last = -1
+		} else if n != last {
 			last, stillSince = n, time.Now()
 		} else if time.Since(stillSince) >= 8*time.Second {
 			return true
@@ -350,6 +414,14 @@ func (r *Runner) stuck(ctx context.Context, w world) []string {
 			out = append(out, fmt.Sprintf("at rest, fleet %s has no Ready condition", f.Name))
 		case c.Status != metav1.ConditionTrue && !documented(c.Reason):
 			out = append(out, fmt.Sprintf("at rest, fleet %s is Ready=%s with reason %q, which docs/troubleshooting.md does not explain: %s", f.Name, c.Status, c.Reason, c.Message))
+		}
+		// Routing is reported separately from Ready: a route's trouble
+		// never makes the fleet un-Ready.
+		if rc := meta.FindStatusCondition(f.Status.Conditions, "RoutingReady"); c != nil && rc != nil && c.Status != metav1.ConditionTrue && rc.Status != metav1.ConditionTrue && c.Reason == rc.Reason {
+			out = append(out, fmt.Sprintf("at rest, fleet %s is Ready=%s for its route (%s): routing must stay separate from Ready", f.Name, c.Status, c.Reason))
+		}
+		if rc := meta.FindStatusCondition(f.Status.Conditions, "RoutingReady"); rc != nil && rc.Status != metav1.ConditionTrue && !documented(rc.Reason) {
+			out = append(out, fmt.Sprintf("at rest, fleet %s is RoutingReady=%s with reason %q, which docs/troubleshooting.md does not explain: %s", f.Name, rc.Status, rc.Reason, rc.Message))
 		}
 	}
 	sm := &meshv1.ServiceMesh{}
@@ -388,18 +460,68 @@ func (r *Runner) quiet(ctx context.Context, rec *recorder) []string {
 		return nil
 	}
 	sort.Strings(out)
-	changed := map[string]int{}
+	var objs []string
 	rec.mu.Lock()
-	for _, e := range rec.events[seen:] {
-		changed[fmt.Sprintf("%s %s/%s", e.gvr.Resource, e.obj.GetNamespace(), e.obj.GetName())]++
+	for i, e := range rec.events[seen:] {
+		objs = append(objs, fmt.Sprintf("%s %s/%s %s", e.gvr.Resource, e.obj.GetNamespace(), e.obj.GetName(),
+			changeOf(rec.previous(seen+i), e)))
 	}
 	rec.mu.Unlock()
-	var objs []string
-	for k, n := range changed {
-		objs = append(objs, fmt.Sprintf("%s ×%d", k, n))
+	return []string{"at rest, writes within 12 s: " + strings.Join(out, ", ") + "; watched objects changed, in order: " + strings.Join(objs, "; ")}
+}
+
+// changeOf names what an event changed in an object's labels, annotations,
+// spec and data (status and metadata bookkeeping left out), so a value
+// written back and forth shows its two values.
+func changeOf(prev *unstructured.Unstructured, e event) string {
+	if e.typ == watch.Deleted {
+		return "deleted"
 	}
-	sort.Strings(objs)
-	return []string{"at rest, writes within 12 s: " + strings.Join(out, ", ") + "; watched objects changed: " + strings.Join(objs, ", ")}
+	if prev == nil {
+		return "created"
+	}
+	before, after := map[string]string{}, map[string]string{}
+	for _, f := range [][]string{{"metadata", "labels"}, {"metadata", "annotations"}, {"spec"}, {"data"}} {
+		flatten(strings.Join(f, "."), fieldOf(prev, f), before)
+		flatten(strings.Join(f, "."), fieldOf(e.obj, f), after)
+	}
+	var diffs []string
+	for k, v := range after {
+		if before[k] != v {
+			diffs = append(diffs, fmt.Sprintf("%s: %q→%q", k, before[k], v))
+		}
+	}
+	for k, v := range before {
+		if _, ok := after[k]; !ok {
+			diffs = append(diffs, fmt.Sprintf("%s: %q→(gone)", k, v))
+		}
+	}
+	if len(diffs) == 0 {
+		return "(status or bookkeeping only)"
+	}
+	sort.Strings(diffs)
+	return "{" + strings.Join(diffs, ", ") + "}"
+}
+
+func fieldOf(u *unstructured.Unstructured, path []string) any {
+	v, _, _ := unstructured.NestedFieldNoCopy(u.Object, path...)
+	return v
+}
+
+func flatten(prefix string, v any, out map[string]string) {
+	switch t := v.(type) {
+	case nil:
+	case map[string]any:
+		for k, x := range t {
+			flatten(prefix+"."+k, x, out)
+		}
+	case []any:
+		for i, x := range t {
+			flatten(fmt.Sprintf("%s[%d]", prefix, i), x, out)
+		}
+	default:
+		out[prefix] = fmt.Sprint(t)
+	}
 }
 
 // leftovers: nothing a deleted fleet or the deleted ServiceMesh owned is

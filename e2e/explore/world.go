@@ -6,10 +6,13 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/mattfenwick/cyclonus/pkg/matcher"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -34,7 +37,9 @@ var (
 	gvrFleets     = schema.GroupVersionResource{Group: "celld.eric.dev", Version: "v1alpha1", Resource: "celldfleets"}
 	gvrZTunnels   = schema.GroupVersionResource{Group: "sailoperator.io", Version: "v1", Resource: "ztunnels"}
 
-	watched = []schema.GroupVersionResource{gvrPods, gvrNamespaces, gvrPVCs, gvrNetpols, gvrPAs, gvrAPs, gvrFleets, gvrZTunnels}
+	gvrCRDs       = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+	watched = []schema.GroupVersionResource{gvrPods, gvrNamespaces, gvrPVCs, gvrNetpols, gvrPAs, gvrAPs, gvrFleets, gvrZTunnels, gvrCRDs}
 )
 
 // hbonePort is where ztunnel delivers ambient traffic to a captured Pod.
@@ -47,6 +52,8 @@ type event struct {
 	obj *unstructured.Unstructured
 	// step is the index of the last action started when the event came.
 	step int
+	// at is when the recorder saw it.
+	at time.Time
 }
 
 // recorder keeps every change of the watched resources, so the states the
@@ -56,7 +63,6 @@ type recorder struct {
 	initial []event
 	events  []event
 	step    int
-	lost    []string // watches that ended early
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 }
@@ -70,45 +76,136 @@ func startRecorder(ctx context.Context, dyn dynamic.Interface) (*recorder, error
 			cancel()
 			return nil, fmt.Errorf("listing %s: %w", gvr.Resource, err)
 		}
+		known := map[string]*unstructured.Unstructured{}
 		for i := range list.Items {
 			r.initial = append(r.initial, event{gvr: gvr, typ: watch.Added, obj: &list.Items[i]})
-		}
-		w, err := dyn.Resource(gvr).Watch(ctx, metav1.ListOptions{ResourceVersion: list.GetResourceVersion()})
-		if err != nil {
-			cancel()
-			return nil, fmt.Errorf("watching %s: %w", gvr.Resource, err)
+			known[key(&list.Items[i])] = &list.Items[i]
 		}
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
-			defer w.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case ev, ok := <-w.ResultChan():
-					if !ok {
-						// A CRD removed by an action ends its watch: its
-						// objects are gone with it, which the replay shows
-						// as the CRD's absence.
-						r.mu.Lock()
-						r.lost = append(r.lost, gvr.Resource)
-						r.mu.Unlock()
-						return
-					}
-					u, isObj := ev.Object.(*unstructured.Unstructured)
-					if !isObj || ev.Type == watch.Bookmark || ev.Type == watch.Error {
-						continue
-					}
-					rv, _ := strconv.ParseInt(u.GetResourceVersion(), 10, 64)
-					r.mu.Lock()
-					r.events = append(r.events, event{rv: rv, gvr: gvr, typ: ev.Type, obj: u, step: r.step})
-					r.mu.Unlock()
-				}
-			}
+			r.follow(ctx, dyn, gvr, list.GetResourceVersion(), known)
 		}()
 	}
 	return r, nil
+}
+
+// Events the recorder adds when a watched resource stops or starts being
+// served (an action removed or restored its CRD): the replay shows the
+// resource absent in between.
+const (
+	resourceLost  watch.EventType = "LOST"
+	resourceFound watch.EventType = "FOUND"
+)
+
+func key(u *unstructured.Unstructured) string { return u.GetNamespace() + "/" + u.GetName() }
+
+// follow records gvr's changes from rv on. When its watch ends, the
+// resource is listed again: what changed meanwhile is recorded at the
+// list's resourceVersion; a resource no longer served is recorded as lost
+// and listed again every second until it is back.
+func (r *recorder) follow(ctx context.Context, dyn dynamic.Interface, gvr schema.GroupVersionResource, rv string, known map[string]*unstructured.Unstructured) {
+	record := func(e event) {
+		r.mu.Lock()
+		e.step, e.at = r.step, time.Now()
+		r.events = append(r.events, e)
+		r.mu.Unlock()
+	}
+	for ctx.Err() == nil {
+		if w, err := dyn.Resource(gvr).Watch(ctx, metav1.ListOptions{ResourceVersion: rv}); err == nil {
+			for ev := range w.ResultChan() {
+				u, isObj := ev.Object.(*unstructured.Unstructured)
+				if !isObj || ev.Type == watch.Bookmark || ev.Type == watch.Error {
+					continue
+				}
+				n, _ := strconv.ParseInt(u.GetResourceVersion(), 10, 64)
+				rv = u.GetResourceVersion()
+				if ev.Type == watch.Deleted {
+					delete(known, key(u))
+				} else {
+					known[key(u)] = u
+				}
+				record(event{rv: n, gvr: gvr, typ: ev.Type, obj: u})
+			}
+			w.Stop()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		list, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+				r.lose(ctx, dyn, gvr, known, record)
+				continue
+			}
+			time.Sleep(time.Second)
+			continue
+		}
+		rv = list.GetResourceVersion()
+		r.resync(gvr, list, known, record)
+	}
+}
+
+// lose records gvr as no longer served and waits until it is served again.
+func (r *recorder) lose(ctx context.Context, dyn dynamic.Interface, gvr schema.GroupVersionResource, known map[string]*unstructured.Unstructured, record func(event)) {
+	// The state the loss is placed at: the cluster's resourceVersion now.
+	if ns, err := dyn.Resource(gvrNamespaces).List(ctx, metav1.ListOptions{Limit: 1}); err == nil {
+		n, _ := strconv.ParseInt(ns.GetResourceVersion(), 10, 64)
+		record(event{rv: n, gvr: gvr, typ: resourceLost, obj: &unstructured.Unstructured{}})
+	}
+	clear(known)
+	for ctx.Err() == nil {
+		time.Sleep(time.Second)
+		list, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			continue
+		}
+		n, _ := strconv.ParseInt(list.GetResourceVersion(), 10, 64)
+		record(event{rv: n, gvr: gvr, typ: resourceFound, obj: &unstructured.Unstructured{}})
+		r.resync(gvr, list, known, record)
+		return
+	}
+}
+
+// resync records, at the list's resourceVersion, what a list shows that
+// differs from what was known.
+func (r *recorder) resync(gvr schema.GroupVersionResource, list *unstructured.UnstructuredList, known map[string]*unstructured.Unstructured, record func(event)) {
+	n, _ := strconv.ParseInt(list.GetResourceVersion(), 10, 64)
+	listed := map[string]bool{}
+	for i := range list.Items {
+		u := &list.Items[i]
+		listed[key(u)] = true
+		if old := known[key(u)]; old == nil || old.GetResourceVersion() != u.GetResourceVersion() {
+			known[key(u)] = u
+			record(event{rv: n, gvr: gvr, typ: watch.Modified, obj: u})
+		}
+	}
+	for k, u := range known {
+		if !listed[k] {
+			delete(known, k)
+			record(event{rv: n, gvr: gvr, typ: watch.Deleted, obj: u})
+		}
+	}
+}
+
+// previous is the version of events[i]'s object seen before it (nil if
+// none); the caller holds mu.
+func (r *recorder) previous(i int) *unstructured.Unstructured {
+	e := r.events[i]
+	same := func(o event) bool {
+		return o.gvr == e.gvr && o.obj.GetNamespace() == e.obj.GetNamespace() && o.obj.GetName() == e.obj.GetName()
+	}
+	for j := i - 1; j >= 0; j-- {
+		if same(r.events[j]) {
+			return r.events[j].obj
+		}
+	}
+	for _, o := range r.initial {
+		if same(o) {
+			return o.obj
+		}
+	}
+	return nil
 }
 
 func (r *recorder) setStep(i int) {
@@ -126,17 +223,34 @@ func (r *recorder) replay(check func(*snapshot)) int {
 	evs := append([]event(nil), r.events...)
 	r.mu.Unlock()
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].rv < evs[j].rv })
-	s := &snapshot{objs: map[schema.GroupVersionResource]map[string]*unstructured.Unstructured{}}
+	s := &snapshot{objs: map[schema.GroupVersionResource]map[string]*unstructured.Unstructured{},
+		absent: map[schema.GroupVersionResource]bool{}, restored: map[schema.GroupVersionResource]time.Time{}}
 	apply := func(e event) {
 		if s.objs[e.gvr] == nil {
 			s.objs[e.gvr] = map[string]*unstructured.Unstructured{}
 		}
-		k := e.obj.GetNamespace() + "/" + e.obj.GetName()
-		if e.typ == watch.Deleted {
-			delete(s.objs[e.gvr], k)
-			return
+		// A CRD being deleted takes its objects one by one before the
+		// resource stops being served: from its deletion on, the resource
+		// counts as absent.
+		if e.gvr == gvrCRDs {
+			for _, g := range watched {
+				if e.obj.GetName() == g.Resource+"."+g.Group && (e.typ == watch.Deleted || e.obj.GetDeletionTimestamp() != nil) {
+					s.absent[g] = true
+				}
+			}
 		}
-		s.objs[e.gvr][k] = e.obj
+		switch e.typ {
+		case resourceLost:
+			s.objs[e.gvr] = map[string]*unstructured.Unstructured{}
+			s.absent[e.gvr] = true
+		case resourceFound:
+			delete(s.absent, e.gvr)
+			s.restored[e.gvr] = e.at
+		case watch.Deleted:
+			delete(s.objs[e.gvr], key(e.obj))
+		default:
+			s.objs[e.gvr][key(e.obj)] = e.obj
+		}
 	}
 	for _, e := range r.initial {
 		apply(e)
@@ -144,7 +258,7 @@ func (r *recorder) replay(check func(*snapshot)) int {
 	check(s)
 	for _, e := range evs {
 		apply(e)
-		s.rv, s.step, s.last = e.rv, e.step, fmt.Sprintf("%s %s %s/%s", e.typ, e.gvr.Resource, e.obj.GetNamespace(), e.obj.GetName())
+		s.rv, s.step, s.at, s.last = e.rv, e.step, e.at, fmt.Sprintf("%s %s %s/%s", e.typ, e.gvr.Resource, e.obj.GetNamespace(), e.obj.GetName())
 		check(s)
 	}
 	return len(evs) + 1
@@ -156,6 +270,25 @@ type snapshot struct {
 	step int
 	last string // the event that led to this state
 	objs map[schema.GroupVersionResource]map[string]*unstructured.Unstructured
+	// absent: resources not served at this state (their CRD removed).
+	absent map[schema.GroupVersionResource]bool
+	// restored: when a resource absent before was served again.
+	restored map[schema.GroupVersionResource]time.Time
+	// at: when the event leading to this state was seen.
+	at time.Time
+}
+
+// istioGrace is how long after Istio's API is back the operators may take
+// to apply their policies again (they learn of it on their next
+// reconcile); forbidden connections are judged again after it, and at rest
+// always.
+const istioGrace = 30 * time.Second
+
+// istioPoliciesMissing: Istio's policies are gone with its API, or it has
+// only just come back.
+func (s *snapshot) istioPoliciesMissing() bool {
+	back, ok := s.restored[gvrAPs]
+	return s.absent[gvrAPs] || (ok && s.at.Sub(back) < istioGrace)
 }
 
 func (s *snapshot) in(gvr schema.GroupVersionResource, namespace string) []unstructured.Unstructured {

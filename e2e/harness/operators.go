@@ -4,9 +4,11 @@
 package harness
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -127,6 +129,8 @@ type Process struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	err  error
+	// logStart is where this run's lines begin in LogPath.
+	logStart int64
 }
 
 // Start runs the binary in its own process group with its log in LogPath.
@@ -134,6 +138,9 @@ func (p *Process) Start() error {
 	log, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
+	}
+	if st, err := log.Stat(); err == nil {
+		p.logStart = st.Size()
 	}
 	fmt.Fprintf(log, "---- %s starting %s %s\n", time.Now().Format(time.RFC3339), p.Binary, strings.Join(p.Args, " "))
 	cmd := exec.Command(p.Binary, p.Args...)
@@ -166,6 +173,24 @@ func (p *Process) Running() bool {
 	default:
 		return true
 	}
+}
+
+// Leading reports whether the running process has acquired its leader
+// lease, as its log says since it started. A restarted operator waits for
+// its predecessor's lease to expire (up to the lease duration after a
+// SIGKILL) and reconciles nothing until then, so a quiet cluster means
+// nothing while an operator is not leading.
+func (p *Process) Leading() bool {
+	if !p.Running() {
+		return false
+	}
+	f, err := os.Open(p.LogPath)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.NewSectionReader(f, p.logStart, 1<<40))
+	return err == nil && bytes.Contains(b, []byte(`"msg":"Successfully acquired lease"`))
 }
 
 // Stop sends SIGTERM (graceful shutdown) and waits, then SIGKILLs the group.
