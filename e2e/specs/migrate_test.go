@@ -170,6 +170,18 @@ func TestOperatorsMigrateDataPlane(t *testing.T) {
 	// sidecar, so it has an identity (as in TestOperatorsTogether).
 	operator := caller{name: "fleet-operator", namespace: harness.FleetNamespace, serviceAccount: argValue(bed.Fleet.Args, "--operator-service-account"), meshed: true,
 		labels: map[string]string{"app.kubernetes.io/name": "fleet-operator", "app.kubernetes.io/instance": "fleet-operator"}}
+	lookalike := map[string]string{"app": "edge-proxy", labels.ClientOf: f.Name, "app.kubernetes.io/name": "fleet-operator"}
+	forbidden := []struct {
+		src  caller
+		port int
+		why  string
+	}{
+		{caller{name: "fleet-operator", namespace: harness.FleetNamespace, serviceAccount: operator.serviceAccount, labels: operator.labels}, 8080, "the operator only reads /state"},
+		{caller{name: "prometheus-0", namespace: harness.FleetNamespace, serviceAccount: "prometheus", labels: map[string]string{"app": "prometheus"}}, 8081, "other Pods of the operator's namespace"},
+		{caller{name: "batch-1", namespace: migrateEdgeNS, serviceAccount: "default", labels: map[string]string{"app": "batch"}}, 8080, "only the routing source's Pods of the edge namespace"},
+		{caller{name: "batch-2", namespace: migrateNS, serviceAccount: "default", labels: map[string]string{"app": "batch"}}, 8080, "same namespace but not labelled a client"},
+		{caller{name: "legacy-2", namespace: migrateOther, serviceAccount: "default", labels: lookalike}, 8080, "another namespace with every label"},
+	}
 	var wrong []string
 	seen := map[string]bool{}
 	report := func(s *snapshot, format string, args ...any) {
@@ -217,8 +229,31 @@ func TestOperatorsMigrateDataPlane(t *testing.T) {
 				report(s, "mesh-dataplane says sidecar while member %s is still redirected", m.Name)
 			}
 			captured := !podmesh.HasProxy(m) && meshed
-			if v := s.judge(foreign, m, 8080, captured, meshed); v.allowed() || (meshed && v.istio) {
-				report(s, "undeclared namespace reaches %s: %s", m.Name, v.why)
+			for _, port := range []int{8080, 8081} {
+				if v := s.judge(foreign, m, port, captured, meshed); v.allowed() || (meshed && v.istio) {
+					report(s, "undeclared namespace reaches %s:%d: %s", m.Name, port, v.why)
+				}
+			}
+			// The together-spec's forbidden rows, whatever the caller's
+			// meshing at this state.
+			for _, f := range forbidden {
+				for _, meshedSrc := range []bool{true, false} {
+					src := f.src
+					src.meshed = meshedSrc
+					if v := s.judge(src, m, f.port, captured, meshed); v.allowed() {
+						report(s, "forbidden: %s (meshed %t) reaches %s:%d (%s): %s", src, meshedSrc, m.Name, f.port, f.why, v.why)
+					}
+				}
+			}
+			for k := range members {
+				if k != i {
+					src := &members[k]
+					peer := caller{name: src.Name, namespace: migrateNS, labels: src.Labels, serviceAccount: src.Spec.ServiceAccountName,
+						meshed: meshedNow(src, up) || (bornCaptured[src.UID] && up)}
+					if v := s.judge(peer, m, 8080, captured, meshed); v.allowed() {
+						report(s, "forbidden: member %s reaches %s:8080 (members are not clients of their own fleet): %s", src.Name, m.Name, v.why)
+					}
+				}
 			}
 			// The access table's required rows hold at every step: the
 			// peers (each as meshed as it is at this state) and the
@@ -252,6 +287,9 @@ func TestOperatorsMigrateDataPlane(t *testing.T) {
 						meshed: meshedNow(&w, up) || (bornCaptured[w.UID] && up)}
 					if v := s.judge(src, m, 8080, captured, meshed); !v.allowed() {
 						report(s, "%s (meshed %t) cannot reach %s:8080: %s", src, src.meshed, m.Name, v.why)
+					}
+					if v := s.judge(src, m, 8081, captured, meshed); v.allowed() {
+						report(s, "forbidden: %s (meshed %t) reaches the peer port of %s: %s", src, src.meshed, m.Name, v.why)
 					}
 				}
 			}

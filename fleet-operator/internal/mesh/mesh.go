@@ -104,9 +104,11 @@ type State struct {
 	// identity the NetworkPolicy lets through HBONE, clients on 8081
 	// included). A policy that selects no captured Pod enforces nothing.
 	Standby bool
-	// Captured: some member is captured by ztunnel. Its policy is then the
-	// ambient one whatever the fleet wants next (a sidecar join, leaving),
-	// and HBONE stays open, until ztunnel has released every member.
+	// Captured: some member is captured by ztunnel, or is about to be (a
+	// fleet leaving sidecars for an ambient namespace). Its policy is then
+	// the ambient one whatever the fleet wants next (a sidecar join,
+	// leaving), and HBONE stays open, until ztunnel has released every
+	// member.
 	Captured bool
 }
 
@@ -147,7 +149,12 @@ func Decide(o Observation) State {
 	case o.Desired:
 		return State{Phase: Joining, Relaxed: true, Policies: true, IstiodEgress: true, MissingProxy: missing, Captured: captured > 0}
 	case o.WasMeshed && withProxy > 0:
-		return State{Phase: Leaving, Relaxed: true, Policies: true, IstiodEgress: true, UnwantedProxy: unwanted}
+		// Leaving sidecars for an ambient namespace: istio-cni captures each
+		// replacement as it starts, before this operator sees it, and a
+		// captured member's port is hidden in HBONE, so only the ambient
+		// policy keeps 8080 and 8081 apart. It goes on before the first
+		// member is replaced (this step runs before the template changes).
+		return State{Phase: Leaving, Relaxed: true, Policies: true, IstiodEgress: true, UnwantedProxy: unwanted, Captured: captured > 0 || o.Ambient}
 	case o.Ambient || (captured > 0 && !o.Desired):
 		// istio-cni captures (and, once the namespace leaves, releases) the
 		// members one Pod at a time, and the first capture may come before

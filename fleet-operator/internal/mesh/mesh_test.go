@@ -227,6 +227,15 @@ func TestAmbientCaptureIsGradual(t *testing.T) {
 		{"disabled or sidecar-desired fleets have no standby", Observation{Pods: captured("-", "-")}, State{Phase: NotMeshed}},
 		{"a sidecar join while members are still captured keeps the ambient policy (Captured)", Observation{Desired: true, Pods: captured("c", "-")},
 			State{Phase: Joining, Relaxed: true, Policies: true, IstiodEgress: true, Captured: true}},
+		{"sidecars leaving for ambient while replacements are already captured take the ambient policy (Captured)",
+			Observation{Ambient: true, WasMeshed: true, Pods: append(captured("c"), Pod{Name: "f-1", Revision: "a", Proxy: true})},
+			State{Phase: Leaving, Relaxed: true, Policies: true, IstiodEgress: true, Captured: true}},
+		{"sidecars leaving for ambient take the ambient policy before the first replacement is captured",
+			Observation{Ambient: true, WasMeshed: true, Pods: []Pod{{Name: "f-0", Revision: "a", Proxy: true}, {Name: "f-1", Revision: "a", Proxy: true}}},
+			State{Phase: Leaving, Relaxed: true, Policies: true, IstiodEgress: true, Captured: true}},
+		{"sidecars leaving a sidecar namespace stay on the sidecar policy",
+			Observation{WasMeshed: true, Pods: []Pod{{Name: "f-0", Revision: "a", Proxy: true}}},
+			State{Phase: Leaving, Relaxed: true, Policies: true, IstiodEgress: true}},
 	} {
 		assert.Equal(t, c.want, Decide(c.obs), c.name)
 	}
