@@ -122,13 +122,14 @@ func (j *judgement) check(s *snapshot, step int) {
 		if c, ok := podAs(j.w.other, foreignPod); ok {
 			rows = append(rows, row{c, 8080, false, "another namespace with every label"}, row{c, 8081, false, "another namespace on the peer port"})
 		}
-		rows = append(rows, row{j.w.operator, 8081, true, "the operator's /state reads"})
+		rows = append(rows, row{j.w.operator, 8081, true, "the operator's /state reads"}, row{j.w.operator, 8080, false, "the operator only reads /state"})
 		for i := range members {
 			dst := &members[i]
 			all := rows
 			for k := range members {
 				if k != i {
-					all = append(all, row{podCaller(&members[k], ambient), 8081, true, "peers on 8081"})
+					peer := podCaller(&members[k], ambient)
+					all = append(all, row{peer, 8081, true, "peers on 8081"}, row{peer, 8080, false, "members are not clients of their own fleet"})
 				}
 			}
 			for _, r := range all {

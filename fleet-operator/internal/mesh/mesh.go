@@ -70,6 +70,9 @@ type Observation struct {
 	Requested bool
 	// Strict: the namespace's mesh-mtls state label says STRICT is in force.
 	Strict bool
+	// MayBeCaptured: a member without a proxy may be captured by ztunnel
+	// before this operator hears of it (Intent.MayBeCaptured).
+	MayBeCaptured bool
 	// TargetRevision is the StatefulSet's update revision ("" if unknown).
 	TargetRevision string
 	Pods           []Pod
@@ -147,7 +150,10 @@ func Decide(o Observation) State {
 	case o.Desired && withoutProxy == 0:
 		return State{Phase: Meshed, Policies: true, IstiodEgress: true}
 	case o.Desired:
-		return State{Phase: Joining, Relaxed: true, Policies: true, IstiodEgress: true, MissingProxy: missing, Captured: captured > 0}
+		// Members still without their sidecar are istio-cni's to capture
+		// should the namespace the fleet asks to enroll turn out ambient.
+		return State{Phase: Joining, Relaxed: true, Policies: true, IstiodEgress: true, MissingProxy: missing,
+			Captured: captured > 0 || (o.MayBeCaptured && withoutProxy > 0)}
 	case o.WasMeshed && withProxy > 0:
 		// Leaving sidecars for an ambient namespace: istio-cni captures each
 		// replacement as it starts, before this operator sees it, and a
@@ -260,6 +266,8 @@ type Intent struct {
 	OptedOut bool
 	// Strict: the namespace is enrolled with STRICT mTLS in force.
 	Strict bool
+	// SidecarNamespace: the namespace is enrolled in a sidecar mesh.
+	SidecarNamespace bool
 	// ControlPlane is istiod's namespace for a sidecar fleet.
 	ControlPlane string
 	// Access is who may call 8080 inside the mesh.
@@ -278,6 +286,7 @@ func IntentFor(f *v1alpha1.CelldFleet, ns contract.State) Intent {
 	}
 	in.OptedOut = ns.Request == contract.RequestDisabled
 	in.Strict = ns.Enrolled && ns.MTLS == contract.MTLSStrict
+	in.SidecarNamespace = ns.Enrolled && ns.DataPlane == contract.Sidecar
 	switch {
 	case mode == v1alpha1.MeshDisabled:
 		in.Disabled = true
@@ -302,6 +311,14 @@ func IntentFor(f *v1alpha1.CelldFleet, ns contract.State) Intent {
 // Such a fleet may be captured by an ambient mesh before this operator hears
 // of it, so its HBONE port and standby policy are ready beforehand.
 func (in Intent) AsksForMesh() bool { return !in.Disabled && !in.Sidecar && !in.OptedOut }
+
+// MayBeCaptured: every fleet but a disabled one asks for its namespace's
+// enrollment, a sidecar fleet too (see the controller's declaration), and
+// until the namespace is enrolled with sidecars nobody knows which data
+// plane it gets: members without a proxy may be captured by ztunnel the
+// moment it turns ambient, before this operator can react (found by the
+// transition explorer, seed 401).
+func (in Intent) MayBeCaptured() bool { return !in.Disabled && !in.OptedOut && !in.SidecarNamespace }
 
 // ControlPlaneNamespace is the istiod namespace for a fleet: the intent's
 // for a sidecar fleet, or the one recorded when it was meshed (leaving).

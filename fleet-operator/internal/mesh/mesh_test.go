@@ -173,7 +173,10 @@ func TestIntentModeAndControlPlane(t *testing.T) {
 	disabled.Spec.Mesh = &v1alpha1.Mesh{Mode: v1alpha1.MeshDisabled}
 
 	assert.Equal(t, Intent{Access: v1alpha1.AllowAll, ControlPlane: DefaultControlPlaneNamespace}, IntentFor(plain, contract.State{}), "no mesh anywhere: nothing")
-	assert.Equal(t, Intent{Sidecar: true, Access: v1alpha1.AllowAll, ControlPlane: "istio-prod"}, IntentFor(plain, sidecarNS), "sidecar-enrolled namespace: as spec.mesh.istio defaults")
+	assert.Equal(t, Intent{Sidecar: true, SidecarNamespace: true, Access: v1alpha1.AllowAll, ControlPlane: "istio-prod"}, IntentFor(plain, sidecarNS), "sidecar-enrolled namespace: as spec.mesh.istio defaults")
+	assert.False(t, IntentFor(plain, sidecarNS).MayBeCaptured(), "a sidecar-enrolled namespace captures nothing")
+	assert.True(t, IntentFor(explicit, contract.State{}).MayBeCaptured(), "a sidecar fleet asks for an enrollment whose data plane nobody knows yet")
+	assert.False(t, IntentFor(disabled, ambientNS).MayBeCaptured(), "a disabled fleet's members opt out of capture")
 	assert.Equal(t, Intent{Ambient: true, Access: v1alpha1.AllowAll, ControlPlane: DefaultControlPlaneNamespace}, IntentFor(plain, ambientNS))
 	optedOut := IntentFor(plain, contract.State{Request: contract.RequestDisabled})
 	assert.True(t, optedOut.OptedOut)
@@ -233,6 +236,15 @@ func TestAmbientCaptureIsGradual(t *testing.T) {
 		{"sidecars leaving for ambient take the ambient policy before the first replacement is captured",
 			Observation{Ambient: true, WasMeshed: true, Pods: []Pod{{Name: "f-0", Revision: "a", Proxy: true}, {Name: "f-1", Revision: "a", Proxy: true}}},
 			State{Phase: Leaving, Relaxed: true, Policies: true, IstiodEgress: true, Captured: true}},
+		{"a sidecar fleet joining a namespace that may turn ambient: members without their proxy may be captured first",
+			Observation{Desired: true, MayBeCaptured: true, Pods: []Pod{{Name: "f-0", Revision: "a", Proxy: true}, {Name: "f-1", Revision: "a"}}},
+			State{Phase: Joining, Relaxed: true, Policies: true, IstiodEgress: true, Captured: true}},
+		{"a sidecar fleet joining a sidecar-enrolled namespace: nothing captures",
+			Observation{Desired: true, Pods: []Pod{{Name: "f-0", Revision: "a", Proxy: true}, {Name: "f-1", Revision: "a"}}},
+			State{Phase: Joining, Relaxed: true, Policies: true, IstiodEgress: true}},
+		{"a sidecar fleet fully meshed: nothing to capture",
+			Observation{Desired: true, MayBeCaptured: true, Pods: []Pod{{Name: "f-0", Revision: "a", Proxy: true}}},
+			State{Phase: Meshed, Policies: true, IstiodEgress: true}},
 		{"sidecars leaving a sidecar namespace stay on the sidecar policy",
 			Observation{WasMeshed: true, Pods: []Pod{{Name: "f-0", Revision: "a", Proxy: true}}},
 			State{Phase: Leaving, Relaxed: true, Policies: true, IstiodEgress: true}},
