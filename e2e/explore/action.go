@@ -45,6 +45,7 @@ const (
 	FleetIstio      = "fleet.istio"      // Arg: on/off/policies (spec.mesh.istio; policies: applicationAccess Policies)
 	FleetMode       = "fleet.mode"       // Arg: auto/enabled/disabled
 	FleetRouting    = "fleet.routing"    // Arg: on/gateway/off (Ingress, or an HTTPRoute on the edge namespace's Gateway)
+	FleetControlNS  = "fleet.cpns"       // Arg: istio-system/istio-canary (spec.mesh.istio.controlPlaneNamespace; sets spec.mesh.istio)
 	FleetDelete     = "fleet.delete"     //
 	MeshCreate      = "mesh.create"      // Arg: ambient/sidecar
 	MeshDelete      = "mesh.delete"      //
@@ -52,10 +53,12 @@ const (
 	MeshDataPlane   = "mesh.dataplane"   // Arg: ambient/sidecar
 	MeshIsolation   = "mesh.isolation"   // Arg: off/namespace/strict
 	MeshMaintenance = "mesh.maintenance" // Arg: short (expires 20 s later, by itself)/long/clear
+	MeshEnroll      = "mesh.enroll"      // Arg: app/edge/none (spec.enrollNamespaces)
 	NamespaceLabel  = "ns.label"         // Arg: enabled/disabled/none (the admin's core.navique.com/mesh)
 	OperatorRestart = "operator.restart" // Arg: fleet/mesh (SIGKILL, then start)
 	Injector        = "env.injector"     // Arg: on/off (the test sidecar injector)
 	HandEdit        = "env.handedit"     // deletes the fleet's NetworkPolicy by hand
+	ClientLabel     = "env.client"       // Arg: label/unlabel (the fleet's client Pod's celld.eric.dev/client-of)
 	Gateway         = "env.gateway"      // Arg: accept/reject (the played Gateway controller's answer to routes)
 	License         = "env.license"      // Arg: delete/restore/expiring (valid 20 s more)
 	CRDs            = "env.crds"         // Arg: istio-off/istio-on/gateway-off/gateway-on (remove or restore the CRDs)
@@ -77,6 +80,7 @@ var alphabet = []struct {
 	{FleetIstio, true, []string{"on", "off", "policies"}, 2},
 	{FleetMode, true, []string{"auto", "enabled", "disabled"}, 2},
 	{FleetRouting, true, []string{"on", "gateway", "off"}, 2},
+	{FleetControlNS, true, []string{"istio-system", "istio-canary"}, 1},
 	{FleetDelete, true, nil, 1},
 	{MeshCreate, false, []string{"ambient", "sidecar"}, 2},
 	{MeshDelete, false, nil, 1},
@@ -84,10 +88,12 @@ var alphabet = []struct {
 	{MeshDataPlane, false, []string{"ambient", "sidecar"}, 1},
 	{MeshIsolation, false, []string{"off", "namespace", "strict"}, 1},
 	{MeshMaintenance, false, []string{"short", "long", "clear"}, 1},
+	{MeshEnroll, false, []string{"app", "edge", "none"}, 1},
 	{NamespaceLabel, false, []string{"enabled", "disabled", "none"}, 2},
 	{OperatorRestart, false, []string{"fleet", "mesh"}, 1},
 	{Injector, false, []string{"on", "off"}, 1},
 	{HandEdit, true, nil, 1},
+	{ClientLabel, true, []string{"label", "unlabel"}, 1},
 	{Gateway, false, []string{"accept", "reject"}, 1},
 	{License, false, []string{"delete", "restore", "expiring"}, 1},
 	{CRDs, false, []string{"istio-off", "istio-on", "gateway-off", "gateway-on"}, 1},

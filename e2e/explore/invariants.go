@@ -109,8 +109,14 @@ func (j *judgement) check(s *snapshot, step int) {
 			// applicationAccess Policies leaves 8080 to the user's own
 			// AuthorizationPolicies (none here), so the row is not the
 			// operators' to keep.
-			required := f.Spec.Mesh == nil || f.Spec.Mesh.Istio == nil || f.Spec.Mesh.Istio.ApplicationAccess != fleetv1.Policies
-			rows = append(rows, row{c, 8080, required, "labelled client on 8080"}, row{c, 8081, false, "a client on the peer port"})
+			// A client Pod whose label was taken away is an unlabelled Pod.
+			labelled := c.labels[labels.ClientOf] == f.Name
+			required := labelled && (f.Spec.Mesh == nil || f.Spec.Mesh.Istio == nil || f.Spec.Mesh.Istio.ApplicationAccess != fleetv1.Policies)
+			why := "labelled client on 8080"
+			if !labelled {
+				why = "a client Pod without its label"
+			}
+			rows = append(rows, row{c, 8080, required, why}, row{c, 8081, false, "a client on the peer port"})
 		}
 		if c, ok := podAs(j.w.app, bystanderPod); ok {
 			rows = append(rows, row{c, 8080, false, "unlabelled Pod of the namespace"}, row{c, 8081, false, "unlabelled Pod on the peer port"})
@@ -144,7 +150,7 @@ func (j *judgement) check(s *snapshot, step int) {
 					} else if j.established[key] {
 						j.fail("lost "+key, "step %d, after %s: required connection LOST (%s): %s -> %s:%d: %s", step, s.last, r.why, r.src, dst.Name, r.port, v.why)
 					}
-				case v.allowed && hasPolicy && (j.atRest || !s.istioPoliciesMissing()) && (r.src.name != clientPod(f.Name) || r.port != 8080):
+				case v.allowed && hasPolicy && (j.atRest || !s.istioPoliciesMissing()) && (r.why != "labelled client on 8080"):
 					// Without the fleet's NetworkPolicy (deleted by hand) the
 					// members are open until the operator restores it; that
 					// window is the editor's doing, not the operator's. With

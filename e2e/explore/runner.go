@@ -283,6 +283,8 @@ func (r *Runner) do(ctx context.Context, w world, a Action) error {
 			routing = "null"
 		}
 		return patchFleet(`{"spec":{"routing":` + routing + `}}`)
+	case FleetControlNS:
+		return patchFleet(`{"spec":{"mesh":{"istio":{"controlPlaneNamespace":"` + a.Arg + `"}}}}`)
 	case FleetDelete:
 		if !fleetExists {
 			return nil
@@ -302,6 +304,16 @@ func (r *Runner) do(ctx context.Context, w world, a Action) error {
 		return patchMesh(`{"spec":{"mtls":{"mode":"` + a.Arg + `"}}}`)
 	case MeshDataPlane:
 		return patchMesh(`{"spec":{"dataPlane":"` + a.Arg + `"}}`)
+	case MeshEnroll:
+		names := map[string]string{"app": `["` + w.app + `"]`, "edge": `["` + w.edge + `"]`, "none": "null"}[a.Arg]
+		return patchMesh(`{"spec":{"enrollNamespaces":` + names + `}}`)
+	case ClientLabel:
+		value := "null"
+		if a.Arg == "label" {
+			value = `"` + a.Fleet + `"`
+		}
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: w.app, Name: clientPod(a.Fleet)}}
+		return client.IgnoreNotFound(r.K8s.Patch(ctx, p, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"`+labels.ClientOf+`":`+value+`}}}`))))
 	case MeshIsolation:
 		return patchMesh(`{"spec":{"isolation":"` + a.Arg + `"}}`)
 	case MeshMaintenance:

@@ -37,7 +37,7 @@ var (
 	gvrFleets     = schema.GroupVersionResource{Group: "celld.eric.dev", Version: "v1alpha1", Resource: "celldfleets"}
 	gvrZTunnels   = schema.GroupVersionResource{Group: "sailoperator.io", Version: "v1", Resource: "ztunnels"}
 
-	gvrCRDs       = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	gvrCRDs = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
 	watched = []schema.GroupVersionResource{gvrPods, gvrNamespaces, gvrPVCs, gvrNetpols, gvrPAs, gvrAPs, gvrFleets, gvrZTunnels, gvrCRDs}
 )

@@ -259,21 +259,31 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 	var errs []error
 	pending, ownWaiting := false, false
 	var waiting []string
+	// Namespaces leaving the mesh are released after the others are
+	// reconciled: a namespace that declared one of them as an edge goes
+	// PERMISSIVE first, before istio-cni releases the edge's Pods into
+	// plaintext (found by the transition explorer).
+	decisions := map[string]enroll.Decision{}
+	var leaving []*corev1.Namespace
+	for i := range nsList.Items {
+		ns := &nsList.Items[i]
+		d := enroll.Decide(ns.Name, requestLabels(ns), slices.Contains(mesh.Spec.EnrollNamespaces, ns.Name), protected)
+		decisions[ns.Name] = d
+		if ns.DeletionTimestamp == nil && !d.Enroll && (len(ownedLabels(ns)) > 0 || len(policies[ns.Name]) > 0) {
+			leaving = append(leaving, ns)
+		}
+	}
+	leavingNames := make([]string, 0, len(leaving))
+	for _, ns := range leaving {
+		leavingNames = append(leavingNames, ns.Name)
+	}
 	for i := range nsList.Items {
 		ns := &nsList.Items[i]
 		if ns.DeletionTimestamp != nil {
 			continue
 		}
-		d := enroll.Decide(ns.Name, requestLabels(ns), slices.Contains(mesh.Spec.EnrollNamespaces, ns.Name), protected)
+		d := decisions[ns.Name]
 		if !d.Enroll {
-			if len(ownedLabels(ns)) > 0 || len(policies[ns.Name]) > 0 {
-				if err := r.leaveNamespace(ctx, mesh, ns, policies[ns.Name]); err != nil {
-					errs = append(errs, err)
-				} else if slices.Contains(mesh.Status.EnrolledNamespaces, ns.Name) {
-					r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "NamespaceReleased", "Reconcile",
-						"Released namespace %s (%s): state labels, policies and data-plane label removed.", ns.Name, d.Reason)
-				}
-			}
 			continue
 		}
 		if holdOnly {
@@ -289,7 +299,7 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 		} else if err := r.ensureNamedFinalizer(ctx, mesh, EnrollFinalizer); err != nil {
 			return 0, err
 		}
-		res, err := r.enrollNamespace(ctx, mesh, cp, ns, d, policies[ns.Name], now, !holdOnly)
+		res, err := r.enrollNamespace(ctx, mesh, cp, ns, d, policies[ns.Name], now, !holdOnly, leavingNames)
 		paused = append(paused, res.paused...)
 		if enroll.Paused(ns) {
 			paused = append(paused, "Namespace/"+ns.Name)
@@ -326,6 +336,14 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 		case res.pending:
 			ownWaiting = true
 			waiting = append(waiting, fmt.Sprintf("%s (Pod %s)", ns.Name, res.blocker))
+		}
+	}
+	for _, ns := range leaving {
+		if err := r.leaveNamespace(ctx, mesh, ns, policies[ns.Name]); err != nil {
+			errs = append(errs, err)
+		} else if slices.Contains(mesh.Status.EnrolledNamespaces, ns.Name) {
+			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "NamespaceReleased", "Reconcile",
+				"Released namespace %s (%s): state labels, policies and data-plane label removed.", ns.Name, decisions[ns.Name].Reason)
 		}
 	}
 	sort.Strings(enrolled)
@@ -442,7 +460,7 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 // relaxes mTLS: the PeerAuthentication may go PERMISSIVE (the baseline
 // first) and the mtls state label follows; nothing else moves.
 func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alpha1.ServiceMesh, cp *v1alpha1.ControlPlaneStatus,
-	ns *corev1.Namespace, d enroll.Decision, live map[string]*unstructured.Unstructured, now time.Time, ready bool) (nsResult, error) {
+	ns *corev1.Namespace, d enroll.Decision, live map[string]*unstructured.Unstructured, now time.Time, ready bool, leaving []string) (nsResult, error) {
 	dp := mesh.Spec.DataPlane
 	dpLabels := enroll.DataPlaneLabels(dp, cp.Revision)
 	base := maps.Clone(dpLabels)
@@ -473,7 +491,7 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 			return nsResult{}, err
 		}
 	}
-	res, mtlsInForce, err := r.applyPolicies(ctx, mesh, cp, ns, live, now, ready, inPlace)
+	res, mtlsInForce, err := r.applyPolicies(ctx, mesh, cp, ns, live, now, ready, inPlace, leaving)
 	if err != nil {
 		var conflict *apply.ConflictError
 		if errors.As(err, &conflict) && ready {
@@ -515,7 +533,7 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 		return res, err
 	}
 	migration := res.migration
-	res, mtlsInForce, err = r.applyPolicies(ctx, mesh, cp, ns, fresh, now, true, true)
+	res, mtlsInForce, err = r.applyPolicies(ctx, mesh, cp, ns, fresh, now, true, true, leaving)
 	if err != nil {
 		return res, err
 	}
@@ -645,7 +663,7 @@ func (r *ServiceMeshReconciler) rollbackNamespace(ctx context.Context, mesh *v1a
 // force. evaluate: the Pods may be read for the cutover signal. With ready
 // false only relaxing changes are made.
 func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha1.ServiceMesh, cp *v1alpha1.ControlPlaneStatus,
-	ns *corev1.Namespace, live map[string]*unstructured.Unstructured, now time.Time, ready, evaluate bool) (nsResult, string, error) {
+	ns *corev1.Namespace, live map[string]*unstructured.Unstructured, now time.Time, ready, evaluate bool, leaving []string) (nsResult, string, error) {
 	var res nsResult
 	dp := mesh.Spec.DataPlane
 	// mTLS, PERMISSIVE until the workloads show they can take STRICT.
@@ -692,9 +710,15 @@ func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha
 	if migrating {
 		accepted = nil
 	}
+	// An edge namespace leaving the mesh is accepted no more: its Pods
+	// are about to speak plaintext.
+	accepted, leavingEdge := enroll.WithoutLeaving(accepted, state.Edges, leaving)
 	newEdges := enroll.NewEdges(state.Edges, accepted)
 	edgeHolds := false
-	if ready && len(newEdges) > 0 {
+	if ready && leavingEdge != "" {
+		edgeHolds = true
+		res.blocker = fmt.Sprintf("edge %s: leaving the mesh", leavingEdge)
+	} else if ready && len(newEdges) > 0 {
 		if !evaluate {
 			edgeHolds = true // looked at once the data-plane label is on
 		} else {

@@ -208,6 +208,26 @@ func NewEdges(declared, accepted []string) []string {
 	return out
 }
 
+// WithoutLeaving drops from the accepted edges those namespaces that are
+// leaving the mesh, and names the first declared edge that is leaving ("" if
+// none): STRICT holds only over edges whose Pods stay meshed, and an edge
+// released from the mesh goes back to plaintext.
+func WithoutLeaving(accepted, declared, leaving []string) ([]string, string) {
+	var kept []string
+	for _, e := range accepted {
+		if !slices.Contains(leaving, e) {
+			kept = append(kept, e)
+		}
+	}
+	first := ""
+	for _, e := range declared {
+		if slices.Contains(leaving, e) && (first == "" || e < first) {
+			first = e
+		}
+	}
+	return kept, first
+}
+
 // EdgeHolder is the first of the given edge namespaces that still has a
 // running Pod not meshed in data plane dp (podmesh's judgement, as for the
 // namespace's own Pods), and that Pod; "" when every edge is meshed.

@@ -2,6 +2,7 @@ package enroll
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -240,4 +241,25 @@ func TestAcceptedEdges(t *testing.T) {
 	}
 	assert.Equal(t, "", PeerAuthentication("ns", contract.MTLSStrict, "2026-12-01T00:00:00Z", owner).GetAnnotations()[labels.MeshStrictEdges],
 		"a cut-over PeerAuthentication records its edges even when there are none")
+}
+
+func TestWithoutLeaving(t *testing.T) {
+	for _, tc := range []struct {
+		name                        string
+		accepted, declared, leaving []string
+		kept                        []string
+		first                       string
+	}{
+		{"nothing leaves", []string{"edge", "ops"}, []string{"edge", "ops"}, nil, []string{"edge", "ops"}, ""},
+		{"an accepted edge leaves: accepted no more, and named", []string{"edge", "ops"}, []string{"edge", "ops"}, []string{"edge", "other"}, []string{"ops"}, "edge"},
+		{"a leaving namespace that is not an edge is no concern", []string{"ops"}, []string{"ops"}, []string{"other"}, []string{"ops"}, ""},
+		{"a declared edge not accepted yet that leaves is named too", nil, []string{"b", "a"}, []string{"b", "a"}, nil, "a"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kept, first := WithoutLeaving(tc.accepted, tc.declared, tc.leaving)
+			if !slices.Equal(kept, tc.kept) || first != tc.first {
+				t.Fatalf("WithoutLeaving = %v, %q; want %v, %q", kept, first, tc.kept, tc.first)
+			}
+		})
+	}
 }
