@@ -54,7 +54,7 @@ up)
   # Read from the objects' managedFields, not from this script: each
   # operator's own writes.
   kubectl get namespace demo -o go-template='{{range .metadata.managedFields}}{{$by := .manager}}{{if eq .operation "Apply"}}{{with index .fieldsV1 "f:metadata"}}{{with index . "f:labels"}}{{printf "namespace labels by %s:\n " $by}}{{range $k, $v := .}} {{slice $k 2}}={{index $.metadata.labels (slice $k 2)}}{{end}}{{"\n"}}{{end}}{{end}}{{end}}{{end}}' |
-    fold -s -w 116 | sed -E '/^(namespace labels by|  )/!s/^/  /' 
+    fold -s -w 116 | sed -E '/^(namespace labels by|  )/!s/^/  /'
   kubectl -n demo get statefulsets,services,networkpolicies,peerauthentications,authorizationpolicies -o go-template='{{printf "%-20s %-17s %-15s %s\n" "KIND" "NAME" "WRITTEN BY" "MODE/ACTION"}}{{range .items}}{{$item := .}}{{range .metadata.managedFields}}{{if eq .operation "Apply"}}{{printf "%-20s %-17s %-15s " $item.kind $item.metadata.name .manager}}{{with $item.spec.mtls}}{{.mode}}{{end}}{{if eq $item.kind "AuthorizationPolicy"}}{{or $item.spec.action "ALLOW"}}{{end}}{{"\n"}}{{end}}{{end}}{{end}}'
 
   echo
@@ -67,6 +67,8 @@ up)
   echo "demo: stop everything with: make demo-down"
   ;;
 down)
+  # A demo started before the binaries moved to $dir/bin.
+  [ -x "$testbed" ] || testbed="$root/bin/testbed"
   if [ -x "$testbed" ] && [ -f "$dir/testbed.pid" ]; then
     "$testbed" down --dir "$dir"
   else
