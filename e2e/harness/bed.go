@@ -13,8 +13,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/ericdev/fleetmesh/e2e/cluster"
 	"github.com/ericdev/fleetmesh/e2e/cluster/local"
+	"github.com/ericdev/fleetmesh/e2e/cnifake"
+	"github.com/ericdev/fleetmesh/e2e/sailfake"
 	"github.com/ericdev/fleetmesh/e2e/standin"
 )
 
@@ -44,6 +48,12 @@ type BedOptions struct {
 	FleetExtraArgs []string
 	// MeshExtraArgs are appended to the mesh operator's arguments, likewise.
 	MeshExtraArgs []string
+	// SimulateMesh plays the two mesh components the bed cannot run (it has
+	// no container runtime): the Sail Operator's controller (sailfake, with
+	// the project's minimal Sail CRDs) and istio-cni (cnifake, every
+	// namespace). `make demo` uses it so the ServiceMesh can become Ready;
+	// specs that need them start their own instead.
+	SimulateMesh bool
 	// StandinStartupDelay is how long a fresh member reports Starting.
 	StandinStartupDelay time.Duration
 	Log                 io.Writer
@@ -63,6 +73,8 @@ type Bed struct {
 
 	stopStandin context.CancelFunc
 	standinDone chan struct{}
+	// stopSimulated ends SimulateMesh's players and waits for them.
+	stopSimulated func()
 	// licensePub is the public key the bed's mesh operator trusts.
 	licensePub string
 }
@@ -114,7 +126,32 @@ func StartBed(ctx context.Context, o BedOptions) (_ *Bed, err error) {
 			return nil, err
 		}
 	}
+	if o.SimulateMesh {
+		if err := b.simulateMesh(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return b, nil
+}
+
+// simulateMesh starts sailfake and cnifake as the bed's admin.
+func (b *Bed) simulateMesh(ctx context.Context) error {
+	c, err := client.New(b.Cluster.REST, client.Options{})
+	if err != nil {
+		return err
+	}
+	// Not ctx: the players outlive start-up (a caller's start-up timeout
+	// must not stop them); Stop ends them.
+	stopSail, err := sailfake.Serve(context.WithoutCancel(ctx), b.Cluster.REST, c, b.Opts.Root)
+	if err != nil {
+		return fmt.Errorf("simulated Sail Operator: %w", err)
+	}
+	cniCtx, stopCNI := context.WithCancel(context.Background())
+	cniDone := make(chan struct{})
+	go func() { defer close(cniDone); cnifake.Play(cniCtx, c) }()
+	b.stopSimulated = func() { stopCNI(); <-cniDone; stopSail() }
+	fmt.Fprintln(b.Opts.Log, "bed: SIMULATED Sail Operator controller (e2e/sailfake) and istio-cni (e2e/cnifake) running")
+	return nil
 }
 
 func (b *Bed) binDir() string { return filepath.Join(b.Opts.WorkDir, "bin") }
@@ -191,7 +228,8 @@ func (b *Bed) buildOperators(ctx context.Context, tree, bin string) error {
 		// The mesh operator is built with the test-key path so it trusts the
 		// bed's own license key; release builds cannot do this.
 		{"mesh-operator", "./cmd/mesh-operator", "mesh-operator", []string{"licensetestkey"}},
-		{"mesh-operator", "./cmd/mesh-license", "mesh-license", nil},
+		// The vendor build: the bed mints its own licenses (keygen, sign).
+		{"mesh-operator", "./cmd/mesh-license", "mesh-license", []string{"licensevendor"}},
 	}
 	for _, bl := range builds {
 		if err := Build(ctx, filepath.Join(tree, bl.module), bl.pkg, filepath.Join(bin, bl.out), bl.tags...); err != nil {
@@ -301,8 +339,12 @@ func (b *Bed) Healthy() error {
 	return b.Provider.Healthy()
 }
 
-// Stop stops the operators, the stand-ins and the control plane.
+// Stop stops the operators, the simulated mesh components, the stand-ins
+// and the control plane.
 func (b *Bed) Stop() {
+	if b.stopSimulated != nil {
+		b.stopSimulated()
+	}
 	for _, p := range []*Process{b.Fleet, b.Mesh} {
 		if p != nil {
 			_ = p.Stop(15 * time.Second)

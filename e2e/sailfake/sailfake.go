@@ -89,8 +89,8 @@ func sync(ctx context.Context, c client.Client, kind string) {
 		status := map[string]any{
 			"observedGeneration": u.GetGeneration(),
 			"conditions": []any{
-				map[string]any{"type": "Reconciled", "status": "True", "reason": "Reconciled", "message": "local test bed", "lastTransitionTime": time.Now().UTC().Format(time.RFC3339)},
-				map[string]any{"type": "Ready", "status": "True", "reason": "Healthy", "message": "local test bed: no data plane runs here", "lastTransitionTime": time.Now().UTC().Format(time.RFC3339)},
+				map[string]any{"type": "Reconciled", "status": "True", "reason": "Reconciled", "message": "SIMULATED by e2e/sailfake (local test bed)", "lastTransitionTime": time.Now().UTC().Format(time.RFC3339)},
+				map[string]any{"type": "Ready", "status": "True", "reason": "Healthy", "message": "SIMULATED by e2e/sailfake: no Sail Operator or data plane runs on the local test bed", "lastTransitionTime": time.Now().UTC().Format(time.RFC3339)},
 			},
 			"state": "Healthy",
 		}

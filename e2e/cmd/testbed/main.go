@@ -1,7 +1,7 @@
 // Command testbed runs the local cluster provider in the foreground, for the
 // Makefile's demo and local e2e targets and for humans:
 //
-//	testbed up   --dir .testbed [--nodes 3] [--crds dir,file] [--optional-crds dir,...]
+//	testbed up   --dir .testbed [--nodes 3] [--operators [--simulate-mesh]] [--crds dir,file] [--optional-crds dir,...]
 //	testbed wait --dir .testbed [--timeout 3m]
 //	testbed down --dir .testbed [--timeout 30s]
 //
@@ -20,7 +20,7 @@ import (
 )
 
 const usage = `usage:
-  testbed up   --dir DIR [--nodes N] [--crds PATH,...] [--optional-crds PATH,...] [--no-default-crds]
+  testbed up   --dir DIR [--nodes N] [--operators [--simulate-mesh]] [--crds PATH,...] [--optional-crds PATH,...] [--no-default-crds]
   testbed wait --dir DIR [--timeout DURATION]
   testbed down --dir DIR [--timeout DURATION]
 `

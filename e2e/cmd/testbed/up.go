@@ -26,6 +26,7 @@ func up(args []string) error {
 	noDefault := fs.Bool("no-default-crds", false, "skip the Gateway API and Istio CRDs")
 	timeout := fs.Duration("timeout", 2*time.Minute, "start-up timeout")
 	operators := fs.Bool("operators", false, "also run both operators as processes under their charts' RBAC (builds them; needs bin/helm)")
+	simulate := fs.Bool("simulate-mesh", false, "also play the Sail Operator's controller and istio-cni (SIMULATED: no container runtime here), so a ServiceMesh can become Ready")
 	enforced := fs.Bool("network-policy-enforced", true, "the fleet operator's networkPolicyEnforced assertion (with --operators)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -60,7 +61,7 @@ func up(args []string) error {
 	// --operators, both operators) to the local control plane.
 	bed, err := harness.StartBed(ctx, harness.BedOptions{
 		Root: root, WorkDir: abs, Nodes: *nodes,
-		Operators: *operators, NetworkPolicyEnforced: *enforced,
+		Operators: *operators, NetworkPolicyEnforced: *enforced, SimulateMesh: *simulate,
 		Log: os.Stderr,
 		Cluster: local.Options{
 			WorkDir:          abs,
@@ -79,8 +80,8 @@ func up(args []string) error {
 		bed.Stop()
 		return err
 	}
-	fmt.Printf("testbed ready: kubeconfig=%s nodes=%d operators=%t startup=%s (stop: testbed down --dir %s)\n",
-		bed.Cluster.Kubeconfig, *nodes, *operators, time.Since(started).Round(10*time.Millisecond), *dir)
+	fmt.Printf("testbed ready: kubeconfig=%s nodes=%d operators=%t simulated-mesh=%t startup=%s (stop: testbed down --dir %s)\n",
+		bed.Cluster.Kubeconfig, *nodes, *operators, *simulate, time.Since(started).Round(10*time.Millisecond), *dir)
 
 	runErr := supervise(ctx, bed)
 	fmt.Fprintln(os.Stderr, "testbed: stopping")

@@ -1,13 +1,22 @@
-// Command mesh-license creates and checks mesh-operator license files.
+// Command mesh-license checks mesh-operator license files and, in the
+// vendor build, creates them.
+//
+//	mesh-license verify [--pub PUB] [--at TIME] license.json
+//	mesh-license inspect [--pub PUB] [--at TIME] license.json
+//	mesh-license pubkey --pub PUB                    print a public key as base64
+//
+// The vendor build (go build -tags licensevendor) adds:
 //
 //	mesh-license keygen --out DIR                    write a signing key pair
-//	mesh-license pubkey --key PRIV                   print a public key as base64
+//	mesh-license pubkey --key PRIV
 //	mesh-license sign --key PRIV --licensee NAME --features service-mesh \
 //	    --not-after 2027-01-01 [--not-before ...] > license.json
-//	mesh-license verify [--pub PUB] [--at TIME] license.json
 //
-// Tests, the local e2e and demos use it to mint licenses with their own key
-// pair; an operator built with -tags licensetestkey then trusts that key via
+// Releases publish the customer build only (the default: no licensevendor
+// tag), whose binary does not contain the signing code at all
+// (TestCustomerBuildCannotSign). Tests, the local e2e and demos build the
+// vendor build to mint licenses with their own key pair; an operator built
+// with -tags licensetestkey then trusts that key via
 // --license-test-public-key or $MESH_LICENSE_TEST_PUBLIC_KEY. Release
 // licenses are signed the same way with the release key, which never enters
 // the repository.
@@ -15,14 +24,11 @@ package main
 
 import (
 	"crypto/ed25519"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -43,20 +49,20 @@ const (
 // errUsage marks errors that are the caller's invocation, not the license.
 var errUsage = errors.New("usage")
 
-const usage = `mesh-license creates and checks mesh-operator license files.
+// usage lists this build's commands; vendorUsage (vendor.go or
+// customer.go) adds or explains the signing ones.
+var usage = `mesh-license checks mesh-operator license files.
 
 Commands:
-  keygen --out DIR [--name NAME] [--force]
-        write NAME.key (private, PEM, mode 0600) and NAME.pub (PEM) to DIR
-  pubkey (--key PRIV | --pub PUB)
-        print the public key as base64, the form $MESH_LICENSE_TEST_PUBLIC_KEY takes
-  sign --key PRIV --licensee NAME --features LIST (--not-after TIME | --valid-for DURATION)
-       [--not-before TIME] [--issued-at TIME] [--id ID] [--out FILE]
-        write a signed license file (to stdout unless --out)
   verify [--pub PUB]... [--at TIME] FILE
         check a license file (FILE "-" reads stdin); without --pub, against the
         keys this build trusts
-
+  inspect [--pub PUB]... [--at TIME] FILE
+        show what a license file says, even if it does not verify, and whether
+        it does (exit 1 when not)
+  pubkey --pub PUB
+        print a public key as base64, the form $MESH_LICENSE_TEST_PUBLIC_KEY takes
+` + vendorUsage + `
 TIME is RFC 3339 (2026-01-02T15:04:05Z) or a date (2026-01-02, midnight UTC).
 `
 
@@ -68,11 +74,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer, clock func() 
 		}
 		return exitOK
 	}
-	cmds := map[string]func([]string, io.Reader, io.Writer, io.Writer, time.Time) error{
-		"keygen": keygen,
-		"pubkey": pubkey,
-		"sign":   sign,
-		"verify": verify,
+	cmds := map[string]command{
+		"pubkey":  pubkey,
+		"verify":  verify,
+		"inspect": inspect,
+	}
+	for name, cmd := range vendorCommands() {
+		cmds[name] = cmd
 	}
 	cmd, ok := cmds[args[0]]
 	if !ok {
@@ -85,6 +93,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer, clock func() 
 		return exitOK
 	case errors.Is(err, flag.ErrHelp):
 		return exitOK
+	case errors.Is(err, errReported):
+		return exitFailed
 	case errors.Is(err, errUsage):
 		fmt.Fprintf(stderr, "mesh-license %s: %v\n", args[0], err)
 		return exitUsage
@@ -93,6 +103,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer, clock func() 
 		return exitFailed
 	}
 }
+
+// command runs one subcommand with its arguments at time now.
+type command func(args []string, stdin io.Reader, stdout, stderr io.Writer, now time.Time) error
 
 func usageErr(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, args...))
@@ -116,54 +129,6 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-func keygen(args []string, _ io.Reader, stdout, stderr io.Writer, _ time.Time) error {
-	fs := newFlags("keygen", stderr)
-	dir := fs.String("out", "", "directory to write the key pair to (created if needed)")
-	name := fs.String("name", "license-signing", "base name of the key files")
-	force := fs.Bool("force", false, "overwrite existing key files")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if *dir == "" || fs.NArg() != 0 {
-		return usageErr("keygen needs --out DIR and no arguments")
-	}
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		return err
-	}
-	privPEM, err := license.MarshalPrivateKeyPEM(priv)
-	if err != nil {
-		return err
-	}
-	pubPEM, err := license.MarshalPublicKeyPEM(pub)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(*dir, 0o755); err != nil {
-		return err
-	}
-	privPath := filepath.Join(*dir, *name+".key")
-	pubPath := filepath.Join(*dir, *name+".pub")
-	if !*force {
-		// Overwriting a signing key silently would orphan every license
-		// signed with it.
-		for _, p := range []string{privPath, pubPath} {
-			if _, err := os.Stat(p); err == nil {
-				return fmt.Errorf("%s already exists; use --force to replace the key pair", p)
-			}
-		}
-	}
-	if err := os.WriteFile(privPath, privPEM, 0o600); err != nil {
-		return err
-	}
-	if err := os.WriteFile(pubPath, pubPEM, 0o644); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "private key: %s (keep it secret; never commit it)\npublic key:  %s\nbase64:      %s\n",
-		privPath, pubPath, license.EncodePublicKey(pub))
-	return nil
-}
-
 func pubkey(args []string, _ io.Reader, stdout, stderr io.Writer, _ time.Time) error {
 	fs := newFlags("pubkey", stderr)
 	privPath := fs.String("key", "", "private key file")
@@ -176,11 +141,13 @@ func pubkey(args []string, _ io.Reader, stdout, stderr io.Writer, _ time.Time) e
 	}
 	var pub ed25519.PublicKey
 	if *privPath != "" {
-		priv, err := readPrivateKey(*privPath)
-		if err != nil {
+		if publicOfPrivateKey == nil {
+			return usageErr("--key reads a private key, which only the vendor build does; give --pub")
+		}
+		var err error
+		if pub, err = publicOfPrivateKey(*privPath); err != nil {
 			return err
 		}
-		pub = priv.Public().(ed25519.PublicKey)
 	} else {
 		var err error
 		if pub, err = readPublicKey(*pubPath); err != nil {
@@ -191,77 +158,6 @@ func pubkey(args []string, _ io.Reader, stdout, stderr io.Writer, _ time.Time) e
 	return nil
 }
 
-func sign(args []string, _ io.Reader, stdout, stderr io.Writer, now time.Time) error {
-	fs := newFlags("sign", stderr)
-	keyPath := fs.String("key", "", "private key file (PEM or base64)")
-	licensee := fs.String("licensee", "", "who the license is issued to")
-	features := fs.String("features", "", "comma-separated features, e.g. service-mesh,preview")
-	id := fs.String("id", "", "license ID (default: a random lic-... ID)")
-	notBefore := fs.String("not-before", "", "start of validity (default: now)")
-	notAfter := fs.String("not-after", "", "end of validity")
-	validFor := fs.Duration("valid-for", 0, "validity from --not-before, instead of --not-after (e.g. 720h)")
-	issuedAt := fs.String("issued-at", "", "issue time (default: now)")
-	out := fs.String("out", "", "write the license to this file instead of stdout")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	switch {
-	case fs.NArg() != 0:
-		return usageErr("unexpected arguments %q", fs.Args())
-	case *keyPath == "":
-		return usageErr("--key is required")
-	case *licensee == "":
-		return usageErr("--licensee is required")
-	case (*notAfter == "") == (*validFor == 0):
-		return usageErr("give exactly one of --not-after or --valid-for")
-	}
-	// Whole seconds: the license file stays readable, and nothing needs
-	// finer validity than that.
-	now = now.UTC().Truncate(time.Second)
-	l := license.License{ID: *id, Licensee: *licensee, Features: splitList(*features), NotBefore: now, IssuedAt: now}
-	var err error
-	if *notBefore != "" {
-		if l.NotBefore, err = parseWhen("--not-before", *notBefore); err != nil {
-			return err
-		}
-	}
-	if *issuedAt != "" {
-		if l.IssuedAt, err = parseWhen("--issued-at", *issuedAt); err != nil {
-			return err
-		}
-	}
-	if *validFor != 0 {
-		l.NotAfter = l.NotBefore.Add(*validFor)
-	} else if l.NotAfter, err = parseWhen("--not-after", *notAfter); err != nil {
-		return err
-	}
-	if l.ID == "" {
-		b := make([]byte, 8)
-		if _, err := rand.Read(b); err != nil {
-			return err
-		}
-		l.ID = "lic-" + hex.EncodeToString(b)
-	}
-	if !l.Allows() {
-		// Allowed (tests need such licenses), but almost always a mistake.
-		fmt.Fprintf(stderr, "mesh-license sign: warning: features %q include neither %s nor %s; the operator will refuse this license\n",
-			*features, license.FeatureServiceMesh, license.FeaturePreview)
-	}
-	priv, err := readPrivateKey(*keyPath)
-	if err != nil {
-		return err
-	}
-	raw, err := license.Sign(l, priv)
-	if err != nil {
-		return err
-	}
-	if *out == "" {
-		_, err = stdout.Write(raw)
-		return err
-	}
-	return os.WriteFile(*out, raw, 0o644)
-}
-
 // pubFlags collects repeated --pub values.
 type pubFlags []string
 
@@ -269,40 +165,7 @@ func (p *pubFlags) String() string     { return strings.Join(*p, ",") }
 func (p *pubFlags) Set(s string) error { *p = append(*p, s); return nil }
 
 func verify(args []string, stdin io.Reader, stdout, stderr io.Writer, now time.Time) error {
-	fs := newFlags("verify", stderr)
-	var pubs pubFlags
-	fs.Var(&pubs, "pub", "public key file to trust (repeatable; default: the keys this build trusts)")
-	at := fs.String("at", "", "verify as of this time instead of now")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 1 {
-		return usageErr("verify needs exactly one license file (or - for stdin)")
-	}
-	if *at != "" {
-		var err error
-		if now, err = parseWhen("--at", *at); err != nil {
-			return err
-		}
-	}
-	var keys []ed25519.PublicKey
-	if len(pubs) == 0 {
-		var err error
-		keys, err = license.TrustedKeys()
-		if errors.Is(err, license.ErrTestKeysDisabled) {
-			fmt.Fprintf(stderr, "mesh-license verify: warning: %v\n", err)
-		} else if err != nil {
-			return err
-		}
-	}
-	for _, p := range pubs {
-		k, err := readPublicKey(p)
-		if err != nil {
-			return err
-		}
-		keys = append(keys, k)
-	}
-	raw, err := readInput(fs.Arg(0), stdin)
+	raw, keys, now, err := licenseArgs("verify", args, stdin, stderr, now)
 	if err != nil {
 		return err
 	}
@@ -310,10 +173,80 @@ func verify(args []string, stdin io.Reader, stdout, stderr io.Writer, now time.T
 	if err != nil {
 		return fmt.Errorf("%s: %w", license.ReasonOf(err), err)
 	}
-	fmt.Fprintf(stdout, "valid: license %q for %q\n  features:  %s\n  notBefore: %s\n  notAfter:  %s (%s left)\n",
+	fmt.Fprint(stdout, "valid: ")
+	describe(stdout, l, now)
+	return nil
+}
+
+// inspect prints what a license says before judging it, so a customer can
+// tell a wrong file (another licensee, an old one) from a damaged one. The
+// content is printed as decoded, untrusted; the verdict is Verify's.
+func inspect(args []string, stdin io.Reader, stdout, stderr io.Writer, now time.Time) error {
+	raw, keys, now, err := licenseArgs("inspect", args, stdin, stderr, now)
+	if err != nil {
+		return err
+	}
+	l, err := license.Inspect(raw)
+	if err != nil {
+		return fmt.Errorf("%s: %w", license.ReasonOf(err), err)
+	}
+	describe(stdout, l, now)
+	fmt.Fprintf(stdout, "  issuedAt:  %s\n", l.IssuedAt.UTC().Format(time.RFC3339))
+	if _, err := license.Verify(raw, keys, now); err != nil {
+		fmt.Fprintf(stdout, "signature: %s: %v\n", license.ReasonOf(err), err)
+		return errReported
+	}
+	fmt.Fprintln(stdout, "signature: valid; the operator accepts it")
+	return nil
+}
+
+// errReported fails a command whose output already said why.
+var errReported = errors.New("not accepted")
+
+func describe(w io.Writer, l *license.License, now time.Time) {
+	fmt.Fprintf(w, "license %q for %q\n  features:  %s\n  notBefore: %s\n  notAfter:  %s (%s left)\n",
 		l.ID, l.Licensee, strings.Join(l.Features, ", "),
 		l.NotBefore.UTC().Format(time.RFC3339), l.NotAfter.UTC().Format(time.RFC3339), remaining(l.NotAfter.Sub(now)))
-	return nil
+}
+
+// licenseArgs parses [--pub PUB]... [--at TIME] FILE and reads the file and
+// the keys to trust (without --pub: this build's).
+func licenseArgs(name string, args []string, stdin io.Reader, stderr io.Writer, now time.Time) ([]byte, []ed25519.PublicKey, time.Time, error) {
+	fs := newFlags(name, stderr)
+	var pubs pubFlags
+	fs.Var(&pubs, "pub", "public key file to trust (repeatable; default: the keys this build trusts)")
+	at := fs.String("at", "", "judge as of this time instead of now")
+	if err := parseFlags(fs, args); err != nil {
+		return nil, nil, now, err
+	}
+	if fs.NArg() != 1 {
+		return nil, nil, now, usageErr("%s needs exactly one license file (or - for stdin)", name)
+	}
+	if *at != "" {
+		var err error
+		if now, err = parseWhen("--at", *at); err != nil {
+			return nil, nil, now, err
+		}
+	}
+	var keys []ed25519.PublicKey
+	if len(pubs) == 0 {
+		var err error
+		keys, err = license.TrustedKeys()
+		if errors.Is(err, license.ErrTestKeysDisabled) {
+			fmt.Fprintf(stderr, "mesh-license %s: warning: %v\n", name, err)
+		} else if err != nil {
+			return nil, nil, now, err
+		}
+	}
+	for _, p := range pubs {
+		k, err := readPublicKey(p)
+		if err != nil {
+			return nil, nil, now, err
+		}
+		keys = append(keys, k)
+	}
+	raw, err := readInput(fs.Arg(0), stdin)
+	return raw, keys, now, err
 }
 
 func remaining(d time.Duration) string {
@@ -338,18 +271,6 @@ func readInput(path string, stdin io.Reader) ([]byte, error) {
 	return io.ReadAll(io.LimitReader(r, license.MaxSize+1))
 }
 
-func readPrivateKey(path string) (ed25519.PrivateKey, error) {
-	text, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	k, err := license.ParsePrivateKey(text)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return k, nil
-}
-
 func readPublicKey(path string) (ed25519.PublicKey, error) {
 	text, err := os.ReadFile(path)
 	if err != nil {
@@ -372,14 +293,4 @@ func parseWhen(flagName, s string) (time.Time, error) {
 		return t, nil
 	}
 	return time.Time{}, usageErr("%s %q is neither RFC 3339 (2026-01-02T15:04:05Z) nor a date (2026-01-02)", flagName, s)
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
 }

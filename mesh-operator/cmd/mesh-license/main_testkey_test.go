@@ -1,4 +1,4 @@
-//go:build licensetestkey
+//go:build licensetestkey && licensevendor
 
 package main
 

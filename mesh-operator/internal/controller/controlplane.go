@@ -203,6 +203,14 @@ func (r *ServiceMeshReconciler) installSail(ctx context.Context, mesh *v1alpha1.
 			return rd, err
 		}
 	}
+	// The operator alone holds an installation it created or that nobody
+	// else joined; only such a one is upgraded below.
+	sole := true
+	if rec != nil {
+		for _, h := range rec.Holders {
+			sole = sole && h == sailinstall.HolderKey
+		}
+	}
 	rel, err := r.Helm.Get()
 	if err != nil {
 		return rd, err
@@ -222,9 +230,61 @@ func (r *ServiceMeshReconciler) installSail(ctx context.Context, mesh *v1alpha1.
 		r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "SailOperatorInstalled", "Install",
 			"Installed the Sail Operator chart %s %s into namespace %s.", ch.Metadata.Name, ch.Metadata.Version, ns)
 	}
+	if up := sailinstall.DecideUpgrade(rel, ch.Metadata.Version, r.Config.SailValues, sole); up.Upgrade {
+		// A new operator release pins a newer chart, or the user changed
+		// sail.values: the release moves in place (a reinstall would
+		// delete the Sail Operator and, with the last holder's CRDs, every
+		// Sail resource).
+		if err := r.upgradeSail(ctx, ch); err != nil {
+			rd.msg = err.Error()
+			return rd, withReason("SailInstallFailed", err)
+		}
+		r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "SailOperatorUpgraded", "Upgrade",
+			"Upgraded the Sail Operator release in namespace %s (%s).", ns, up.Why)
+	}
 	rd.msg = fmt.Sprintf("The Sail Operator (chart %s %s) is installed in %s; the control plane is created next.", ch.Metadata.Name, ch.Metadata.Version, ns)
 	return rd, nil
 }
+
+// upgradeSail applies the chart's CRDs, which Helm's upgrade leaves as
+// they are (a newer Sail Operator needs its newer CRDs), recording those
+// that did not exist so the last holder removes them as it would the
+// install's; then it upgrades the release.
+func (r *ServiceMeshReconciler) upgradeSail(ctx context.Context, ch *sailinstall.Chart) error {
+	ns := r.Config.SailNamespace
+	absent, err := r.absentCRDs(ctx, ch)
+	if err != nil {
+		return err
+	}
+	if len(absent) > 0 {
+		// Re-read: the record written before the install may have changed.
+		rec, err := r.records().Get(ctx, ns)
+		if err != nil {
+			return err
+		}
+		if rec == nil {
+			return fmt.Errorf("the Sail holders record %s/%s is gone", ns, sailinstall.RecordName)
+		}
+		if err := r.records().AddCRDs(ctx, rec, absent); err != nil {
+			return fmt.Errorf("recording the new Sail CRDs: %w", err)
+		}
+	}
+	crds, err := sailinstall.CRDs(ch)
+	if err != nil {
+		return err
+	}
+	for _, crd := range crds {
+		ac := client.ApplyConfigurationFromUnstructured(crd)
+		if err := r.Client.Apply(ctx, ac, client.FieldOwner(sailCRDFieldManager), client.ForceOwnership); err != nil {
+			return fmt.Errorf("applying CRD %s of the Sail chart %s: %w", crd.GetName(), ch.Metadata.Version, err)
+		}
+	}
+	return r.Helm.Upgrade(ctx, ch, r.Config.SailValues)
+}
+
+// sailCRDFieldManager owns the Sail chart's CRDs once an upgrade applied
+// them (Helm created them at the install).
+const sailCRDFieldManager = "mesh-operator-sail-crds"
 
 // loadChart fetches the Sail chart once per process: the source is a flag.
 func (r *ServiceMeshReconciler) loadChart(ctx context.Context) (*sailinstall.Chart, error) {

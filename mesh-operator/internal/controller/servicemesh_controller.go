@@ -98,6 +98,7 @@ const (
 type HelmClient interface {
 	Get() (*sailinstall.Release, error)
 	Install(ctx context.Context, ch *sailinstall.Chart, values map[string]any) error
+	Upgrade(ctx context.Context, ch *sailinstall.Chart, values map[string]any) error
 	Uninstall() error
 }
 

@@ -22,6 +22,7 @@ import (
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	"helm.sh/helm/v4/pkg/provenance"
 	"helm.sh/helm/v4/pkg/registry"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 )
 
@@ -301,23 +302,33 @@ func (s ChartSource) get(ctx context.Context, hc *http.Client, u string) ([]byte
 // directory: what Helm installs but never removes, so the last holder
 // removes them itself.
 func CRDNames(ch *chart.Chart) ([]string, error) {
+	objs, err := CRDs(ch)
+	if err != nil {
+		return nil, err
+	}
 	var names []string
-	for _, crd := range ch.CRDObjects() {
-		for _, doc := range bytes.Split(crd.File.Data, []byte("\n---")) {
-			var m struct {
-				Kind     string `json:"kind"`
-				Metadata struct {
-					Name string `json:"name"`
-				} `json:"metadata"`
-			}
-			if err := yaml.Unmarshal(doc, &m); err != nil {
-				return nil, fmt.Errorf("chart file %s: %w", crd.Filename, err)
-			}
-			if m.Kind == "CustomResourceDefinition" && m.Metadata.Name != "" {
-				names = append(names, m.Metadata.Name)
-			}
-		}
+	for _, o := range objs {
+		names = append(names, o.GetName())
 	}
 	sort.Strings(names)
 	return names, nil
+}
+
+// CRDs returns the CustomResourceDefinitions in the chart's crds/
+// directory, as objects to apply: Helm installs them but leaves them as
+// they are on upgrade.
+func CRDs(ch *chart.Chart) ([]*unstructured.Unstructured, error) {
+	var out []*unstructured.Unstructured
+	for _, crd := range ch.CRDObjects() {
+		for _, doc := range bytes.Split(crd.File.Data, []byte("\n---")) {
+			u := &unstructured.Unstructured{}
+			if err := yaml.Unmarshal(doc, &u.Object); err != nil {
+				return nil, fmt.Errorf("chart file %s: %w", crd.Filename, err)
+			}
+			if u.GetKind() == "CustomResourceDefinition" && u.GetName() != "" {
+				out = append(out, u)
+			}
+		}
+	}
+	return out, nil
 }

@@ -40,6 +40,11 @@ type Release struct {
 	ChartVersion string
 	// Deployed: the release's last operation succeeded.
 	Deployed bool
+	// Revision counts the release's installs and upgrades.
+	Revision int
+	// Values are the values given at the last install or upgrade (not the
+	// chart's defaults).
+	Values map[string]any
 }
 
 func (h *Helm) configuration() (*action.Configuration, error) {
@@ -67,7 +72,7 @@ func (h *Helm) Get() (*Release, error) {
 	if !ok {
 		return nil, fmt.Errorf("helm: release %s/%s has an unknown format %T", h.Namespace, h.ReleaseName, r)
 	}
-	out := &Release{}
+	out := &Release{Revision: rel.Version, Values: rel.Config}
 	if rel.Info != nil {
 		out.Status = string(rel.Info.Status)
 		out.Deployed = rel.Info.Status == releasecommon.StatusDeployed
@@ -96,6 +101,31 @@ func (h *Helm) Install(ctx context.Context, ch *chart.Chart, values map[string]a
 	// defaults by Helm as `helm install -f` would.
 	if _, err := in.RunWithContext(ctx, ch, values); err != nil {
 		return fmt.Errorf("helm install %s/%s: %w", h.Namespace, h.ReleaseName, err)
+	}
+	return nil
+}
+
+// Upgrade moves the release to ch with exactly values (the chart's
+// defaults, then values: what was given before is not reused, so a value
+// the user removed goes away). Like Install it does not wait for the
+// Deployment. Helm leaves the CRDs under crds/ as they are; the caller
+// applies them first.
+func (h *Helm) Upgrade(ctx context.Context, ch *chart.Chart, values map[string]any) error {
+	cfg, err := h.configuration()
+	if err != nil {
+		return err
+	}
+	up := action.NewUpgrade(cfg)
+	up.Namespace = h.Namespace
+	up.WaitStrategy = kube.HookOnlyStrategy
+	up.Timeout = h.Timeout
+	up.ResetValues = true
+	// Each revision is a ConfigMap in the Sail namespace; a few are
+	// enough to read what happened.
+	up.MaxHistory = 5
+	up.Description = "upgraded by mesh-operator for the ServiceMesh"
+	if _, err := up.RunWithContext(ctx, h.ReleaseName, ch, values); err != nil {
+		return fmt.Errorf("helm upgrade %s/%s: %w", h.Namespace, h.ReleaseName, err)
 	}
 	return nil
 }

@@ -106,6 +106,21 @@ func (rs Records) Join(ctx context.Context, namespace, holder, note string) erro
 	return rs.patchData(ctx, namespace, map[string]any{holder: note})
 }
 
+// AddCRDs records crds (created for an upgrade of the installation, as
+// the install records what it created) next to those already recorded, so
+// the last holder removes them too.
+func (rs Records) AddCRDs(ctx context.Context, r *Record, crds []string) error {
+	all := append(slices.Clone(r.CRDs), crds...)
+	sort.Strings(all)
+	all = slices.Compact(all)
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{AnnotationCRDs: strings.Join(all, ",")}}})
+	if err != nil {
+		return err
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: RecordName}}
+	return rs.Client.Patch(ctx, cm, client.RawPatch(types.MergePatchType, patch))
+}
+
 // Leave removes holder from the record (idempotent; no record is fine).
 func (rs Records) Leave(ctx context.Context, namespace, holder string) error {
 	err := rs.patchData(ctx, namespace, map[string]any{holder: nil})
