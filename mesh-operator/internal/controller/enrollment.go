@@ -715,7 +715,9 @@ func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha
 	accepted, leavingEdge := enroll.WithoutLeaving(accepted, state.Edges, leaving)
 	newEdges := enroll.NewEdges(state.Edges, accepted)
 	edgeHolds := false
-	if ready && leavingEdge != "" {
+	if leavingEdge != "" {
+		// Relaxing, so even while the control plane is not Ready (the
+		// leaving namespace is released in that reconcile too).
 		edgeHolds = true
 		res.blocker = fmt.Sprintf("edge %s: leaving the mesh", leavingEdge)
 	} else if ready && len(newEdges) > 0 {
