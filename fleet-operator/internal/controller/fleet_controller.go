@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -87,14 +88,25 @@ type FleetReconciler struct {
 	// notServed: kinds the API server did not serve at the last look, and
 	// until when that answer stands (see served).
 	notServed map[schema.GroupVersionKind]time.Time
+	// gone: kinds a write found missing while the REST mapper still lists
+	// them (see kindGone).
+	gone map[schema.GroupVersionKind]bool
+	// Discovery asks the API server which kinds it serves now; nil in unit
+	// tests.
+	Discovery discovery.ServerResourcesInterface
 }
 
 // SetupWithManager builds the reconciler from cfg and registers it.
 func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
+	disc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+	if err != nil {
+		return err
+	}
 	r := &FleetReconciler{
-		Client: mgr.GetClient(),
-		Reader: mgr.GetAPIReader(),
-		Config: cfg,
+		Discovery: disc,
+		Client:    mgr.GetClient(),
+		Reader:    mgr.GetAPIReader(),
+		Config:    cfg,
 		// The Applier reads the live objects of the kinds this controller
 		// watches from the manager's informers (see cachedKinds), so an
 		// unchanged fleet costs no request to the API server.
@@ -446,6 +458,7 @@ func (r *FleetReconciler) apply(ctx context.Context, fleet *v1alpha1.CelldFleet,
 func (r *FleetReconciler) applyResult(ctx context.Context, fleet *v1alpha1.CelldFleet, obj client.Object) (apply.Result, error) {
 	res, err := r.Applier.Apply(ctx, obj, fleet)
 	if err != nil {
+		r.kindGone(obj.GetObjectKind().GroupVersionKind(), err)
 		return "", err
 	}
 	if res != apply.Unchanged {

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
@@ -98,7 +99,8 @@ func newHarness(t *testing.T, env *testenv.Env, enforced bool) *harness {
 	writes := &writeCounter{}
 	c := writes.client(wc)
 	return &harness{t: t, env: env, writes: writes, r: &FleetReconciler{
-		Client: c,
+		Client:    c,
+		Discovery: discovery.NewDiscoveryClientForConfigOrDie(env.Config),
 		Config: Config{
 			OperatorNamespace: "fleet-system", OperatorServiceAccount: "fleet-operator",
 			OperatorPodSelector: "app.kubernetes.io/name=fleet-operator", NetworkPolicyEnforced: enforced,

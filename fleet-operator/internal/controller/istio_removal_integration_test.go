@@ -123,3 +123,51 @@ func TestIstioRemoved(t *testing.T) {
 		assert.Equal(t, "false", sts.Spec.Template.Labels[labels.IstioInject], "%s: replacements still opt out of injection", name)
 	}
 }
+
+// TestIstioRemovedUnderARunningOperator: Istio's CRDs are removed while the
+// operator runs, whose REST mapper still lists them (it never forgets a
+// kind it has seen). A fleet created afterwards must not be stuck without
+// any status: the failed apply is taken as "not served", the fleet reports
+// it, and once Istio's API is back the fleet gets its policy (found by the
+// transition explorer, seed 405: fleets with no Ready condition at rest).
+func TestIstioRemovedUnderARunningOperator(t *testing.T) {
+	ctx := context.Background()
+	scheme := newScheme(t)
+	require.NoError(t, apiextensionsv1.AddToScheme(scheme))
+	env := testenv.Start(t, scheme, "fleet-operator/config/crd/bases")
+	istioCRDs := testenv.ModuleFile(t, "istio.io/api", "v1.32.0", "kubernetes/customresourcedefinitions.gen.yaml")
+	env.InstallCRDs(t, istioCRDs)
+	createNamespace(t, env.Client, "stale")
+	h := newHarness(t, env, true)
+	first := fleet("stale", "first")
+	require.NoError(t, env.Client.Create(ctx, first))
+	h.reconcile(first)
+	assertStandby(t, h, "stale", "first") // the mapper has seen Istio's kinds
+
+	for _, name := range []string{"authorizationpolicies.security.istio.io", "peerauthentications.security.istio.io"} {
+		crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		require.NoError(t, env.Client.Delete(ctx, crd))
+		require.Eventually(t, func() bool {
+			return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(crd), crd))
+		}, 30*time.Second, 200*time.Millisecond, "CRD %s deleted", name)
+	}
+
+	second := fleet("stale", "second")
+	require.NoError(t, env.Client.Create(ctx, second))
+	var errs []error
+	for range 3 {
+		_, err := h.r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(second)})
+		errs = append(errs, err)
+	}
+	require.NoError(t, h.get(second, "stale", "second"))
+	ready := meta.FindStatusCondition(second.Status.Conditions, ConditionReady)
+	require.NotNil(t, ready, "the fleet reports its state (reconcile errors: %v)", errs)
+	assert.NoError(t, errs[len(errs)-1], "a missing optional API is reported, not retried as an error")
+
+	// Istio's API comes back: the standby policy is applied again.
+	env.InstallCRDs(t, istioCRDs)
+	require.Eventually(t, func() bool {
+		_, err := h.r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(second)})
+		return err == nil && h.get(policy(mesh.AuthorizationPolicyKind), "stale", "second-mesh") == nil
+	}, 60*time.Second, time.Second, "the policy returns with Istio's API")
+}

@@ -183,15 +183,68 @@ func (r *FleetReconciler) served(gvk schema.GroupVersionKind) (bool, error) {
 	}
 	_, err := r.Client.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
 	if meta.IsNoMatchError(err) {
-		r.mu.Lock()
-		if r.notServed == nil {
-			r.notServed = map[schema.GroupVersionKind]time.Time{}
-		}
-		r.notServed[gvk] = now.Add(notServedFor)
-		r.mu.Unlock()
+		r.markNotServed(gvk)
 		return false, nil
 	}
-	return err == nil, err
+	if err != nil {
+		return false, err
+	}
+	// The mapper never forgets a kind it has seen: after a write found the
+	// kind gone (its CRD removed), discovery is asked again, once per
+	// notServedFor, until the kind is back.
+	r.mu.Lock()
+	gone := r.gone[gvk]
+	r.mu.Unlock()
+	if !gone || r.Discovery == nil {
+		return true, nil
+	}
+	resources, err := r.Discovery.ServerResourcesForGroupVersion(gvk.GroupVersion().String())
+	if err != nil && !apierrors.IsNotFound(err) {
+		return false, err
+	}
+	if resources != nil {
+		for _, res := range resources.APIResources {
+			if res.Kind == gvk.Kind {
+				r.mu.Lock()
+				delete(r.gone, gvk)
+				r.mu.Unlock()
+				return true, nil
+			}
+		}
+	}
+	r.markNotServed(gvk)
+	return false, nil
+}
+
+func (r *FleetReconciler) markNotServed(gvk schema.GroupVersionKind) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.notServed == nil {
+		r.notServed = map[schema.GroupVersionKind]time.Time{}
+	}
+	r.notServed[gvk] = r.Now().Add(notServedFor)
+}
+
+// kindGone notes that the API server answered a write of obj's kind with
+// "the server could not find the requested resource": the kind's CRD is
+// gone although the REST mapper still lists it. Until discovery shows it
+// again, the kind counts as not served, so fleets report it instead of
+// failing every reconcile (found by the transition explorer).
+func (r *FleetReconciler) kindGone(gvk schema.GroupVersionKind, err error) {
+	var status apierrors.APIStatus
+	if !apierrors.IsNotFound(err) || !errors.As(err, &status) {
+		return
+	}
+	if d := status.Status().Details; d != nil && d.Kind == "namespaces" {
+		return // the namespace is gone, not the kind
+	}
+	r.markNotServed(gvk)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.gone == nil {
+		r.gone = map[schema.GroupVersionKind]bool{}
+	}
+	r.gone[gvk] = true
 }
 
 // removeOwned deletes the fleet's object of that kind and name, if the fleet

@@ -725,14 +725,20 @@ func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha
 			edgeHolds = true // looked at once the data-plane label is on
 		} else {
 			edgePods := map[string][]corev1.Pod{}
+			redirecting := map[string]bool{}
 			for _, e := range newEdges {
 				pods := &corev1.PodList{}
 				if err := r.Reader.List(ctx, pods, client.InNamespace(e)); err != nil {
 					return res, "", fmt.Errorf("listing Pods in %s (a declared edge of %s): %w", e, ns.Name, err)
 				}
 				edgePods[e] = pods.Items
+				edgeNS := &corev1.Namespace{}
+				if err := r.Reader.Get(ctx, client.ObjectKey{Name: e}, edgeNS); client.IgnoreNotFound(err) != nil {
+					return res, "", fmt.Errorf("reading namespace %s (a declared edge of %s): %w", e, ns.Name, err)
+				}
+				redirecting[e] = edgeNS.Labels[labels.IstioDataPlaneMode] == "ambient"
 			}
-			if e, who := enroll.EdgeHolder(dp, newEdges, edgePods); e != "" {
+			if e, who := enroll.EdgeHolder(dp, newEdges, edgePods, redirecting); e != "" {
 				edgeHolds = true
 				if strictReady != "" {
 					res.blocker = fmt.Sprintf("edge %s: Pod %s", e, who)

@@ -233,9 +233,26 @@ func WithoutLeaving(accepted, declared, leaving []string) ([]string, string) {
 // namespace's own Pods), and that Pod; "" when every edge is meshed.
 // STRICT would reject such a Pod's plaintext calls, which the edge was
 // declared for, so the cutover waits for it. pods holds each edge's Pods.
-func EdgeHolder(dp v1alpha1.DataPlane, edges []string, pods map[string][]corev1.Pod) (string, string) {
+//
+// redirecting says which edge namespaces carry the ambient data-plane
+// label. In any other, a Pod still marked redirected without asking for
+// ambient itself (its own istio.io/dataplane-mode=ambient) is about to be
+// released by istio-cni, its namespace having just left the mesh: it
+// counts as plaintext.
+func EdgeHolder(dp v1alpha1.DataPlane, edges []string, pods map[string][]corev1.Pod, redirecting map[string]bool) (string, string) {
 	for _, e := range edges {
-		if ok, who := WorkloadsReady(dp, pods[e]); !ok {
+		judged := pods[e]
+		if !redirecting[e] {
+			judged = make([]corev1.Pod, 0, len(pods[e]))
+			for _, p := range pods[e] {
+				if p.Labels[labels.IstioDataPlaneMode] != "ambient" && p.Annotations[labels.IstioAmbientRedirection] != "" {
+					p = *p.DeepCopy()
+					delete(p.Annotations, labels.IstioAmbientRedirection)
+				}
+				judged = append(judged, p)
+			}
+		}
+		if ok, who := WorkloadsReady(dp, judged); !ok {
 			return e, who
 		}
 	}

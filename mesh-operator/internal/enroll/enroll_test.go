@@ -263,3 +263,28 @@ func TestWithoutLeaving(t *testing.T) {
 		})
 	}
 }
+
+// TestEdgeHolderReleasedNamespace: a Pod still marked redirected in an edge
+// namespace that no longer carries the ambient label is istio-cni's to
+// release: it holds STRICT back like any plaintext Pod, unless the Pod asks
+// for ambient itself.
+func TestEdgeHolderReleasedNamespace(t *testing.T) {
+	marked := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "gw", Annotations: map[string]string{labels.IstioAmbientRedirection: "enabled"}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	own := *marked.DeepCopy()
+	own.Name, own.Labels = "own", map[string]string{labels.IstioDataPlaneMode: "ambient"}
+	pods := map[string][]corev1.Pod{"edge": {marked}, "self": {own}}
+	e, who := EdgeHolder(v1alpha1.DataPlaneAmbient, []string{"edge"}, pods, map[string]bool{"edge": true})
+	if e != "" {
+		t.Fatalf("an ambient edge namespace's captured Pod holds: %s %s", e, who)
+	}
+	if e, who = EdgeHolder(v1alpha1.DataPlaneAmbient, []string{"edge"}, pods, nil); e != "edge" || who != "gw" {
+		t.Fatalf("released namespace: EdgeHolder = %q %q, want edge gw", e, who)
+	}
+	if e, _ = EdgeHolder(v1alpha1.DataPlaneAmbient, []string{"self"}, pods, nil); e != "" {
+		t.Fatalf("a Pod that asks for ambient itself stays captured, got holder %q", e)
+	}
+	if marked.Annotations[labels.IstioAmbientRedirection] == "" {
+		t.Fatal("EdgeHolder changed the caller's Pod")
+	}
+}
