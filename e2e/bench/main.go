@@ -4,7 +4,7 @@
 // bench/results/<UTC timestamp>.{json,md}; with -readme it rewrites the
 // summary block of README.md from the newest result. See docs/benchmark.md.
 //
-//	cd e2e && go run ./bench                         # N = 30,100,300; mesh 10,100,300 namespaces
+//	cd e2e && go run ./bench                         # N = 30,300,1000; mesh 10,300,1000 namespaces
 //	cd e2e && go run ./bench -n 30 -mesh 10          # a short run
 package main
 
@@ -31,6 +31,7 @@ import (
 	pkgruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -52,8 +53,8 @@ const (
 )
 
 var (
-	flagN       = flag.String("n", envOr("BENCH_N", "30,100,300"), "comma-separated fleet counts (>= 10); empty for none")
-	flagMesh    = flag.String("mesh", envOr("BENCH_MESH", "10,100,300"), "comma-separated namespace counts the mesh operator enrolls (>= 1); empty for none")
+	flagN       = flag.String("n", envOr("BENCH_N", "30,300,1000"), "comma-separated fleet counts (>= 10); empty for none")
+	flagMesh    = flag.String("mesh", envOr("BENCH_MESH", "10,300,1000"), "comma-separated namespace counts the mesh operator enrolls (>= 1); empty for none")
 	flagOut     = flag.String("out", "", "results directory (default <repo>/bench/results)")
 	flagReadme  = flag.String("readme", "", "rewrite the bench block of this README from the newest result in -out")
 	flagNoRun   = flag.Bool("readme-only", false, "only rewrite -readme from the newest result in -out; run nothing")
@@ -68,6 +69,10 @@ var (
 type options struct {
 	n, mesh []int
 	steady  time.Duration
+	// probes runs the scenarios of make bench only: the reaction probe,
+	// the cold restart and both parallel floors (the smoke test leaves them
+	// out, so its duration stays as it was).
+	probes bool
 	// meshInFleetBed runs mesh count i in the bed of fleet count i instead of
 	// a fresh bed (the smoke test saves a bed start this way).
 	meshInFleetBed bool
@@ -113,7 +118,7 @@ func run() error {
 		}
 		return updateReadme(*flagReadme, out)
 	}
-	o := options{steady: *flagSteady, keep: *flagKeep, log: os.Stderr}
+	o := options{steady: *flagSteady, keep: *flagKeep, log: os.Stderr, probes: true}
 	if o.n, err = parseCounts(*flagN, 10); err != nil {
 		return err
 	}
@@ -245,6 +250,10 @@ type bench struct {
 	anom            []string
 	fleetMetrics    string
 	meshMetricsAddr string
+	// auditLog is the API server's audit log of the operators' requests.
+	auditLog string
+	cs       kubernetes.Interface
+	probes   bool
 }
 
 // startBed starts a bed with nodes kwok nodes (plus the cordoned ones) and
@@ -263,9 +272,17 @@ func startBed(root string, nodes int) (*bench, string, error) {
 	if meshAddr, err = freeAddr(); err != nil {
 		return nil, work, err
 	}
+	audit, auditLog, err := auditArgs(work)
+	if err != nil {
+		return nil, work, err
+	}
 	bed, err := harness.StartBed(context.Background(), harness.BedOptions{
 		Root: root, WorkDir: work, Nodes: nodes + *flagSkip, Operators: true, NetworkPolicyEnforced: true,
-		Cluster: local.Options{MaxPodsPerNode: 200},
+		// 200 Pods per kwok node (the callers size the node count); the
+		// Service range is a /12 (local.DefaultServiceCIDR): N=1,000 fleets
+		// and their two floor copies hold 6,000 Services, where a /24 would
+		// be full after ~250.
+		Cluster: local.Options{MaxPodsPerNode: 200, ServiceCIDR: local.DefaultServiceCIDR, APIServerExtraArgs: audit},
 		// Leader election off: its lease renewals (a PUT every few seconds)
 		// would hide the reconcilers' own writes in rest_client_requests_total.
 		FleetExtraArgs: []string{"--metrics-bind-address", fleetAddr, "--leader-elect=false"},
@@ -281,10 +298,13 @@ func startBed(root string, nodes int) (*bench, string, error) {
 	_ = meshv1.AddToScheme(scheme)
 	cfg := rest.CopyConfig(bed.Cluster.REST)
 	cfg.QPS = -1 // like the operator (controller-runtime's default): no client-side limit
-	b := &bench{bed: bed, fleetMetrics: fleetAddr, meshMetricsAddr: meshAddr,
+	b := &bench{bed: bed, fleetMetrics: fleetAddr, meshMetricsAddr: meshAddr, auditLog: auditLog,
 		http: &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 2}}}
 	if b.k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err == nil {
 		b.dyn, err = dynamic.NewForConfig(cfg)
+	}
+	if err == nil {
+		b.cs, err = kubernetes.NewForConfig(cfg)
 	}
 	if err == nil {
 		err = b.cordon(context.Background(), *flagSkip)
@@ -314,8 +334,9 @@ func stopBed(bed *harness.Bed, work string, err error, keep bool) {
 
 func benchN(root string, n int, o options, meshIn *int) (res Result, mres *MeshResult, anomalies []string, err error) {
 	res = Result{N: n, Namespaces: n / 10, Pods: n * membersPerFleet}
-	// Room for the fleets, the floor copies, the roll fleet and mesh Pods.
-	res.Nodes = (2*n*membersPerFleet+rollMembers)/200 + 2
+	// Room for the fleets, the two floor copies, the roll fleet and mesh
+	// Pods, at 200 Pods per node.
+	res.Nodes = (3*n*membersPerFleet+rollMembers)/200 + 2
 	if meshIn != nil {
 		res.Nodes += *meshIn/200 + 1
 	}
@@ -330,7 +351,7 @@ func benchN(root string, n int, o options, meshIn *int) (res Result, mres *MeshR
 		res.LoadAvgEnd = loadAvg()
 		stopBed(b.bed, work, err, o.keep)
 	}()
-	b.n, b.res, b.steady = n, &res, o.steady
+	b.n, b.res, b.steady, b.probes = n, &res, o.steady, o.probes
 	res.OtherAPIServers = otherAPIServers(b.bed)
 	if res.OtherAPIServers > 0 {
 		b.anom = append(b.anom, fmt.Sprintf("N=%d: %d other kube-apiserver process(es) on this host during the run: CPU shared, times inflated", n, res.OtherAPIServers))
@@ -367,6 +388,7 @@ func benchMesh(root string, m int, o options) (res MeshResult, anomalies []strin
 	if n := otherAPIServers(b.bed); n > 0 {
 		b.anom = append(b.anom, fmt.Sprintf("mesh M=%d: %d other kube-apiserver process(es) on this host during the run: CPU shared, times inflated", m, n))
 	}
+	b.probes = o.probes
 	err = b.enrollMesh(context.Background(), root, m, &res)
 	if err == nil {
 		logf("mesh M=%d: control plane Ready at %.1fs, all STRICT at %.1fs (%.1fs after Ready); writes %v; per namespace %v",

@@ -1,14 +1,17 @@
 package main
 
 // The fleet operator's scenarios: creating N fleets, the steady state, rolling
-// one fleet, the floors, the roll overhead (docs/benchmark.md, per N).
+// one fleet, the reaction probe, the cold restart, the floors, the roll
+// overhead (docs/benchmark.md, per N).
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,10 +22,13 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ericdev/fleetmesh/e2e/harness"
 	fleetv1 "github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/shared/labels"
 )
 
 func (b *bench) all(ctx context.Context) error {
@@ -79,12 +85,42 @@ func (b *bench) all(ctx context.Context) error {
 	}
 	logf("N=%d: roll of one fleet in %.1fs: %v", b.n, b.res.TemplateRoll.Seconds, b.res.TemplateRoll.Requests)
 
-	// 1: the control plane's floor.
-	if err := b.floor(ctx, fleets); err != nil {
+	// Reaction under load: an image change on one fleet until its first
+	// member is deleted, 20 times on 20 fleets, the others in steady state.
+	newPid := pid
+	cpuBefore := 0.0
+	if b.probes {
+		if err := b.reaction(ctx, fleets); err != nil {
+			return fmt.Errorf("reaction: %w", err)
+		}
+		logf("N=%d: image change → first delete p50 %.2fs p99 %.2fs over %d tries", b.n, b.res.Reaction.P50, b.res.Reaction.P99, len(b.res.Reaction.Seconds))
+
+		// Cold restart: SIGKILL at steady state, start again.
+		if hwm, err := peakRSS(pid); err == nil {
+			b.res.PeakRSSMiBBeforeRestart = round(hwm/1024, 1)
+		}
+		cpuBefore, _ = cpuSeconds(pid)
+		if err := b.coldRestart(ctx); err != nil {
+			return fmt.Errorf("cold restart: %w", err)
+		}
+		r := b.res.Restart
+		logf("N=%d: cold restart: informers synced %.1fs, every fleet reconciled %.1fs (%.2f×), writes %g (%v), members replaced %d", b.n, r.InformersSyncedSeconds, r.AllReconciledSeconds, r.Ratio, r.Phase.Writes, r.Phase.ByResource, r.MembersReplaced)
+		newPid = b.bed.Fleet.Pid()
+	}
+
+	// 1: the control plane's floors, one client in sequence, then 8 in parallel.
+	if err := b.floor(ctx, "floor", 1, &b.res.FloorSeconds); err != nil {
 		return fmt.Errorf("floor: %w", err)
 	}
 	b.res.Ratio = round(b.res.ConvergenceSeconds/b.res.FloorSeconds, 2)
-	logf("N=%d: floor %.1fs (%d objects), ratio %.2f", b.n, b.res.FloorSeconds, b.res.FloorObjects, b.res.Ratio)
+	logf("N=%d: sequential floor %.1fs (%d objects), ratio %.2f", b.n, b.res.FloorSeconds, b.res.FloorObjects, b.res.Ratio)
+	if b.probes {
+		if err := b.floor(ctx, "pfloor", floorClients, &b.res.ParallelFloorSeconds); err != nil {
+			return fmt.Errorf("parallel floor: %w", err)
+		}
+		b.res.ParallelRatio = round(b.res.ConvergenceSeconds/b.res.ParallelFloorSeconds, 2)
+		logf("N=%d: parallel floor (%d clients) %.1fs, ratio %.2f", b.n, floorClients, b.res.ParallelFloorSeconds, b.res.ParallelRatio)
+	}
 
 	// 4: roll overhead of a 5-member fleet.
 	if err := b.rollOverhead(ctx); err != nil {
@@ -92,15 +128,25 @@ func (b *bench) all(ctx context.Context) error {
 	}
 	logf("N=%d: 5-member roll %.1fs, members %.1fs, overhead %.1fs (%+v)", b.n, b.res.Roll.RollSeconds, b.res.Roll.SumMemberSeconds, b.res.Roll.OverheadSeconds, b.res.Roll.Breakdown)
 
-	// 3: memory and CPU over the whole N.
-	hwm, err := peakRSS(pid)
+	// 3: memory and CPU over the whole N (both processes: before and
+	// after the cold restart).
+	hwm, err := peakRSS(newPid)
 	if err != nil {
 		return err
 	}
-	b.res.PeakRSSMiB = round(hwm/1024, 1)
-	cpu1, _ := cpuSeconds(pid)
-	b.res.CPUSecondsTotal = round(cpu1-cpu0, 2)
-	if b.bed.Fleet.Pid() != pid {
+	if newPid != pid {
+		b.res.PeakRSSMiBAfterRestart = round(hwm/1024, 1)
+	} else {
+		b.res.PeakRSSMiBBeforeRestart = round(hwm/1024, 1)
+	}
+	b.res.PeakRSSMiB = max(b.res.PeakRSSMiBBeforeRestart, b.res.PeakRSSMiBAfterRestart)
+	b.res.RSSKiBPerFleet = round(b.res.PeakRSSMiB*1024/float64(b.n), 1)
+	cpu1, _ := cpuSeconds(newPid)
+	if newPid == pid {
+		cpuBefore, cpu1 = cpu1, 0
+	}
+	b.res.CPUSecondsTotal = round(cpuBefore-cpu0+cpu1, 2)
+	if b.bed.Fleet.Pid() != newPid {
 		return fmt.Errorf("fleet operator restarted during the run")
 	}
 	return b.bed.Healthy()
@@ -205,14 +251,21 @@ var floorKinds = []schema.GroupVersionResource{
 	{Group: "apps", Version: "v1", Resource: "statefulsets"},
 }
 
+// floorClients is how many clients apply the parallel floor's objects at
+// once: what the control plane can take, not what one client does.
+const floorClients = 8
+
 // floor copies every converged fleet's objects (stripped of status and
-// server-set metadata) into fresh namespaces, applies them server-side with
-// one client, and waits until every Pod is Ready with a healthy /state.
-func (b *bench) floor(ctx context.Context, fleets []*fleetv1.CelldFleet) error {
+// server-set metadata) into fresh namespaces <prefix>-<i>, applies them
+// server-side with the given number of concurrent clients (each object once,
+// in the order a fleet's objects are listed; with one client, all in
+// sequence), and waits until every Pod is Ready with a healthy /state. The
+// time goes to *seconds.
+func (b *bench) floor(ctx context.Context, prefix string, clients int, seconds *float64) error {
 	var objs []*unstructured.Unstructured
 	var gvrs []schema.GroupVersionResource
 	for i := 0; i < b.res.Namespaces; i++ {
-		src, dst := fmt.Sprintf("bench-%d", i), fmt.Sprintf("floor-%d", i)
+		src, dst := fmt.Sprintf("bench-%d", i), fmt.Sprintf("%s-%d", prefix, i)
 		if err := b.k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: dst}}); err != nil {
 			return err
 		}
@@ -233,24 +286,52 @@ func (b *bench) floor(ctx context.Context, fleets []*fleetv1.CelldFleet) error {
 	}
 	b.res.FloorObjects = len(objs)
 	if want := b.n * 5; len(objs) != want {
-		b.anom = append(b.anom, fmt.Sprintf("N=%d: floor copied %d objects, expected %d (SA, 2 Services, NetworkPolicy, StatefulSet per fleet)", b.n, len(objs), want))
+		b.anom = append(b.anom, fmt.Sprintf("N=%d: floor %s copied %d objects, expected %d (SA, 2 Services, NetworkPolicy, StatefulSet per fleet)", b.n, prefix, len(objs), want))
 	}
 	start := time.Now()
-	for i, u := range objs {
-		if _, err := b.dyn.Resource(gvrs[i]).Namespace(u.GetNamespace()).Apply(ctx, u.GetName(), u,
-			metav1.ApplyOptions{FieldManager: "bench-floor", Force: true}); err != nil {
-			return fmt.Errorf("apply %s %s/%s: %w", gvrs[i].Resource, u.GetNamespace(), u.GetName(), err)
+	next := make(chan int)
+	errs := make(chan error, clients)
+	var wg sync.WaitGroup
+	for w := 0; w < clients; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				u := objs[i]
+				if _, err := b.dyn.Resource(gvrs[i]).Namespace(u.GetNamespace()).Apply(ctx, u.GetName(), u,
+					metav1.ApplyOptions{FieldManager: "bench-floor", Force: true}); err != nil {
+					errs <- fmt.Errorf("apply %s %s/%s: %w", gvrs[i].Resource, u.GetNamespace(), u.GetName(), err)
+					return
+				}
+			}
+		}()
+	}
+	var applyErr error
+feed:
+	for i := range objs {
+		select {
+		case next <- i:
+		case applyErr = <-errs:
+			break feed
 		}
+	}
+	close(next)
+	wg.Wait()
+	if applyErr == nil && len(errs) > 0 {
+		applyErr = <-errs
+	}
+	if applyErr != nil {
+		return applyErr
 	}
 	var namespaces []string
 	for i := 0; i < b.res.Namespaces; i++ {
-		namespaces = append(namespaces, fmt.Sprintf("floor-%d", i))
+		namespaces = append(namespaces, fmt.Sprintf("%s-%d", prefix, i))
 	}
-	// Any version: the fleet rolled earlier was copied on its new image.
+	// Any version: the fleets rolled earlier were copied on their new image.
 	if err := b.waitPodsServing(ctx, namespaces, b.n*membersPerFleet, ""); err != nil {
 		return err
 	}
-	b.res.FloorSeconds = round(time.Since(start).Seconds(), 2)
+	*seconds = round(time.Since(start).Seconds(), 2)
 	return nil
 }
 
@@ -513,4 +594,230 @@ func (b *bench) rollOverhead(ctx context.Context) error {
 	r.OverheadPerMember = round(r.OverheadSeconds/float64(rollMembers), 2)
 	b.res.Roll = r
 	return nil
+}
+
+// Reaction is the image change → first member delete probe.
+type Reaction struct {
+	// Seconds per try, in the order tried (one fleet each).
+	Seconds []float64 `json:"seconds"`
+	P50     float64   `json:"p50Seconds"`
+	P99     float64   `json:"p99Seconds"`
+}
+
+const reactionTries = 20
+
+// reaction patches the image of reactionTries fleets, one after another,
+// and times each from the patch until the first of its members is seen
+// terminating (a Pod watch, so no poll interval is added). The tries are
+// spread over the state interval, so they land at every phase of the
+// others' periodic /state reads. Then every probed fleet must be Ready on
+// the new version before the next scenario.
+func (b *bench) reaction(ctx context.Context, fleets []*fleetv1.CelldFleet) error {
+	tries := min(reactionTries, len(fleets)-1)
+	var probed []*fleetv1.CelldFleet
+	var secs []float64
+	for i := 0; i < tries; i++ {
+		f := fleets[1+i*(len(fleets)-1)/tries]
+		probed = append(probed, f)
+		w, err := b.cs.CoreV1().Pods(f.Namespace).Watch(ctx, metav1.ListOptions{LabelSelector: labels.Instance + "=" + f.Name})
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		if err := b.patchImage(ctx, f, imageV2); err != nil {
+			w.Stop()
+			return err
+		}
+		d, err := firstDelete(w, *flagTimeout)
+		w.Stop()
+		if err != nil {
+			return fmt.Errorf("fleet %s/%s: %w", f.Namespace, f.Name, err)
+		}
+		_ = d
+		secs = append(secs, round(time.Since(start).Seconds()-time.Since(d).Seconds(), 3))
+		// Spread the next try over the state interval.
+		time.Sleep(time.Duration(i%5) * stateInterval / 5 / 2)
+	}
+	sorted := append([]float64(nil), secs...)
+	sort.Float64s(sorted)
+	b.res.Reaction = Reaction{Seconds: secs, P50: percentile(sorted, 50), P99: percentile(sorted, 99)}
+	return b.waitFleetsReady(ctx, probed, "1.1.0")
+}
+
+// firstDelete waits for the first Pod event showing a deletion and returns
+// when it arrived.
+func firstDelete(w watch.Interface, timeout time.Duration) (time.Time, error) {
+	deadline := time.After(timeout)
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return time.Time{}, fmt.Errorf("pod watch closed")
+			}
+			p, isPod := ev.Object.(*corev1.Pod)
+			if ev.Type == watch.Deleted || (isPod && p.DeletionTimestamp != nil) {
+				return time.Now(), nil
+			}
+		case <-deadline:
+			return time.Time{}, fmt.Errorf("no member deleted after %s", timeout)
+		}
+	}
+}
+
+// Restart is the cold restart at steady state.
+type Restart struct {
+	// InformersSyncedSeconds: from starting the new process until its
+	// fleet controller logged "Starting workers", i.e. every informer it
+	// waits for has listed what it watches (process start included).
+	InformersSyncedSeconds float64 `json:"informersSyncedSeconds"`
+	// AllReconciledSeconds: from starting the new process until every
+	// fleet was reconciled once: the controller's queue had all N fleets
+	// added, is empty, and it finished at least N reconciles.
+	AllReconciledSeconds float64 `json:"allReconciledSeconds"`
+	// Ratio = AllReconciled / InformersSynced (target ≤ 2).
+	Ratio float64 `json:"ratio"`
+	// Phase is the new process's requests from its start until a state
+	// interval after AllReconciled (its counters start at zero).
+	Phase Phase `json:"phase"`
+	// MembersReplaced counts member Pods whose UID changed or which are
+	// gone, MemberRestarts the sum of their containers' restartCount change.
+	MembersReplaced int `json:"membersReplaced"`
+	MemberRestarts  int `json:"memberRestarts"`
+}
+
+// fleetController is the fleet operator's controller name in its metrics.
+const fleetController = "celldfleet"
+
+// coldRestart SIGKILLs the fleet operator at steady state and starts it
+// again: it must list, reconcile every fleet once, and write nothing.
+func (b *bench) coldRestart(ctx context.Context) error {
+	members := func() (map[string]corev1.Pod, error) {
+		list := &corev1.PodList{}
+		if err := b.k8s.List(ctx, list, client.MatchingLabels{labels.Name: "celld"}); err != nil {
+			return nil, err
+		}
+		out := map[string]corev1.Pod{}
+		for _, p := range list.Items {
+			if strings.HasPrefix(p.Namespace, "bench-") {
+				out[p.Namespace+"/"+p.Name] = p
+			}
+		}
+		return out, nil
+	}
+	before, err := members()
+	if err != nil {
+		return err
+	}
+	p := b.bed.Fleet
+	if err := p.Kill(); err != nil {
+		return err
+	}
+	logStart := int64(0)
+	if fi, err := os.Stat(p.LogPath); err == nil {
+		logStart = fi.Size()
+	}
+	audit0 := auditOffset(b.auditLog)
+	start := time.Now()
+	if err := p.Start(); err != nil {
+		return err
+	}
+	pid := p.Pid()
+	var synced, all time.Duration
+	deadline := start.Add(*flagTimeout)
+	for all == 0 {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not every fleet reconciled after %s (informers synced: %v)", *flagTimeout, synced > 0)
+		}
+		if !p.Running() {
+			return fmt.Errorf("fleet operator exited after the restart")
+		}
+		time.Sleep(100 * time.Millisecond)
+		now := time.Since(start)
+		if synced == 0 && logContains(p.LogPath, logStart, `"Starting workers"`, fleetController) {
+			synced = now
+		}
+		if synced == 0 {
+			continue
+		}
+		adds, err1 := scrapeSeries(b.http, b.fleetMetrics, "workqueue_adds_total", `name="`+fleetController+`"`)
+		depth, err2 := scrapeSeries(b.http, b.fleetMetrics, "workqueue_depth", `name="`+fleetController+`"`)
+		busy, err3 := scrapeSeries(b.http, b.fleetMetrics, "controller_runtime_active_workers", `controller="`+fleetController+`"`)
+		done, err4 := scrapeSeries(b.http, b.fleetMetrics, "controller_runtime_reconcile_total", `controller="`+fleetController+`"`)
+		if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
+			continue
+		}
+		if adds >= float64(b.n) && depth == 0 && busy == 0 && done >= float64(b.n) {
+			all = now
+		}
+	}
+	r := &b.res.Restart
+	r.InformersSyncedSeconds = round(synced.Seconds(), 2)
+	r.AllReconciledSeconds = round(all.Seconds(), 2)
+	r.Ratio = round(all.Seconds()/synced.Seconds(), 2)
+	// Every fleet re-reads /state once more after its first reconcile.
+	time.Sleep(stateInterval + 2*time.Second)
+	after, err := scrapeAddr(b.http, b.fleetMetrics)
+	if err != nil {
+		return err
+	}
+	r.Phase.Seconds = round(time.Since(start).Seconds(), 2)
+	r.Phase.Requests = Requests{}
+	for m, v := range after {
+		if v != 0 {
+			r.Phase.Requests[m] = v
+			switch m {
+			case "POST", "PUT", "PATCH", "DELETE":
+				r.Phase.Writes += v
+			}
+		}
+	}
+	cpu, _ := cpuSeconds(pid)
+	r.Phase.CPUSeconds = round(cpu, 2)
+	r.Phase.ReconcileErrors = reconcileErrorsFrom(p.LogPath, logStart)
+	if r.Phase.ByResource, err = auditByResource(b.auditLog, audit0, auditOffset(b.auditLog), harness.FleetNamespace); err != nil {
+		return err
+	}
+	now, err := members()
+	if err != nil {
+		return err
+	}
+	for k, old := range before {
+		cur, ok := now[k]
+		if !ok || cur.UID != old.UID {
+			r.MembersReplaced++
+			continue
+		}
+		r.MemberRestarts += restarts(&cur) - restarts(&old)
+	}
+	if r.Phase.Writes != 0 || r.MembersReplaced != 0 || r.MemberRestarts != 0 {
+		b.anom = append(b.anom, fmt.Sprintf("N=%d: after the cold restart: %g writes (%v), %d members replaced, %d container restarts", b.n, r.Phase.Writes, r.Phase.ByResource, r.MembersReplaced, r.MemberRestarts))
+	}
+	return nil
+}
+
+func restarts(p *corev1.Pod) int {
+	n := 0
+	for _, c := range p.Status.ContainerStatuses {
+		n += int(c.RestartCount)
+	}
+	return n
+}
+
+// logContains: a line after offset of the log at path contains every one
+// of the substrings.
+func logContains(path string, offset int64, subs ...string) bool {
+	b, err := os.ReadFile(path)
+	if err != nil || int64(len(b)) < offset {
+		return false
+	}
+	for _, line := range strings.Split(string(b[offset:]), "\n") {
+		ok := true
+		for _, s := range subs {
+			ok = ok && strings.Contains(line, s)
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
 }
