@@ -17,30 +17,78 @@ const (
 )
 
 // updateReadme rewrites the bench block of the README at path from the
-// newest result (by file name, which is its UTC start time) in dir.
+// newest result (by file name, which is its UTC start time) in dir. When
+// that run measured only fleets or only mesh namespaces (make bench BENCH_N=
+// or BENCH_MESH= empty), the other part comes from the newest result that
+// has it, each under its own link.
 func updateReadme(path, dir string) error {
 	newest, err := newestResult(dir)
 	if err != nil {
 		return err
 	}
-	b, err := os.ReadFile(newest)
+	r, err := readRun(newest)
 	if err != nil {
 		return err
 	}
-	var r Run
-	if err := json.Unmarshal(b, &r); err != nil {
-		return fmt.Errorf("%s: %w", newest, err)
+	block := readmeBlock(r, resultBase(newest))
+	if other := r.otherHalf(); other != nil {
+		if f, o, err := newestWith(dir, other); err == nil && f != newest {
+			block += "\n" + readmeBlock(o, resultBase(f))
+		}
 	}
 	doc, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	rel := filepath.Join("bench", "results", filepath.Base(newest))
-	out, err := replaceBlock(string(doc), readmeBlock(&r, strings.TrimSuffix(rel, ".json")))
+	out, err := replaceBlock(string(doc), block)
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	return os.WriteFile(path, []byte(out), 0o644)
+}
+
+func readRun(path string) (*Run, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r Run
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &r, nil
+}
+
+func resultBase(path string) string {
+	return strings.TrimSuffix(filepath.Join("bench", "results", filepath.Base(path)), ".json")
+}
+
+// otherHalf says which part a run lacks: a predicate true for runs that
+// have it, or nil when the run has both (or neither).
+func (r *Run) otherHalf() func(*Run) bool {
+	switch {
+	case len(r.Results) > 0 && len(r.Mesh) == 0:
+		return func(o *Run) bool { return len(o.Mesh) > 0 }
+	case len(r.Results) == 0 && len(r.Mesh) > 0:
+		return func(o *Run) bool { return len(o.Results) > 0 }
+	}
+	return nil
+}
+
+// newestWith is the newest result in dir for which has is true.
+func newestWith(dir string, has func(*Run) bool) (string, *Run, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		return "", nil, err
+	}
+	sort.Strings(files)
+	for i := len(files) - 1; i >= 0; i-- {
+		r, err := readRun(files[i])
+		if err == nil && has(r) {
+			return files[i], r, nil
+		}
+	}
+	return "", nil, fmt.Errorf("no such result in %s", dir)
 }
 
 func newestResult(dir string) (string, error) {

@@ -99,3 +99,28 @@ func TestMeshLinearity(t *testing.T) {
 	}, meshLinearity(rs))
 	assert.Nil(t, meshLinearity(rs[:1]), "one count cannot show a slope")
 }
+
+func TestReadmeBlockJoinsFleetAndMeshRuns(t *testing.T) {
+	dir := t.TempDir()
+	fleets := sampleRun("2026-12-01T10:00:00Z", 1.3)
+	fleets.Mesh = nil
+	fleets.Targets = targets(fleets)
+	meshOnly := sampleRun("2026-12-02T10:00:00Z", 1.3)
+	meshOnly.Results = nil
+	meshOnly.Targets = targets(meshOnly)
+	for name, r := range map[string]*Run{"20261201T100000Z.json": fleets, "20261202T100000Z.json": meshOnly} {
+		b, err := json.Marshal(r)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), b, 0o644))
+	}
+	readme := filepath.Join(dir, "README.md")
+	require.NoError(t, os.WriteFile(readme, []byte(readmeStart+readmeEnd), 0o644))
+	require.NoError(t, updateReadme(readme, dir))
+	b, err := os.ReadFile(readme)
+	require.NoError(t, err)
+	got := string(b)
+	assert.Contains(t, got, "bench/results/20261202T100000Z.md", "the newest run, mesh only")
+	assert.Contains(t, got, "| 10 | 3.2 | 1.6 | 2.00 | APPLY namespaces 2 | 0 |")
+	assert.Contains(t, got, "bench/results/20261201T100000Z.md", "and the newest run with fleets")
+	assert.Contains(t, got, "| 30 | 10.0 | 8.0 / 9.0 | 1.30 / 1.11 |")
+}
