@@ -98,7 +98,7 @@ demo: tools ## start the local control plane, run both operators under their cha
 demo-down: ## stop everything `make demo` started
 	hack/demo.sh down
 
-# Not part of `make test`: it takes minutes (≈ 11 on 2 cores). Its smoke version
+# Not part of `make test`: it takes tens of minutes on 2 cores (docs/benchmark.md). Its smoke version
 # (N=10, 10 namespaces, no result files) runs in `make test-e2e`; `make bench-smoke` runs it alone.
 BENCH_N ?= 30,300,1000
 BENCH_MESH ?= 10,300,1000
