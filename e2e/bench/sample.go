@@ -268,20 +268,6 @@ func scrapeSeries(c *http.Client, addr, name string, match ...string) (float64, 
 	return sum, sc.Err()
 }
 
-// currentRSS is VmRSS in KiB.
-func currentRSS(pid int) (float64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			return strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-		}
-	}
-	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
-}
-
 // percentile of sorted values (nearest rank).
 func percentile(sorted []float64, p float64) float64 {
 	if len(sorted) == 0 {
