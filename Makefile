@@ -100,10 +100,10 @@ demo: tools ## local control plane, both operators under their charts' RBAC, sam
 demo-down: ## stop everything `make demo` started
 	hack/demo.sh down
 
-# Not part of `make test`: it takes minutes (≈ 11 on 2 cores). Its smoke version
+# Not part of `make test`: it takes tens of minutes on 2 cores (docs/benchmark.md). Its smoke version
 # (N=10, 10 namespaces, no result files) runs in `make test-e2e`; `make bench-smoke` runs it alone.
-BENCH_N ?= 30,100,300
-BENCH_MESH ?= 10,100,300
+BENCH_N ?= 30,300,1000
+BENCH_MESH ?= 10,300,1000
 bench: tools ## both operators' benchmark on the local control plane; results in bench/results/<UTC time>.{json,md}, summary in README.md
 	cd e2e && BENCH_N=$(BENCH_N) BENCH_MESH=$(BENCH_MESH) go run ./bench -out $(ROOT)/bench/results -readme $(ROOT)/README.md
 

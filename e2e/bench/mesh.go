@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -56,7 +58,14 @@ type MeshResult struct {
 	// SettleWritesByResource is WritesByResource over the settle window.
 	SettleWritesByResource map[string]float64 `json:"settleWritesByResource,omitempty"`
 	PeakRSSMiB             float64            `json:"peakRSSMiB"`
-	Error                  string             `json:"error,omitempty"`
+	// FloorSeconds: floorClients concurrent clients apply the same
+	// per-namespace objects (the two namespace label applies, the
+	// PeerAuthentication, the AuthorizationPolicies) to M fresh namespaces;
+	// FloorRatio = ReadyToStrictSeconds / FloorSeconds.
+	FloorSeconds float64 `json:"floorSeconds"`
+	FloorWrites  int     `json:"floorWrites"`
+	FloorRatio   float64 `json:"floorRatio"`
+	Error        string  `json:"error,omitempty"`
 }
 
 // perNamespaceResources are written once per enrolled namespace.
@@ -217,7 +226,127 @@ func (b *bench) enrollMesh(ctx context.Context, root string, m int, res *MeshRes
 		return err
 	}
 	res.PeakRSSMiB = round(hwm/1024, 1)
-	return b.bed.Healthy()
+	if err := b.bed.Healthy(); err != nil || !b.probes {
+		return err
+	}
+	// The floor's namespaces carry the operator's labels: stopped, the
+	// operator neither reacts to them nor loads the API server meanwhile.
+	if err := b.bed.Mesh.Stop(10 * time.Second); err != nil {
+		return err
+	}
+	if err := b.meshFloor(ctx, names, res); err != nil {
+		return fmt.Errorf("mesh floor: %w", err)
+	}
+	return nil
+}
+
+var (
+	nsGVR = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+	paGVR = schema.GroupVersionResource{Group: "security.istio.io", Version: "v1", Resource: "peerauthentications"}
+	apGVR = schema.GroupVersionResource{Group: "security.istio.io", Version: "v1", Resource: "authorizationpolicies"}
+)
+
+// meshFloor copies what the operator wrote per enrolled namespace (its
+// labels, in its two applies: without and then with the state labels; the
+// PeerAuthentication; the AuthorizationPolicies) and applies it to M fresh
+// namespaces with floorClients concurrent clients, policies first as the
+// operator does. The time runs from the first apply to the last answer.
+func (b *bench) meshFloor(ctx context.Context, names []string, res *MeshResult) error {
+	type job struct {
+		ns            string
+		first, second map[string]string
+		policies      []*unstructured.Unstructured
+		gvrs          []schema.GroupVersionResource
+	}
+	var jobs []job
+	for i, src := range names {
+		dst := fmt.Sprintf("meshfloor-%d", i)
+		ns := &corev1.Namespace{}
+		if err := b.k8s.Get(ctx, client.ObjectKey{Name: src}, ns); err != nil {
+			return err
+		}
+		j := job{ns: dst, first: map[string]string{}, second: map[string]string{}}
+		for k, v := range ns.Labels {
+			if k == labels.NamespaceName || k == labels.Mesh {
+				continue // the API server's and the user's (the request), not the operator's
+			}
+			j.second[k] = v
+			if k != labels.MeshState && k != labels.MeshMTLS {
+				j.first[k] = v
+			}
+		}
+		for _, gvr := range []schema.GroupVersionResource{paGVR, apGVR} {
+			list, err := b.dyn.Resource(gvr).Namespace(src).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			for i := range list.Items {
+				j.policies = append(j.policies, strip(&list.Items[i], dst))
+				j.gvrs = append(j.gvrs, gvr)
+			}
+		}
+		if err := b.k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: dst}}); err != nil {
+			return err
+		}
+		jobs = append(jobs, j)
+	}
+	applyNS := func(name string, l map[string]string) error {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace"}}
+		u.SetName(name)
+		u.SetLabels(l)
+		_, err := b.dyn.Resource(nsGVR).Apply(ctx, name, u, metav1.ApplyOptions{FieldManager: "bench-floor", Force: true})
+		return err
+	}
+	var writes atomic.Int64
+	start := time.Now()
+	next := make(chan job)
+	errs := make(chan error, floorClients)
+	var wg sync.WaitGroup
+	for w := 0; w < floorClients; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range next {
+				err := applyNS(j.ns, j.first)
+				for i, u := range j.policies {
+					if err == nil {
+						_, err = b.dyn.Resource(j.gvrs[i]).Namespace(j.ns).Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: "bench-floor", Force: true})
+					}
+				}
+				if err == nil {
+					err = applyNS(j.ns, j.second)
+				}
+				if err != nil {
+					errs <- fmt.Errorf("namespace %s: %w", j.ns, err)
+					return
+				}
+				writes.Add(int64(2 + len(j.policies)))
+			}
+		}()
+	}
+	var applyErr error
+feed:
+	for _, j := range jobs {
+		select {
+		case next <- j:
+		case applyErr = <-errs:
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if applyErr == nil && len(errs) > 0 {
+		applyErr = <-errs
+	}
+	if applyErr != nil {
+		return applyErr
+	}
+	res.FloorSeconds = round(time.Since(start).Seconds(), 2)
+	res.FloorWrites = int(writes.Load())
+	if res.FloorSeconds > 0 {
+		res.FloorRatio = round(res.ReadyToStrictSeconds/res.FloorSeconds, 2)
+	}
+	return nil
 }
 
 func (b *bench) meshMetrics() string { return b.meshMetricsAddr }
@@ -329,6 +458,7 @@ func (b *bench) phaseOf(addr string, p *harness.Process, ph *Phase, fn func() er
 	}
 	cpu0, _ := cpuSeconds(pid)
 	errs0 := reconcileErrors(p.LogPath)
+	audit0 := auditOffset(b.auditLog)
 	start := time.Now()
 	if err := fn(); err != nil {
 		return err
@@ -341,6 +471,13 @@ func (b *bench) phaseOf(addr string, p *harness.Process, ph *Phase, fn func() er
 	}
 	cpu1, _ := cpuSeconds(pid)
 	ph.CPUSeconds = round(cpu1-cpu0, 2)
+	ns := harness.MeshNamespace
+	if p == b.bed.Fleet {
+		ns = harness.FleetNamespace
+	}
+	if ph.ByResource, err = auditByResource(b.auditLog, audit0, auditOffset(b.auditLog), ns); err != nil {
+		return err
+	}
 	ph.ReconcileErrors = reconcileErrors(p.LogPath) - errs0
 	ph.Requests = Requests{}
 	ph.Writes = 0

@@ -33,9 +33,10 @@ func TestReplaceBlock(t *testing.T) {
 
 func sampleRun(started string, ratio float64) *Run {
 	r := &Run{Started: started, Commit: "0123456789abcdef", Host: Host{UptimeStart: " 17:00:00 up 1:00,  0 user,  load average: 1.50, 1.20, 0.90"},
-		Results: []Result{{N: 30, ConvergenceSeconds: 10, FloorSeconds: 8, Ratio: ratio, PeakRSSMiB: 55.5,
-			Roll: Roll{OverheadPerMember: 0.42}}},
-		Mesh: []MeshResult{{Namespaces: 10, ReadyToStrictSeconds: 3.2, PerNamespace: map[string]float64{"APPLY namespaces": 2}}},
+		Results: []Result{{N: 30, ConvergenceSeconds: 10, FloorSeconds: 8, Ratio: ratio, ParallelFloorSeconds: 9, ParallelRatio: 1.11, PeakRSSMiB: 55.5, RSSKiBPerFleet: 1894,
+			Roll: Roll{OverheadPerMember: 0.42}, Reaction: Reaction{Seconds: []float64{0.1, 0.3}, P50: 0.1, P99: 0.3},
+			Restart: Restart{InformersSyncedSeconds: 1.5, AllReconciledSeconds: 2.5, Ratio: 1.67}}},
+		Mesh: []MeshResult{{Namespaces: 10, ReadyToStrictSeconds: 3.2, FloorSeconds: 1.6, FloorRatio: 2, PerNamespace: map[string]float64{"APPLY namespaces": 2}}},
 	}
 	r.Targets = targets(r)
 	return r
@@ -62,8 +63,8 @@ func TestReadmeBlockFromNewestResult(t *testing.T) {
 	assert.True(t, strings.HasSuffix(got, readmeEnd+"\nbottom\n"), got)
 	assert.NotContains(t, got, "stale")
 	assert.Contains(t, got, "bench/results/20261202T100000Z.md", "links the newest result")
-	assert.Contains(t, got, "| 30 | 10.0 | 8.0 | 1.25 | 0 | 55.5 | 0.42 |", "newest numbers, not the older file's 1.11")
-	assert.Contains(t, got, "| 10 | 3.2 | APPLY namespaces 2 | 0 |")
+	assert.Contains(t, got, "| 30 | 10.0 | 8.0 / 9.0 | 1.25 / 1.11 | 0 | 55.5 (1894) | 0.42 | 0.10 / 0.30 | 2.5 / 1.5, 0 |", "newest numbers, not the older file's 1.11")
+	assert.Contains(t, got, "| 10 | 3.2 | 1.6 | 2.00 | APPLY namespaces 2 | 0 |")
 	assert.Contains(t, got, "load average: 1.50, 1.20, 0.90")
 	assert.Contains(t, got, "Targets met:")
 
@@ -97,4 +98,29 @@ func TestMeshLinearity(t *testing.T) {
 		"PUT grows: NOT constant per namespace (100@10, 10000@100, 90000@300)",
 	}, meshLinearity(rs))
 	assert.Nil(t, meshLinearity(rs[:1]), "one count cannot show a slope")
+}
+
+func TestReadmeBlockJoinsFleetAndMeshRuns(t *testing.T) {
+	dir := t.TempDir()
+	fleets := sampleRun("2026-12-01T10:00:00Z", 1.3)
+	fleets.Mesh = nil
+	fleets.Targets = targets(fleets)
+	meshOnly := sampleRun("2026-12-02T10:00:00Z", 1.3)
+	meshOnly.Results = nil
+	meshOnly.Targets = targets(meshOnly)
+	for name, r := range map[string]*Run{"20261201T100000Z.json": fleets, "20261202T100000Z.json": meshOnly} {
+		b, err := json.Marshal(r)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), b, 0o644))
+	}
+	readme := filepath.Join(dir, "README.md")
+	require.NoError(t, os.WriteFile(readme, []byte(readmeStart+readmeEnd), 0o644))
+	require.NoError(t, updateReadme(readme, dir))
+	b, err := os.ReadFile(readme)
+	require.NoError(t, err)
+	got := string(b)
+	assert.Contains(t, got, "bench/results/20261202T100000Z.md", "the newest run, mesh only")
+	assert.Contains(t, got, "| 10 | 3.2 | 1.6 | 2.00 | APPLY namespaces 2 | 0 |")
+	assert.Contains(t, got, "bench/results/20261201T100000Z.md", "and the newest run with fleets")
+	assert.Contains(t, got, "| 30 | 10.0 | 8.0 / 9.0 | 1.30 / 1.11 |")
 }

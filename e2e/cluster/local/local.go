@@ -65,6 +65,9 @@ type Options struct {
 	// ServiceCIDR is the Service ClusterIP range; empty means
 	// DefaultServiceCIDR. It is large because a /24 fills after ~250 Services.
 	ServiceCIDR string
+	// APIServerExtraArgs are appended to kube-apiserver's arguments (the
+	// benchmark turns on an audit log of the operators' requests this way).
+	APIServerExtraArgs []string
 	// StartTimeout bounds Up; 0 means two minutes.
 	StartTimeout time.Duration
 	// Log receives one line per start-up step; nil discards them.
@@ -465,7 +468,7 @@ func (p *Provider) startAPIServer(ctx context.Context, certs *pki, etcdPort int)
 		if err != nil {
 			return nil, err
 		}
-		proc, err := p.start("kube-apiserver", apiServerArgs(p.layout, certs, etcdPort, ports[0], p.opts.ServiceCIDR), nil)
+		proc, err := p.start("kube-apiserver", append(apiServerArgs(p.layout, certs, etcdPort, ports[0], p.opts.ServiceCIDR), p.opts.APIServerExtraArgs...), nil)
 		if err != nil {
 			return nil, err
 		}

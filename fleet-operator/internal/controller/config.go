@@ -32,7 +32,16 @@ type Config struct {
 	StateTimeout time.Duration
 	// StateInterval is how often a Ready fleet's /state is read again.
 	StateInterval time.Duration
+	// Workers is how many fleets are reconciled at once (0: DefaultWorkers).
+	Workers int
 }
+
+// DefaultWorkers: a reconcile mostly waits (on members' /state, on the API
+// server), so several run at once; with one, a thousand fleets' periodic
+// /state reads keep the queue busy and a spec change or a restart's first
+// pass waits behind all of them. The same fleet is never reconciled twice
+// at once (the work queue guarantees it).
+const DefaultWorkers = 8
 
 // BindFlags registers the operator's own flags.
 func (c *Config) BindFlags(fs *flag.FlagSet) {
@@ -50,6 +59,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.IstioTrustDomain, "istio-trust-domain", "cluster.local", "Istio trust domain of the mesh, used in the principals of fleets' AuthorizationPolicies")
 	fs.DurationVar(&c.StateTimeout, "state-timeout", 2*time.Second, "timeout of one /state read from a member")
 	fs.DurationVar(&c.StateInterval, "state-interval", 30*time.Second, "how often members' /state is read when nothing else changes")
+	fs.IntVar(&c.Workers, "workers", DefaultWorkers, "how many fleets are reconciled at once")
 }
 
 // Validate reports a configuration the operator cannot run with.
@@ -66,6 +76,9 @@ func (c *Config) Validate() error {
 	}
 	if len(sel) == 0 {
 		return fmt.Errorf("--operator-pod-selector must select something: an empty selector would admit every Pod of the operator namespace to members' peer port")
+	}
+	if c.Workers < 0 {
+		return fmt.Errorf("--workers must not be negative")
 	}
 	if c.StateTimeout <= 0 || c.StateInterval <= 0 {
 		return fmt.Errorf("--state-timeout and --state-interval must be positive")

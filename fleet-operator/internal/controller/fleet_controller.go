@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -130,7 +131,11 @@ func (r *FleetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		route.SetGroupVersionKind(routing.HTTPRouteGVK)
 		owned = append(owned, route)
 	}
-	b = b.For(&v1alpha1.CelldFleet{})
+	workers := r.Config.Workers
+	if workers == 0 {
+		workers = DefaultWorkers
+	}
+	b = b.For(&v1alpha1.CelldFleet{}).WithOptions(controller.Options{MaxConcurrentReconciles: workers})
 	for _, o := range owned {
 		b = b.Owns(o)
 	}

@@ -26,8 +26,8 @@ import (
 	"github.com/ericdev/fleetmesh/shared/podmesh"
 )
 
-// +kubebuilder:rbac:groups=sailoperator.io,resources=istios,verbs=get;list;create;patch;delete
-// +kubebuilder:rbac:groups=sailoperator.io,resources=istiocnis;ztunnels,verbs=get;create;patch;delete
+// list and watch: the Sail kinds are watched (sailWatch).
+// +kubebuilder:rbac:groups=sailoperator.io,resources=istios;istiocnis;ztunnels,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=apps,resources=daemonsets,verbs=get
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;create;delete
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=list
@@ -44,6 +44,9 @@ type readiness struct {
 	blockedMessage string
 	// paused are the owned Sail CRs left alone for reconcile-paused, as Kind/name.
 	paused []string
+	// watched: not ready only on Sail resources, which are watched, so a
+	// change wakes the reconcile and no timed re-check is needed.
+	watched bool
 }
 
 func (r *ServiceMeshReconciler) reconcileControlPlane(ctx context.Context, mesh *v1alpha1.ServiceMesh, st *status) (ctrl.Result, error) {
@@ -140,7 +143,7 @@ func (r *ServiceMeshReconciler) reconcileControlPlane(ctx context.Context, mesh 
 			"Adopted the existing %s control plane in %s; its lifecycle stays with its owner.", plan.Provider, rd.controlPlane.Namespace)
 	}
 
-	if st.next.Phase == PhaseProgressing || st.next.Phase == PhaseError {
+	if st.next.Phase == PhaseError || (st.next.Phase == PhaseProgressing && !rd.watched) {
 		return ctrl.Result{RequeueAfter: convergingRecheck}, actErr
 	}
 	return ctrl.Result{RequeueAfter: settledRecheck}, actErr
@@ -407,6 +410,11 @@ func (r *ServiceMeshReconciler) applyControlPlane(ctx context.Context, mesh *v1a
 			return rd, err
 		}
 	}
+	watched, werr := r.sailWatch.ensure()
+	if werr != nil {
+		// Not fatal: the timed re-check stands in for the watch.
+		ctrl.LoggerFrom(ctx).Error(werr, "cannot watch the Sail resources; re-reading them on a timer")
+	}
 	var notReady []sail.Readiness
 	for _, obj := range d.Objects() {
 		kind := obj.GetObjectKind().GroupVersionKind().Kind
@@ -424,6 +432,7 @@ func (r *ServiceMeshReconciler) applyControlPlane(ctx context.Context, mesh *v1a
 	}
 	if len(notReady) > 0 {
 		rd.reason, rd.msg = notReady[0].Reason, joinMessages(notReady)
+		rd.watched = watched
 		return rd, nil
 	}
 	rd.ready, rd.reason = true, "SailResourcesReady"

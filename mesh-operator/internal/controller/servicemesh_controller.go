@@ -14,20 +14,25 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/license"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/metrics"
+	"github.com/ericdev/fleetmesh/mesh-operator/internal/sail"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/sailinstall"
 	"github.com/ericdev/fleetmesh/shared/apply"
 	"github.com/ericdev/fleetmesh/shared/labels"
@@ -81,10 +86,11 @@ const Finalizer = labels.MeshGroup + "/control-plane"
 // FieldManager is the operator's server-side apply field manager.
 const FieldManager = "mesh-operator"
 
-// Requeue intervals. The operator does not watch the Sail kinds (they may
-// not exist when it starts, and they disappear at teardown) nor istiod or
-// Cilium, so it re-reads them on a timer: often while converging, rarely
-// once settled.
+// Requeue intervals. The Sail kinds are watched once their API is served
+// (sailWatch; they may not exist when the operator starts), so waiting on
+// Sail resources needs no timer. istiod, Cilium, the Sail installation and
+// Pods' capture are not watched: they are re-read on a timer, often while
+// converging, rarely once settled.
 const (
 	// lockedRecheck is how often a locked mesh looks at the license Secret again:
 	// the operator may only get that one Secret (no watch), and adding a license
@@ -121,6 +127,60 @@ type ServiceMeshReconciler struct {
 
 	chartMu sync.Mutex
 	chart   *sailinstall.Chart
+
+	// sailWatch starts the watches on the Sail kinds; nil when the
+	// reconciler is not run by a manager (tests calling Reconcile).
+	sailWatch *sailWatch
+
+	// statusFrom is the resourceVersion the last status patch was made
+	// from (see cacheBehindOwnStatus).
+	statusMu   sync.Mutex
+	statusFrom string
+}
+
+// sailWatch adds watches on the Sail kinds to a running controller, once
+// their API is served: a watch on a kind the API server does not serve
+// would keep the manager from starting.
+type sailWatch struct {
+	mu      sync.Mutex
+	ctrl    controller.Controller
+	cache   cache.Cache
+	handler handler.EventHandler
+	watched map[string]bool
+}
+
+// ensure starts the missing watches and reports whether all run.
+func (w *sailWatch) ensure() (bool, error) {
+	if w == nil {
+		return false, nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, kind := range sailKinds {
+		if w.watched[kind] {
+			continue
+		}
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(sail.GVK(kind))
+		if err := w.ctrl.Watch(source.Kind[client.Object](w.cache, u, w.handler)); err != nil {
+			return false, fmt.Errorf("watch %s: %w", kind, err)
+		}
+		w.watched[kind] = true
+	}
+	return true, nil
+}
+
+// cacheBehindOwnStatus: the cached ServiceMesh is the very version this
+// reconciler's last status patch was made from, so the cache has not
+// delivered that patch yet. A reconcile queued behind a long one (the
+// enrollment pass queues one through its own namespace label writes)
+// starts within milliseconds of the patch; deciding from the stale status
+// would set conditions again with new transition times and patch status
+// once more for nothing.
+func (r *ServiceMeshReconciler) cacheBehindOwnStatus(mesh *v1alpha1.ServiceMesh) bool {
+	r.statusMu.Lock()
+	defer r.statusMu.Unlock()
+	return r.statusFrom != "" && mesh.ResourceVersion == r.statusFrom
 }
 
 // SetupWithManager builds the reconciler from cfg and registers it and its metrics.
@@ -169,8 +229,15 @@ func (r *ServiceMeshReconciler) setup(mgr ctrl.Manager, name string) error {
 	if name != "" {
 		b = b.Named(name)
 	}
-	return b.Watches(&corev1.Namespace{}, toMesh, builder.WithPredicates(predicate.Or(predicate.LabelChangedPredicate{}, predicate.GenerationChangedPredicate{}))).
-		Complete(r)
+	c, err := b.Watches(&corev1.Namespace{}, toMesh, builder.WithPredicates(predicate.Or(predicate.LabelChangedPredicate{}, predicate.GenerationChangedPredicate{}))).
+		Build(r)
+	if err != nil {
+		return err
+	}
+	// Any change of a Sail resource (its status above all) concerns the
+	// singleton; the reconcile reads them itself and acts only on its own.
+	r.sailWatch = &sailWatch{ctrl: c, cache: mgr.GetCache(), handler: toMesh, watched: map[string]bool{}}
+	return nil
 }
 
 // +kubebuilder:rbac:groups=core.navique.com,resources=servicemeshes,verbs=get;list;watch;patch
@@ -186,6 +253,11 @@ func (r *ServiceMeshReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	mesh := &v1alpha1.ServiceMesh{}
 	if err := r.Client.Get(ctx, req.NamespacedName, mesh); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if r.cacheBehindOwnStatus(mesh) {
+		if err := r.Reader.Get(ctx, req.NamespacedName, mesh); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
 	}
 	if mesh.DeletionTimestamp != nil {
 		return r.finalize(ctx, mesh)
@@ -276,7 +348,13 @@ func (r *ServiceMeshReconciler) writeStatus(ctx context.Context, mesh *v1alpha1.
 	}
 	updated := mesh.DeepCopy()
 	updated.Status = *next
-	return r.Client.Status().Patch(ctx, updated, client.MergeFrom(mesh))
+	if err := r.Client.Status().Patch(ctx, updated, client.MergeFrom(mesh)); err != nil {
+		return err
+	}
+	r.statusMu.Lock()
+	r.statusFrom = mesh.ResourceVersion
+	r.statusMu.Unlock()
+	return nil
 }
 
 // sameWarning: the phase and the Ready reason did not change, so the

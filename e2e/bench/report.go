@@ -1,0 +1,469 @@
+package main
+
+// Reporting: the result types, the JSON and Markdown result files and the
+// targets.
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Requests is rest_client_requests_total of the fleet operator summed by method.
+type Requests map[string]float64
+
+// Phase is the operator's cost over one phase.
+type Phase struct {
+	Seconds    float64  `json:"seconds"`
+	CPUSeconds float64  `json:"cpuSeconds"`
+	Requests   Requests `json:"requests"`
+	Writes     float64  `json:"writes"`
+	// ByResource is the same requests as the API server's audit log saw
+	// them, by "verb resource" (watches count when they end).
+	ByResource map[string]float64 `json:"byResource,omitempty"`
+	// ReconcileErrors counts "Reconciler error" lines in the operator's log
+	// (each one means a rate-limited requeue).
+	ReconcileErrors int `json:"reconcileErrors"`
+}
+
+// Roll is the roll-overhead measurement of one 5-member fleet.
+type Roll struct {
+	Members          int                `json:"members"`
+	RollSeconds      float64            `json:"rollSeconds"`
+	MemberSeconds    map[string]float64 `json:"memberRestartToReadySeconds"`
+	SumMemberSeconds float64            `json:"sumMemberSeconds"`
+	OverheadSeconds  float64            `json:"overheadSeconds"`
+	// OverheadPerMember = OverheadSeconds / Members (target: under 1 s).
+	OverheadPerMember float64 `json:"overheadPerMemberSeconds"`
+	// Steps is each member's timeline in seconds after the image patch, in
+	// the order the operator replaced them; Breakdown splits the overhead.
+	Steps     []RollStep    `json:"steps"`
+	Breakdown RollBreakdown `json:"breakdown"`
+}
+
+// RollStep is one member's replacement as the bench's 100 ms poll saw it.
+type RollStep struct {
+	Member string `json:"member"`
+	// Deleted: the old Pod is first seen terminating (or gone).
+	Deleted float64 `json:"deleted"`
+	// Created: the replacement Pod exists (see docs/benchmark.md).
+	Created float64 `json:"created"`
+	// Serving: the replacement is Ready and healthy on /state on the new version.
+	Serving float64 `json:"serving"`
+}
+
+// RollBreakdown adds up to the overhead (within the poll's resolution).
+type RollBreakdown struct {
+	// FirstDelete: image patch until the first member is deleted.
+	FirstDelete float64 `json:"firstDeleteSeconds"`
+	// Recreate: sum over members of deleted until the replacement exists
+	// (graceful deletion, then the StatefulSet controller's create).
+	Recreate float64 `json:"recreateSeconds"`
+	// NextDelete: sum over steps of one replacement serving until the
+	// operator deletes the next member: the operator's own reaction.
+	NextDelete float64 `json:"nextDeleteSeconds"`
+	// FinalReady: the last replacement serving until the fleet reports
+	// Ready on the new version.
+	FinalReady float64 `json:"finalReadySeconds"`
+}
+
+// Result is one N.
+type Result struct {
+	N                  int     `json:"n"`
+	Namespaces         int     `json:"namespaces"`
+	Pods               int     `json:"pods"`
+	Nodes              int     `json:"nodes"`
+	CordonedNodes      int     `json:"cordonedNodes"`
+	OtherAPIServers    int     `json:"otherKubeAPIServersOnHost"`
+	LoadAvgStart       string  `json:"loadAvgStart"`
+	LoadAvgEnd         string  `json:"loadAvgEnd"`
+	ConvergenceSeconds float64 `json:"convergenceSeconds"`
+	FloorSeconds       float64 `json:"floorSeconds"`
+	FloorObjects       int     `json:"floorObjects"`
+	Ratio              float64 `json:"ratio"`
+	// ParallelFloorSeconds: the same objects applied by floorClients
+	// concurrent clients; ParallelRatio = converge / that.
+	ParallelFloorSeconds float64 `json:"parallelFloorSeconds"`
+	ParallelRatio        float64 `json:"parallelRatio"`
+	Create               Phase   `json:"create"`
+	Steady               Phase   `json:"steady"`
+	TemplateRoll         Phase   `json:"templateRoll"`
+	// PeakRSSMiB is the larger VmHWM of the process before and after the
+	// cold restart, taken before the floors; RSSKiBPerFleet = PeakRSSMiB / N.
+	// PeakRSSMiBWithFloors is the VmHWM at the end, the floors' copies in
+	// the operator's caches included.
+	PeakRSSMiB              float64  `json:"peakRSSMiB"`
+	PeakRSSMiBBeforeRestart float64  `json:"peakRSSMiBBeforeRestart"`
+	PeakRSSMiBAfterRestart  float64  `json:"peakRSSMiBAfterRestart"`
+	RSSKiBPerFleet          float64  `json:"rssKiBPerFleet"`
+	PeakRSSMiBWithFloors    float64  `json:"peakRSSMiBWithFloors"`
+	Reaction                Reaction `json:"reaction"`
+	Restart                 Restart  `json:"restart"`
+	CPUSecondsTotal         float64  `json:"cpuSecondsTotal"`
+	Roll                    Roll     `json:"roll"`
+	Error                   string   `json:"error,omitempty"`
+}
+
+// Target is one of the benchmark's targets and what this run measured.
+type Target struct {
+	Name     string `json:"name"`
+	Target   string `json:"target"`
+	Measured string `json:"measured"`
+	Met      bool   `json:"met"`
+	// Note says by how much and why when the target is missed.
+	Note string `json:"note,omitempty"`
+}
+
+// Run is one `make bench`.
+type Run struct {
+	Started  string       `json:"started"`
+	Finished string       `json:"finished"`
+	Commit   string       `json:"commit"`
+	Host     Host         `json:"host"`
+	Method   string       `json:"method"`
+	Results  []Result     `json:"results"`
+	Mesh     []MeshResult `json:"mesh,omitempty"`
+	// MeshLinearity fits each mesh write count to a·M + b over the
+	// namespace counts M measured.
+	MeshLinearity []string `json:"meshLinearity,omitempty"`
+	Targets       []Target `json:"targets,omitempty"`
+	Anomalies     []string `json:"anomalies,omitempty"`
+}
+
+type Host struct {
+	CPUs      int    `json:"cpus"`
+	GoVersion string `json:"goVersion"`
+	OS        string `json:"os"`
+	// Uptime is `uptime` at the start and end of the run: other engineers'
+	// test beds share this machine's cores, and the load average shows it.
+	UptimeStart string `json:"uptimeStart"`
+	UptimeEnd   string `json:"uptimeEnd,omitempty"`
+}
+
+func write(dir string, started time.Time, r *Run) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	base := filepath.Join(dir, started.Format("20060102T150405Z"))
+	j, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(base+".json", append(j, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(base+".md", []byte(markdown(r)), 0o644)
+}
+
+func fmtReq(r Requests) string {
+	var ks []string
+	for k := range r {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	var parts []string
+	for _, k := range ks {
+		parts = append(parts, fmt.Sprintf("%s %g", k, r[k]))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func markdown(r *Run) string {
+	var s strings.Builder
+	fmt.Fprintf(&s, "# Benchmark %s\n\ncommit `%s`, %d CPUs, %s; method: docs/benchmark.md\n\n", r.Started, r.Commit, r.Host.CPUs, r.Host.GoVersion)
+	fmt.Fprintf(&s, "Machine load (`uptime`): at the start `%s`; at the end `%s`. Other engineers' test beds share these cores: times are inflated by their load, request counts are not.\n\n", r.Host.UptimeStart, r.Host.UptimeEnd)
+	if len(r.Results) > 0 {
+		s.WriteString("## Fleet operator\n\n")
+		s.WriteString("| N | pods | converge s | floor s: sequential / 8 clients | ratio: sequential / 8 clients | create: requests (writes) | steady: requests (writes) | roll 1 fleet: requests (writes) | reconcile errors (create/steady/roll) | peak RSS MiB | KiB per fleet | CPU s | 5-member roll s | overhead s/member | image change → first delete p50 / p99 s | cold restart: informers synced / all reconciled s (×) | after restart: requests (writes), members replaced | load avg start → end |\n")
+		s.WriteString("| ---: | ---: | ---: | --- | --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- | --- | --- |\n")
+		for _, x := range r.Results {
+			if x.Error != "" {
+				fmt.Fprintf(&s, "| %d | %d | failed: %s |\n", x.N, x.Pods, x.Error)
+				continue
+			}
+			rs := x.Restart
+			fmt.Fprintf(&s, "| %d | %d | %.1f | %.1f / %.1f | %.2f / %.2f | %s (%g) | %s (%g) | %s (%g) | %d/%d/%d | %.1f | %.0f | %.1f | %.1f | %.2f | %.2f / %.2f | %.1f / %.1f (%.2f) | %s (%g), %d | %s → %s |\n",
+				x.N, x.Pods, x.ConvergenceSeconds, x.FloorSeconds, x.ParallelFloorSeconds, x.Ratio, x.ParallelRatio,
+				fmtReq(x.Create.Requests), x.Create.Writes, fmtReq(x.Steady.Requests), x.Steady.Writes,
+				fmtReq(x.TemplateRoll.Requests), x.TemplateRoll.Writes,
+				x.Create.ReconcileErrors, x.Steady.ReconcileErrors, x.TemplateRoll.ReconcileErrors,
+				x.PeakRSSMiB, x.RSSKiBPerFleet, x.CPUSecondsTotal, x.Roll.RollSeconds, x.Roll.OverheadPerMember,
+				x.Reaction.P50, x.Reaction.P99, rs.InformersSyncedSeconds, rs.AllReconciledSeconds, rs.Ratio,
+				fmtReq(rs.Phase.Requests), rs.Phase.Writes, rs.MembersReplaced,
+				x.LoadAvgStart, x.LoadAvgEnd)
+		}
+		if slope, lo, hi, ok := rssSlope(r.Results); ok {
+			fmt.Fprintf(&s, "\nPeak RSS grows by %.0f KiB per fleet from N=%d to N=%d.\n", slope, lo, hi)
+		}
+		s.WriteString("\nAPI cost by resource (the API server's audit log of the fleet operator's requests; watches count when they end):\n\n")
+		for _, x := range r.Results {
+			if x.Error == "" {
+				fmt.Fprintf(&s, "- N=%d: create: %s; steady: %s; roll 1 fleet: %s; cold restart: %s\n", x.N,
+					fmtReq(x.Create.ByResource), fmtReq(x.Steady.ByResource), fmtReq(x.TemplateRoll.ByResource), fmtReq(x.Restart.Phase.ByResource))
+			}
+		}
+		s.WriteString("\nRoll overhead, where it goes (s): until the first delete / deleted→recreated (graceful deletion + StatefulSet controller) / replacement serving→next delete (operator) / last serving→fleet Ready\n\n")
+		for _, x := range r.Results {
+			if x.Error == "" {
+				bd := x.Roll.Breakdown
+				fmt.Fprintf(&s, "- N=%d: %.2f / %.2f / %.2f / %.2f\n", x.N, bd.FirstDelete, bd.Recreate, bd.NextDelete, bd.FinalReady)
+			}
+		}
+	}
+	if len(r.Mesh) > 0 {
+		s.WriteString("\n## Mesh operator: enrolling M namespaces (one running, ztunnel-captured Pod each)\n\n")
+		s.WriteString("| M | control plane Ready s | ServiceMesh Ready s | all STRICT s | Ready → all STRICT s | floor s (8 clients) | ratio | mesh operator requests (writes) | API server writes by resource | per namespace | after all STRICT: requests (writes) | peak RSS MiB | load avg start → end |\n")
+		s.WriteString("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- | --- | ---: | --- |\n")
+		for _, m := range r.Mesh {
+			if m.Error != "" {
+				fmt.Fprintf(&s, "| %d | failed: %s |\n", m.Namespaces, m.Error)
+				continue
+			}
+			fmt.Fprintf(&s, "| %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f | %s (%g) | %s | %s | %s (%g) | %.1f | %s → %s |\n",
+				m.Namespaces, m.ControlPlaneReadySeconds, m.MeshReadySeconds, m.AllStrictSeconds, m.ReadyToStrictSeconds, m.FloorSeconds, m.FloorRatio,
+				fmtReq(m.Enroll.Requests), m.Enroll.Writes, fmtReq(m.WritesByResource), fmtReq(m.PerNamespace),
+				fmtReq(m.Settle.Requests), m.Settle.Writes, m.PeakRSSMiB, m.LoadAvgStart, m.LoadAvgEnd)
+		}
+		if len(r.MeshLinearity) > 0 {
+			s.WriteString("\nWrites as a per namespace + a fixed part, over the namespace counts (see docs/benchmark.md):\n\n")
+			for _, l := range r.MeshLinearity {
+				fmt.Fprintf(&s, "- %s\n", l)
+			}
+		}
+	}
+	if len(r.Targets) > 0 {
+		s.WriteString("\n## Targets\n\n| target | wanted | measured | met | by how much, why |\n| --- | --- | --- | --- | --- |\n")
+		for _, t := range r.Targets {
+			met := "yes"
+			if !t.Met {
+				met = "**no**"
+			}
+			fmt.Fprintf(&s, "| %s | %s | %s | %s | %s |\n", t.Name, t.Target, t.Measured, met, t.Note)
+		}
+	}
+	if len(r.Anomalies) > 0 {
+		s.WriteString("\nAnomalies:\n\n")
+		for _, a := range r.Anomalies {
+			fmt.Fprintf(&s, "- %s\n", a)
+		}
+	}
+	return s.String()
+}
+
+// rssSlope is the fleet operator's peak RSS growth per fleet between the
+// two largest N of the run (KiB per fleet), with the Ns it spans.
+func rssSlope(rs []Result) (slope float64, lo, hi int, ok bool) {
+	var good []Result
+	for _, r := range rs {
+		if r.Error == "" && r.PeakRSSMiB > 0 {
+			good = append(good, r)
+		}
+	}
+	if len(good) < 2 {
+		return 0, 0, 0, false
+	}
+	sort.Slice(good, func(i, j int) bool { return good[i].N < good[j].N })
+	a, b := good[len(good)-2], good[len(good)-1]
+	if a.N == b.N {
+		return 0, 0, 0, false
+	}
+	return round((b.PeakRSSMiB-a.PeakRSSMiB)*1024/float64(b.N-a.N), 1), a.N, b.N, true
+}
+
+// The targets of issue #20 (and the roll overhead of issue #10), checked
+// at the largest N and M the run measured.
+const (
+	targetN              = 1000
+	targetParallelRatio  = 1.15
+	targetRSSMiB         = 350
+	targetRestartRatio   = 2
+	targetReactionSecs   = 1
+	targetM              = 1000
+	targetMeshFloorRatio = 1.2
+)
+
+// targets checks the targets against the run.
+func targets(r *Run) []Target {
+	var out []Target
+	var ok []Result
+	for _, res := range r.Results {
+		if res.Error == "" {
+			ok = append(ok, res)
+		}
+	}
+	notRun := func(t *Target, n, want int, what string) {
+		if n < want {
+			t.Note = strings.TrimPrefix(t.Note+fmt.Sprintf("; measured at %s=%d: %s=%d was not run", what, n, what, want), "; ")
+		}
+	}
+	if len(ok) > 0 {
+		largest := ok[0]
+		for _, res := range ok {
+			if res.N > largest.N {
+				largest = res
+			}
+		}
+		load := fmt.Sprintf("load average %s at the start of that N, %s at its end, %d other kube-apiserver(s) on the host", largest.LoadAvgStart, largest.LoadAvgEnd, largest.OtherAPIServers)
+		t := Target{Name: fmt.Sprintf("convergence vs parallel floor at N=%d", largest.N), Target: fmt.Sprintf("at most %.2f × the %d-client floor at N=%d", targetParallelRatio, floorClients, targetN),
+			Measured: fmt.Sprintf("%.2f (%.1f s vs %.1f s; sequential floor %.1f s, ratio %.2f)", largest.ParallelRatio, largest.ConvergenceSeconds, largest.ParallelFloorSeconds, largest.FloorSeconds, largest.Ratio),
+			Met:      largest.ParallelRatio > 0 && largest.ParallelRatio <= targetParallelRatio}
+		if !t.Met {
+			t.Note = fmt.Sprintf("over by %.2f (%.0f %%); %s", largest.ParallelRatio-targetParallelRatio, (largest.ParallelRatio/targetParallelRatio-1)*100, load)
+		}
+		notRun(&t, largest.N, targetN, "N")
+		out = append(out, t)
+
+		writes, worst := 0.0, ""
+		for _, res := range ok {
+			writes += res.Steady.Writes
+			if res.Steady.Writes > 0 {
+				worst += fmt.Sprintf(" N=%d: %v;", res.N, res.Steady.ByResource)
+			}
+		}
+		t = Target{Name: "steady-state writes", Target: "0 at every N", Measured: fmt.Sprintf("%g", writes), Met: writes == 0}
+		if !t.Met {
+			t.Note = "writes in steady state:" + worst
+		}
+		out = append(out, t)
+
+		measured := fmt.Sprintf("%.1f MiB (%.0f KiB per fleet)", largest.PeakRSSMiB, largest.RSSKiBPerFleet)
+		if slope, lo, hi, ok := rssSlope(ok); ok {
+			measured += fmt.Sprintf("; slope N=%d→%d: %.0f KiB per fleet", lo, hi, slope)
+		}
+		t = Target{Name: fmt.Sprintf("fleet-operator peak RSS at N=%d", largest.N), Target: fmt.Sprintf("at most %d MiB at N=%d", targetRSSMiB, targetN),
+			Measured: measured, Met: largest.PeakRSSMiB <= targetRSSMiB}
+		if !t.Met {
+			t.Note = fmt.Sprintf("over by %.1f MiB", largest.PeakRSSMiB-targetRSSMiB)
+		}
+		notRun(&t, largest.N, targetN, "N")
+		out = append(out, t)
+
+		rs := largest.Restart
+		t = Target{Name: fmt.Sprintf("cold restart at N=%d", largest.N),
+			Target:   fmt.Sprintf("0 writes, every fleet reconciled within %d × the informers' list time, no member restarted", targetRestartRatio),
+			Measured: fmt.Sprintf("%g writes; all reconciled %.1f s vs informers synced %.1f s (%.2f×); %d members replaced, %d restarts", rs.Phase.Writes, rs.AllReconciledSeconds, rs.InformersSyncedSeconds, rs.Ratio, rs.MembersReplaced, rs.MemberRestarts),
+			Met:      rs.InformersSyncedSeconds > 0 && rs.Phase.Writes == 0 && rs.Ratio <= targetRestartRatio && rs.MembersReplaced == 0 && rs.MemberRestarts == 0}
+		if !t.Met {
+			var why []string
+			if rs.Phase.Writes != 0 {
+				why = append(why, fmt.Sprintf("writes %v", rs.Phase.ByResource))
+			}
+			if rs.Ratio > targetRestartRatio {
+				why = append(why, fmt.Sprintf("ratio over by %.2f; %s", rs.Ratio-targetRestartRatio, load))
+			}
+			t.Note = strings.Join(why, "; ")
+		}
+		notRun(&t, largest.N, targetN, "N")
+		out = append(out, t)
+
+		re := largest.Reaction
+		t = Target{Name: fmt.Sprintf("reaction under load at N=%d", largest.N), Target: fmt.Sprintf("image change → first member delete within %d s, p50 and p99 over %d tries", targetReactionSecs, reactionTries),
+			Measured: fmt.Sprintf("p50 %.2f s, p99 %.2f s (%d tries)", re.P50, re.P99, len(re.Seconds)),
+			Met:      len(re.Seconds) > 0 && re.P99 <= targetReactionSecs}
+		if !t.Met {
+			t.Note = fmt.Sprintf("p99 over by %.2f s; %s", re.P99-targetReactionSecs, load)
+		}
+		notRun(&t, largest.N, targetN, "N")
+		out = append(out, t)
+
+		var per []string
+		met, worstRoll := true, ok[0]
+		for _, res := range ok {
+			per = append(per, fmt.Sprintf("%.2f s (N=%d)", res.Roll.OverheadPerMember, res.N))
+			if res.Roll.OverheadPerMember >= 1 {
+				met = false
+			}
+			if res.Roll.OverheadPerMember > worstRoll.Roll.OverheadPerMember {
+				worstRoll = res
+			}
+		}
+		t = Target{Name: "roll overhead per member", Target: "under 1 s per member", Measured: strings.Join(per, ", "), Met: met}
+		if !met {
+			bd := worstRoll.Roll.Breakdown
+			t.Note = fmt.Sprintf("over by %.2f s per member at N=%d; of its %.1f s overhead: %.1f s until the first delete, %.1f s deleted→recreated (graceful deletion and the StatefulSet controller), %.1f s replacement serving→next delete (the operator), %.1f s last serving→fleet Ready; load average %s",
+				worstRoll.Roll.OverheadPerMember-1, worstRoll.N, worstRoll.Roll.OverheadSeconds, bd.FirstDelete, bd.Recreate, bd.NextDelete, bd.FinalReady, worstRoll.LoadAvgEnd)
+		}
+		out = append(out, t)
+	}
+	if len(r.Mesh) > 0 {
+		var okM []MeshResult
+		for _, m := range r.Mesh {
+			if m.Error == "" {
+				okM = append(okM, m)
+			}
+		}
+		if len(okM) > 0 {
+			lm := okM[0]
+			for _, m := range okM {
+				if m.Namespaces > lm.Namespaces {
+					lm = m
+				}
+			}
+			t := Target{Name: fmt.Sprintf("mesh: all STRICT vs parallel floor at M=%d", lm.Namespaces),
+				Target:   fmt.Sprintf("control plane Ready → all STRICT at most %.1f × the %d-client floor at M=%d", targetMeshFloorRatio, floorClients, targetM),
+				Measured: fmt.Sprintf("%.2f (%.1f s vs %.1f s)", lm.FloorRatio, lm.ReadyToStrictSeconds, lm.FloorSeconds),
+				Met:      lm.FloorSeconds > 0 && lm.FloorRatio <= targetMeshFloorRatio}
+			if !t.Met {
+				t.Note = fmt.Sprintf("over by %.2f; load average %s → %s", lm.FloorRatio-targetMeshFloorRatio, lm.LoadAvgStart, lm.LoadAvgEnd)
+			}
+			notRun(&t, lm.Namespaces, targetM, "M")
+			out = append(out, t)
+		}
+		linear, counts := len(r.MeshLinearity) > 0, []string{}
+		for _, l := range r.MeshLinearity {
+			if strings.Contains(l, notConstant) {
+				linear = false
+			}
+		}
+		settle, settleBy := 0.0, []string{}
+		for _, m := range okM {
+			counts = append(counts, strconv.Itoa(m.Namespaces))
+			settle += m.Settle.Writes
+			if m.Settle.Writes != 0 {
+				settleBy = append(settleBy, fmt.Sprintf("M=%d: %g (mesh operator: %s; API server: %s)", m.Namespaces, m.Settle.Writes, fmtReq(m.Settle.Requests), fmtReq(m.SettleWritesByResource)))
+			}
+		}
+		var perNS, fixed, growing []string
+		for _, l := range r.MeshLinearity {
+			key, verdict, _ := strings.Cut(l, ": ")
+			switch {
+			case strings.HasPrefix(verdict, notConstant):
+				growing = append(growing, l)
+			case strings.HasPrefix(verdict, "0 per namespace"):
+				fixed = append(fixed, key)
+			default:
+				a, _, _ := strings.Cut(verdict, " per namespace")
+				perNS = append(perNS, a+" "+key)
+			}
+		}
+		measured := fmt.Sprintf("per namespace: %s; %d other write counts fixed", strings.Join(perNS, ", "), len(fixed))
+		if len(growing) > 0 {
+			measured += "; not constant: " + strings.Join(growing, "; ")
+		}
+		t := Target{Name: "mesh writes per namespace", Target: "constant in the number of namespaces",
+			Measured: measured, Met: linear}
+		switch {
+		case len(r.MeshLinearity) == 0:
+			t.Measured = "one namespace count (" + strings.Join(counts, ",") + ")"
+			t.Note = "needs two or more namespace counts to judge"
+		case !linear:
+			t.Note = "some write count grows faster or slower than a whole number of writes per namespace over M = " + strings.Join(counts, ", ")
+		}
+		out = append(out, t)
+		t = Target{Name: "mesh writes once all namespaces are STRICT", Target: "0 in the next 6 s",
+			Measured: fmt.Sprintf("%g", settle), Met: settle == 0}
+		if settle != 0 {
+			t.Note = strings.Join(settleBy, "; ")
+		}
+		out = append(out, t)
+	}
+	return out
+}

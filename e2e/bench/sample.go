@@ -1,0 +1,287 @@
+package main
+
+// Sampling: the operators' request counters, CPU and memory, the machine's
+// load, and what else runs on it.
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ericdev/fleetmesh/e2e/harness"
+)
+
+func loadAvg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// otherAPIServers counts kube-apiserver processes on the host not started by this bed.
+func otherAPIServers(bed *harness.Bed) int {
+	mine := bed.Opts.WorkDir
+	n := 0
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		if _, err := strconv.Atoi(d.Name()); err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		c := string(cmd)
+		if strings.Contains(c, "kube-apiserver") && strings.Contains(c, "--etcd-servers") && (mine == "" || !strings.Contains(c, mine)) {
+			n++
+		}
+	}
+	return n
+}
+
+// phase runs fn and records the fleet operator's requests and CPU over it.
+func (b *bench) phase(p *Phase, fn func() error) error {
+	return b.phaseOf(b.fleetMetrics, b.bed.Fleet, p, fn)
+}
+
+// reconcileErrors counts controller-runtime's "Reconciler error" log lines.
+func reconcileErrors(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	return strings.Count(string(b), `"Reconciler error"`)
+}
+
+func round(v float64, places int) float64 {
+	f, _ := strconv.ParseFloat(strconv.FormatFloat(v, 'f', places, 64), 64)
+	return f
+}
+
+func (b *bench) waitMetrics(addr string) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, err := scrapeAddr(b.http, addr)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("operator metrics on %s: %w", addr, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+func parseRequests(r io.Reader) (Requests, error) {
+	out := Requests{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "rest_client_requests_total{") {
+			continue
+		}
+		end := strings.LastIndex(line, "}")
+		labels, value := line[len("rest_client_requests_total{"):end], strings.TrimSpace(line[end+1:])
+		method := ""
+		for _, kv := range strings.Split(labels, ",") {
+			if v, ok := strings.CutPrefix(kv, `method="`); ok {
+				method = strings.TrimSuffix(v, `"`)
+			}
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			return nil, fmt.Errorf("metrics line %q: %w", line, err)
+		}
+		out[method] += v
+	}
+	return out, sc.Err()
+}
+
+// cpuSeconds is utime+stime of pid from /proc/pid/stat.
+func cpuSeconds(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndex(s, ")")+2:])
+	// Fields after the command: state is [0], utime [11], stime [12].
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100, nil // USER_HZ is 100 on Linux
+}
+
+// peakRSS is VmHWM in KiB.
+func peakRSS(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			return strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
+}
+
+// uptime is the `uptime` line (load averages over 1, 5 and 15 minutes).
+func uptime() string {
+	out, err := exec.Command("uptime").Output()
+	if err != nil {
+		return "load average: " + loadAvg()
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// auditPolicy logs every request of the two operators' ServiceAccounts at
+// Metadata level (who, verb, resource; no bodies) and nothing else, so the
+// benchmark can break their API cost down by resource: the operators' own
+// rest_client_requests_total counts by method only.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+- level: Metadata
+  userGroups: ["system:serviceaccounts:` + harness.FleetNamespace + `", "system:serviceaccounts:` + harness.MeshNamespace + `"]
+- level: None
+`
+
+// auditArgs write the policy into dir and return kube-apiserver's flags.
+func auditArgs(dir string) ([]string, string, error) {
+	policy, log := filepath.Join(dir, "audit-policy.yaml"), filepath.Join(dir, "audit.log")
+	if err := os.WriteFile(policy, []byte(auditPolicy), 0o644); err != nil {
+		return nil, "", err
+	}
+	return []string{"--audit-policy-file=" + policy, "--audit-log-path=" + log, "--audit-log-format=json",
+		"--audit-log-mode=blocking", "--audit-log-maxsize=0"}, log, nil
+}
+
+// auditOffset is the audit log's size: the start of the next phase.
+func auditOffset(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// auditByResource counts the audit events between two offsets of the log
+// whose user is in namespace ns's ServiceAccounts, by "verb resource"
+// ("verb resource/subresource"; non-resource URLs as "verb nonResource").
+func auditByResource(path string, from, to int64, ns string) (map[string]float64, error) {
+	out := map[string]float64{}
+	if path == "" || to <= from {
+		return out, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(io.NewSectionReader(f, from, to-from))
+	sc.Buffer(make([]byte, 1<<20), 1<<22)
+	prefix := "system:serviceaccount:" + ns + ":"
+	for sc.Scan() {
+		var ev struct {
+			Verb string `json:"verb"`
+			User struct {
+				Username string `json:"username"`
+			} `json:"user"`
+			ObjectRef *struct {
+				Resource    string `json:"resource"`
+				Subresource string `json:"subresource"`
+			} `json:"objectRef"`
+		}
+		if json.Unmarshal(sc.Bytes(), &ev) != nil || !strings.HasPrefix(ev.User.Username, prefix) {
+			continue
+		}
+		res := "nonResource"
+		if ev.ObjectRef != nil {
+			res = ev.ObjectRef.Resource
+			if ev.ObjectRef.Subresource != "" {
+				res += "/" + ev.ObjectRef.Subresource
+			}
+		}
+		out[ev.Verb+" "+res]++
+	}
+	return out, sc.Err()
+}
+
+// auditWrites sums the write verbs of a by-resource count.
+func auditWrites(by map[string]float64) float64 {
+	w := 0.0
+	for k, v := range by {
+		switch verb, _, _ := strings.Cut(k, " "); verb {
+		case "create", "update", "patch", "delete", "deletecollection":
+			w += v
+		}
+	}
+	return w
+}
+
+// scrapeSeries reads the metrics endpoint and returns the value of every
+// series named name whose labels contain all of match (`k="v"` strings),
+// summed.
+func scrapeSeries(c *http.Client, addr, name string, match ...string) (float64, error) {
+	resp, err := c.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("metrics %s: %s", addr, resp.Status)
+	}
+	sum := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		ok := true
+		for _, m := range match {
+			ok = ok && strings.Contains(line, m)
+		}
+		if !ok {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err == nil {
+			sum += v
+		}
+	}
+	return sum, sc.Err()
+}
+
+// percentile of sorted values (nearest rank).
+func percentile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(p/100*float64(len(sorted)))) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+// reconcileErrorsFrom counts "Reconciler error" lines after offset.
+func reconcileErrorsFrom(path string, offset int64) int {
+	b, err := os.ReadFile(path)
+	if err != nil || int64(len(b)) < offset {
+		return 0
+	}
+	return strings.Count(string(b[offset:]), `"Reconciler error"`)
+}

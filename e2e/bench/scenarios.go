@@ -1,0 +1,829 @@
+package main
+
+// The fleet operator's scenarios: creating N fleets, the steady state, rolling
+// one fleet, the reaction probe, the cold restart, the floors, the roll
+// overhead (docs/benchmark.md, per N).
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ericdev/fleetmesh/e2e/harness"
+	fleetv1 "github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/shared/labels"
+)
+
+func (b *bench) all(ctx context.Context) error {
+	pid := b.bed.Fleet.Pid()
+	cpu0, _ := cpuSeconds(pid)
+
+	// 1+2: create N fleets and wait for all Ready.
+	fleets, err := b.createFleets(ctx)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	var created Phase
+	if err := b.phase(&created, func() error {
+		if err := b.applyFleets(ctx, fleets); err != nil {
+			return err
+		}
+		return b.waitFleetsReady(ctx, fleets, "1.0.0")
+	}); err != nil {
+		return err
+	}
+	b.res.ConvergenceSeconds = round(time.Since(start).Seconds(), 2)
+	b.res.Create = created
+	logf("N=%d: %d fleets Ready in %.1fs; %v", b.n, len(fleets), b.res.ConvergenceSeconds, created.Requests)
+
+	// Steady state: poke every fleet (annotation → reconcile) and wait three
+	// state intervals, so every fleet re-reads /state several times.
+	if err := b.phase(&b.res.Steady, func() error {
+		for _, f := range fleets {
+			p := fmt.Sprintf(`{"metadata":{"annotations":{"bench.fleetmesh.dev/poke":%q}}}`, time.Now().Format(time.RFC3339Nano))
+			if err := b.k8s.Patch(ctx, &fleetv1.CelldFleet{ObjectMeta: f.ObjectMeta}, client.RawPatch(types.MergePatchType, []byte(p))); err != nil {
+				return err
+			}
+		}
+		time.Sleep(b.steady)
+		return nil
+	}); err != nil {
+		return err
+	}
+	logf("N=%d: steady %.0fs: %v", b.n, b.res.Steady.Seconds, b.res.Steady.Requests)
+	if b.res.Steady.Writes != 0 {
+		b.anom = append(b.anom, fmt.Sprintf("N=%d: %v writes in steady state: %v", b.n, b.res.Steady.Writes, b.res.Steady.Requests))
+	}
+
+	// Template roll of one fleet.
+	if err := b.phase(&b.res.TemplateRoll, func() error {
+		f := fleets[0]
+		if err := b.patchImage(ctx, f, imageV2); err != nil {
+			return err
+		}
+		return b.waitFleetsReady(ctx, []*fleetv1.CelldFleet{f}, "1.1.0")
+	}); err != nil {
+		return err
+	}
+	logf("N=%d: roll of one fleet in %.1fs: %v", b.n, b.res.TemplateRoll.Seconds, b.res.TemplateRoll.Requests)
+
+	// Reaction under load: an image change on one fleet until its first
+	// member is deleted, 20 times on 20 fleets, the others in steady state.
+	newPid := pid
+	cpuBefore := 0.0
+	if b.probes {
+		if err := b.reaction(ctx, fleets); err != nil {
+			return fmt.Errorf("reaction: %w", err)
+		}
+		logf("N=%d: image change → first delete p50 %.2fs p99 %.2fs over %d tries", b.n, b.res.Reaction.P50, b.res.Reaction.P99, len(b.res.Reaction.Seconds))
+
+		// Cold restart: SIGKILL at steady state, start again.
+		if hwm, err := peakRSS(pid); err == nil {
+			b.res.PeakRSSMiBBeforeRestart = round(hwm/1024, 1)
+		}
+		cpuBefore, _ = cpuSeconds(pid)
+		if err := b.coldRestart(ctx); err != nil {
+			return fmt.Errorf("cold restart: %w", err)
+		}
+		r := b.res.Restart
+		logf("N=%d: cold restart: informers synced %.1fs, every fleet reconciled %.1fs (%.2f×), writes %g (%v), members replaced %d", b.n, r.InformersSyncedSeconds, r.AllReconciledSeconds, r.Ratio, r.Phase.Writes, r.Phase.ByResource, r.MembersReplaced)
+		newPid = b.bed.Fleet.Pid()
+	}
+
+	// 3: peak memory of the fleet operator, taken before the floors: their
+	// copies carry the fleets' labels, so the operator's label-restricted
+	// caches hold them too, which is not what N fleets cost it. The peak
+	// with both copies is kept apart.
+	hwm, err := peakRSS(newPid)
+	if err != nil {
+		return err
+	}
+	if newPid != pid {
+		b.res.PeakRSSMiBAfterRestart = round(hwm/1024, 1)
+	} else {
+		b.res.PeakRSSMiBBeforeRestart = round(hwm/1024, 1)
+	}
+	b.res.PeakRSSMiB = max(b.res.PeakRSSMiBBeforeRestart, b.res.PeakRSSMiBAfterRestart)
+	b.res.RSSKiBPerFleet = round(b.res.PeakRSSMiB*1024/float64(b.n), 1)
+
+	// 1: the control plane's floors, one client in sequence, then 8 in parallel.
+	if err := b.floor(ctx, "floor", 1, &b.res.FloorSeconds); err != nil {
+		return fmt.Errorf("floor: %w", err)
+	}
+	b.res.Ratio = round(b.res.ConvergenceSeconds/b.res.FloorSeconds, 2)
+	logf("N=%d: sequential floor %.1fs (%d objects), ratio %.2f", b.n, b.res.FloorSeconds, b.res.FloorObjects, b.res.Ratio)
+	if b.probes {
+		if err := b.floor(ctx, "pfloor", floorClients, &b.res.ParallelFloorSeconds); err != nil {
+			return fmt.Errorf("parallel floor: %w", err)
+		}
+		b.res.ParallelRatio = round(b.res.ConvergenceSeconds/b.res.ParallelFloorSeconds, 2)
+		logf("N=%d: parallel floor (%d clients) %.1fs, ratio %.2f", b.n, floorClients, b.res.ParallelFloorSeconds, b.res.ParallelRatio)
+	}
+
+	// 4: roll overhead of a 5-member fleet.
+	if err := b.rollOverhead(ctx); err != nil {
+		return fmt.Errorf("roll overhead: %w", err)
+	}
+	logf("N=%d: 5-member roll %.1fs, members %.1fs, overhead %.1fs (%+v)", b.n, b.res.Roll.RollSeconds, b.res.Roll.SumMemberSeconds, b.res.Roll.OverheadSeconds, b.res.Roll.Breakdown)
+
+	// CPU over the whole N (both processes).
+	if hwm, err = peakRSS(newPid); err == nil {
+		b.res.PeakRSSMiBWithFloors = round(hwm/1024, 1)
+	}
+	cpu1, _ := cpuSeconds(newPid)
+	if newPid == pid {
+		cpuBefore, cpu1 = cpu1, 0
+	}
+	b.res.CPUSecondsTotal = round(cpuBefore-cpu0+cpu1, 2)
+	if b.bed.Fleet.Pid() != newPid {
+		return fmt.Errorf("fleet operator restarted during the run")
+	}
+	return b.bed.Healthy()
+}
+
+func (b *bench) createFleets(ctx context.Context) ([]*fleetv1.CelldFleet, error) {
+	var out []*fleetv1.CelldFleet
+	for i := 0; i < b.res.Namespaces; i++ {
+		ns := fmt.Sprintf("bench-%d", i)
+		if err := b.k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			return nil, err
+		}
+	}
+	for i := 0; i < b.n; i++ {
+		out = append(out, newFleet(fmt.Sprintf("bench-%d", i%b.res.Namespaces), fmt.Sprintf("f%d", i), membersPerFleet))
+	}
+	return out, nil
+}
+
+func newFleet(ns, name string, replicas int32) *fleetv1.CelldFleet {
+	return &fleetv1.CelldFleet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: fleetv1.CelldFleetSpec{
+			Replicas: ptr.To(replicas),
+			Image:    imageV1,
+			Storage:  &fleetv1.Storage{Size: resource.MustParse("1Gi")},
+		},
+	}
+}
+
+func (b *bench) applyFleets(ctx context.Context, fleets []*fleetv1.CelldFleet) error {
+	for _, f := range fleets {
+		if err := b.k8s.Create(ctx, f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *bench) patchImage(ctx context.Context, f *fleetv1.CelldFleet, image string) error {
+	p := fmt.Sprintf(`{"spec":{"image":%q}}`, image)
+	return b.k8s.Patch(ctx, &fleetv1.CelldFleet{ObjectMeta: f.ObjectMeta}, client.RawPatch(types.MergePatchType, []byte(p)))
+}
+
+// readyOn is the specs' readiness: Ready for the current generation, every
+// member reporting version on /state.
+func readyOn(f *fleetv1.CelldFleet, version string) bool {
+	ready := meta.FindStatusCondition(f.Status.Conditions, "Ready")
+	if ready == nil || ready.Status != metav1.ConditionTrue || ready.ObservedGeneration != f.Generation {
+		return false
+	}
+	for _, m := range f.Status.Members {
+		if m.State == nil || m.State.Version != version || !m.State.Healthy {
+			return false
+		}
+	}
+	return f.Spec.Replicas != nil && len(f.Status.Members) == int(*f.Spec.Replicas)
+}
+
+func (b *bench) waitFleetsReady(ctx context.Context, fleets []*fleetv1.CelldFleet, version string) error {
+	want := map[types.NamespacedName]bool{}
+	for _, f := range fleets {
+		want[client.ObjectKeyFromObject(f)] = true
+	}
+	deadline := time.Now().Add(*flagTimeout)
+	for {
+		list := &fleetv1.CelldFleetList{}
+		if err := b.k8s.List(ctx, list); err != nil {
+			return err
+		}
+		pending := 0
+		for i := range list.Items {
+			f := &list.Items[i]
+			if want[client.ObjectKeyFromObject(f)] && !readyOn(f, version) {
+				pending++
+			}
+		}
+		seen := 0
+		for i := range list.Items {
+			if want[client.ObjectKeyFromObject(&list.Items[i])] {
+				seen++
+			}
+		}
+		pending += len(want) - seen
+		if pending == 0 {
+			return nil
+		}
+		if err := b.bed.Healthy(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d fleets not Ready on %s after %s", pending, len(want), version, *flagTimeout)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+var floorKinds = []schema.GroupVersionResource{
+	{Version: "v1", Resource: "serviceaccounts"},
+	{Version: "v1", Resource: "services"},
+	{Group: "networking.k8s.io", Version: "v1", Resource: "networkpolicies"},
+	{Group: "apps", Version: "v1", Resource: "statefulsets"},
+}
+
+// floorClients is how many clients apply the parallel floor's objects at
+// once: what the control plane can take, not what one client does.
+const floorClients = 8
+
+// floor copies every converged fleet's objects (stripped of status and
+// server-set metadata) into fresh namespaces <prefix>-<i>, applies them
+// server-side with the given number of concurrent clients (each object once,
+// in the order a fleet's objects are listed; with one client, all in
+// sequence), and waits until every Pod is Ready with a healthy /state. The
+// time goes to *seconds.
+func (b *bench) floor(ctx context.Context, prefix string, clients int, seconds *float64) error {
+	var objs []*unstructured.Unstructured
+	var gvrs []schema.GroupVersionResource
+	for i := 0; i < b.res.Namespaces; i++ {
+		src, dst := fmt.Sprintf("bench-%d", i), fmt.Sprintf("%s-%d", prefix, i)
+		if err := b.k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: dst}}); err != nil {
+			return err
+		}
+		for _, gvr := range floorKinds {
+			list, err := b.dyn.Resource(gvr).Namespace(src).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			for i := range list.Items {
+				u := &list.Items[i]
+				if !ownedByFleet(u) {
+					continue
+				}
+				objs = append(objs, strip(u, dst))
+				gvrs = append(gvrs, gvr)
+			}
+		}
+	}
+	b.res.FloorObjects = len(objs)
+	if want := b.n * 5; len(objs) != want {
+		b.anom = append(b.anom, fmt.Sprintf("N=%d: floor %s copied %d objects, expected %d (SA, 2 Services, NetworkPolicy, StatefulSet per fleet)", b.n, prefix, len(objs), want))
+	}
+	start := time.Now()
+	next := make(chan int)
+	errs := make(chan error, clients)
+	var wg sync.WaitGroup
+	for w := 0; w < clients; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				u := objs[i]
+				if _, err := b.dyn.Resource(gvrs[i]).Namespace(u.GetNamespace()).Apply(ctx, u.GetName(), u,
+					metav1.ApplyOptions{FieldManager: "bench-floor", Force: true}); err != nil {
+					errs <- fmt.Errorf("apply %s %s/%s: %w", gvrs[i].Resource, u.GetNamespace(), u.GetName(), err)
+					return
+				}
+			}
+		}()
+	}
+	var applyErr error
+feed:
+	for i := range objs {
+		select {
+		case next <- i:
+		case applyErr = <-errs:
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if applyErr == nil && len(errs) > 0 {
+		applyErr = <-errs
+	}
+	if applyErr != nil {
+		return applyErr
+	}
+	var namespaces []string
+	for i := 0; i < b.res.Namespaces; i++ {
+		namespaces = append(namespaces, fmt.Sprintf("%s-%d", prefix, i))
+	}
+	// Any version: the fleets rolled earlier were copied on their new image.
+	if err := b.waitPodsServing(ctx, namespaces, b.n*membersPerFleet, ""); err != nil {
+		return err
+	}
+	*seconds = round(time.Since(start).Seconds(), 2)
+	return nil
+}
+
+func ownedByFleet(u *unstructured.Unstructured) bool {
+	for _, o := range u.GetOwnerReferences() {
+		if o.Kind == "CelldFleet" && o.Controller != nil && *o.Controller {
+			return true
+		}
+	}
+	return false
+}
+
+// strip keeps what a client would apply: apiVersion, kind, name, labels,
+// annotations and spec (minus what the API server allocates).
+func strip(in *unstructured.Unstructured, ns string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": in.GetAPIVersion(),
+		"kind":       in.GetKind(),
+	}}
+	u.SetNamespace(ns)
+	u.SetName(in.GetName())
+	u.SetLabels(in.GetLabels())
+	ann := in.GetAnnotations()
+	delete(ann, "kubectl.kubernetes.io/last-applied-configuration")
+	if len(ann) > 0 {
+		u.SetAnnotations(ann)
+	}
+	for k, v := range in.Object {
+		switch k {
+		case "apiVersion", "kind", "metadata", "status":
+		default:
+			u.Object[k] = v
+		}
+	}
+	if in.GetKind() == "Service" {
+		unstructured.RemoveNestedField(u.Object, "spec", "clusterIP")
+		unstructured.RemoveNestedField(u.Object, "spec", "clusterIPs")
+	}
+	if in.GetKind() == "StatefulSet" {
+		// Claim templates carry status and server-set metadata too.
+		if tmpls, ok, _ := unstructured.NestedSlice(u.Object, "spec", "volumeClaimTemplates"); ok {
+			for i, t := range tmpls {
+				if m, ok := t.(map[string]any); ok {
+					delete(m, "status")
+					if md, ok := m["metadata"].(map[string]any); ok {
+						delete(md, "creationTimestamp")
+					}
+					tmpls[i] = m
+				}
+			}
+			_ = unstructured.SetNestedSlice(u.Object, tmpls, "spec", "volumeClaimTemplates")
+		}
+		unstructured.RemoveNestedField(u.Object, "spec", "template", "metadata", "creationTimestamp")
+	}
+	return u
+}
+
+// waitPodsServing waits for want celld Pods in namespaces that are Ready
+// and whose /state reports healthy on version ("" for any).
+func (b *bench) waitPodsServing(ctx context.Context, namespaces []string, want int, version string) error {
+	deadline := time.Now().Add(*flagTimeout)
+	served := map[types.UID]bool{}
+	for {
+		var pods []corev1.Pod
+		for _, ns := range namespaces {
+			list := &corev1.PodList{}
+			if err := b.k8s.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/name": "celld"}); err != nil {
+				return err
+			}
+			pods = append(pods, list.Items...)
+		}
+		ok := 0
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 16)
+		for i := range pods {
+			p := &pods[i]
+			mu.Lock()
+			done := served[p.UID]
+			if done {
+				ok++
+			}
+			mu.Unlock()
+			if done {
+				continue
+			}
+			if !podReady(p) {
+				continue
+			}
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				if b.serving(p.Status.PodIP, version) {
+					mu.Lock()
+					served[p.UID] = true
+					ok++
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		if ok >= want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d Pods serving after %s", ok, want, *flagTimeout)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func podReady(p *corev1.Pod) bool {
+	if p.DeletionTimestamp != nil || p.Status.PodIP == "" {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// serving reads the member's /state as the operator does.
+func (b *bench) serving(ip, version string) bool {
+	resp, err := b.http.Get("http://" + ip + ":8081/state")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Healthy bool   `json:"healthy"`
+		Version string `json:"version"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&st) != nil {
+		return false
+	}
+	return st.Healthy && (version == "" || st.Version == version)
+}
+
+// rollOverhead rolls a 5-member fleet and subtracts, from the roll's
+// duration, the time each new member took from Pod creation to Ready with a
+// healthy /state on the new version. It also records each step's timeline,
+// so the overhead splits into where it goes.
+func (b *bench) rollOverhead(ctx context.Context) error {
+	const ns = "bench-roll"
+	if err := b.k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		return err
+	}
+	f := newFleet(ns, "roll", rollMembers)
+	if err := b.k8s.Create(ctx, f); err != nil {
+		return err
+	}
+	if err := b.waitFleetsReady(ctx, []*fleetv1.CelldFleet{f}, "1.0.0"); err != nil {
+		return err
+	}
+	old := map[types.UID]string{}
+	list := &corev1.PodList{}
+	if err := b.k8s.List(ctx, list, client.InNamespace(ns)); err != nil {
+		return err
+	}
+	for _, p := range list.Items {
+		old[p.UID] = p.Name
+	}
+	type member struct {
+		created time.Time
+		ready   time.Time
+	}
+	members := map[types.UID]*member{}
+	names := map[types.UID]string{}
+	deleted := map[string]time.Time{} // old Pod name → first seen terminating or gone
+	start := time.Now()
+	if err := b.patchImage(ctx, f, imageV2); err != nil {
+		return err
+	}
+	deadline := start.Add(*flagTimeout)
+	for {
+		list := &corev1.PodList{}
+		if err := b.k8s.List(ctx, list, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		now := time.Now()
+		present := map[types.UID]bool{}
+		for i := range list.Items {
+			p := &list.Items[i]
+			present[p.UID] = true
+			if name, isOld := old[p.UID]; isOld {
+				if _, seen := deleted[name]; !seen && p.DeletionTimestamp != nil {
+					deleted[name] = now
+				}
+				continue
+			}
+			m := members[p.UID]
+			if m == nil {
+				// creationTimestamp has one-second resolution and the Pod
+				// was created before this poll saw it: the earlier of the
+				// two upper bounds is within one poll of the truth.
+				created := p.CreationTimestamp.Add(time.Second)
+				if now.Before(created) {
+					created = now
+				}
+				m = &member{created: created}
+				members[p.UID], names[p.UID] = m, p.Name
+			}
+			if m.ready.IsZero() && podReady(p) && b.serving(p.Status.PodIP, "1.1.0") {
+				m.ready = now
+			}
+		}
+		for uid, name := range old {
+			if _, seen := deleted[name]; !seen && !present[uid] {
+				deleted[name] = now
+			}
+		}
+		got := &fleetv1.CelldFleet{}
+		if err := b.k8s.Get(ctx, client.ObjectKeyFromObject(f), got); err != nil {
+			return err
+		}
+		if readyOn(got, "1.1.0") {
+			break
+		}
+		if now.After(deadline) {
+			return fmt.Errorf("roll not done after %s", *flagTimeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	end := time.Now()
+	r := Roll{Members: rollMembers, RollSeconds: round(end.Sub(start).Seconds(), 2), MemberSeconds: map[string]float64{}}
+	since := func(t time.Time) float64 { return round(t.Sub(start).Seconds(), 2) }
+	for uid, m := range members {
+		if m.ready.IsZero() {
+			return fmt.Errorf("member %s never seen serving", names[uid])
+		}
+		// Both ends are seen by the same 100 ms poll, so their errors
+		// roughly cancel.
+		d := m.ready.Sub(m.created).Seconds()
+		r.MemberSeconds[names[uid]] = round(d, 2)
+		r.SumMemberSeconds += d
+		r.Steps = append(r.Steps, RollStep{Member: names[uid], Deleted: since(deleted[names[uid]]), Created: since(m.created), Serving: since(m.ready)})
+	}
+	if len(members) != rollMembers {
+		b.anom = append(b.anom, fmt.Sprintf("N=%d: roll replaced %d Pods, expected %d", b.n, len(members), rollMembers))
+	}
+	sort.Slice(r.Steps, func(i, j int) bool { return r.Steps[i].Deleted < r.Steps[j].Deleted })
+	for i, st := range r.Steps {
+		if i == 0 {
+			r.Breakdown.FirstDelete = st.Deleted
+		} else {
+			r.Breakdown.NextDelete += st.Deleted - r.Steps[i-1].Serving
+		}
+		r.Breakdown.Recreate += st.Created - st.Deleted
+		if i == len(r.Steps)-1 {
+			r.Breakdown.FinalReady = r.RollSeconds - st.Serving
+		}
+	}
+	r.Breakdown = RollBreakdown{FirstDelete: round(r.Breakdown.FirstDelete, 2), Recreate: round(r.Breakdown.Recreate, 2),
+		NextDelete: round(r.Breakdown.NextDelete, 2), FinalReady: round(r.Breakdown.FinalReady, 2)}
+	r.SumMemberSeconds = round(r.SumMemberSeconds, 2)
+	r.OverheadSeconds = round(r.RollSeconds-r.SumMemberSeconds, 2)
+	r.OverheadPerMember = round(r.OverheadSeconds/float64(rollMembers), 2)
+	b.res.Roll = r
+	return nil
+}
+
+// Reaction is the image change → first member delete probe.
+type Reaction struct {
+	// Seconds per try, in the order tried (one fleet each).
+	Seconds []float64 `json:"seconds"`
+	P50     float64   `json:"p50Seconds"`
+	P99     float64   `json:"p99Seconds"`
+}
+
+const reactionTries = 20
+
+// reaction patches the image of reactionTries fleets, one after another,
+// and times each from the patch until the first of its members is seen
+// terminating (a Pod watch, so no poll interval is added). The tries are
+// spread over the state interval, so they land at every phase of the
+// others' periodic /state reads. Then every probed fleet must be Ready on
+// the new version before the next scenario.
+func (b *bench) reaction(ctx context.Context, fleets []*fleetv1.CelldFleet) error {
+	tries := min(reactionTries, len(fleets)-1)
+	var probed []*fleetv1.CelldFleet
+	var secs []float64
+	for i := 0; i < tries; i++ {
+		f := fleets[1+i*(len(fleets)-1)/tries]
+		probed = append(probed, f)
+		w, err := b.cs.CoreV1().Pods(f.Namespace).Watch(ctx, metav1.ListOptions{LabelSelector: labels.Instance + "=" + f.Name})
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		if err := b.patchImage(ctx, f, imageV2); err != nil {
+			w.Stop()
+			return err
+		}
+		d, err := firstDelete(w, *flagTimeout)
+		w.Stop()
+		if err != nil {
+			return fmt.Errorf("fleet %s/%s: %w", f.Namespace, f.Name, err)
+		}
+		secs = append(secs, round(d.Sub(start).Seconds(), 3))
+		// Spread the next try over the state interval.
+		time.Sleep(time.Duration(i%5) * stateInterval / 5 / 2)
+	}
+	sorted := append([]float64(nil), secs...)
+	sort.Float64s(sorted)
+	b.res.Reaction = Reaction{Seconds: secs, P50: percentile(sorted, 50), P99: percentile(sorted, 99)}
+	return b.waitFleetsReady(ctx, probed, "1.1.0")
+}
+
+// firstDelete waits for the first Pod event showing a deletion and returns
+// when it arrived.
+func firstDelete(w watch.Interface, timeout time.Duration) (time.Time, error) {
+	deadline := time.After(timeout)
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return time.Time{}, fmt.Errorf("pod watch closed")
+			}
+			p, isPod := ev.Object.(*corev1.Pod)
+			if ev.Type == watch.Deleted || (isPod && p.DeletionTimestamp != nil) {
+				return time.Now(), nil
+			}
+		case <-deadline:
+			return time.Time{}, fmt.Errorf("no member deleted after %s", timeout)
+		}
+	}
+}
+
+// Restart is the cold restart at steady state.
+type Restart struct {
+	// InformersSyncedSeconds: from starting the new process until its
+	// fleet controller logged "Starting workers", i.e. every informer it
+	// waits for has listed what it watches (process start included).
+	InformersSyncedSeconds float64 `json:"informersSyncedSeconds"`
+	// AllReconciledSeconds: from starting the new process until every
+	// fleet was reconciled once: the controller's queue had all N fleets
+	// added, is empty, and it finished at least N reconciles.
+	AllReconciledSeconds float64 `json:"allReconciledSeconds"`
+	// Ratio = AllReconciled / InformersSynced (target ≤ 2).
+	Ratio float64 `json:"ratio"`
+	// Phase is the new process's requests from its start until a state
+	// interval after AllReconciled (its counters start at zero).
+	Phase Phase `json:"phase"`
+	// MembersReplaced counts member Pods whose UID changed or which are
+	// gone, MemberRestarts the sum of their containers' restartCount change.
+	MembersReplaced int `json:"membersReplaced"`
+	MemberRestarts  int `json:"memberRestarts"`
+}
+
+// fleetController is the fleet operator's controller name in its metrics.
+const fleetController = "celldfleet"
+
+// coldRestart SIGKILLs the fleet operator at steady state and starts it
+// again: it must list, reconcile every fleet once, and write nothing.
+func (b *bench) coldRestart(ctx context.Context) error {
+	members := func() (map[string]corev1.Pod, error) {
+		list := &corev1.PodList{}
+		if err := b.k8s.List(ctx, list, client.MatchingLabels{labels.Name: "celld"}); err != nil {
+			return nil, err
+		}
+		out := map[string]corev1.Pod{}
+		for _, p := range list.Items {
+			if strings.HasPrefix(p.Namespace, "bench-") {
+				out[p.Namespace+"/"+p.Name] = p
+			}
+		}
+		return out, nil
+	}
+	before, err := members()
+	if err != nil {
+		return err
+	}
+	p := b.bed.Fleet
+	if err := p.Kill(); err != nil {
+		return err
+	}
+	logStart := int64(0)
+	if fi, err := os.Stat(p.LogPath); err == nil {
+		logStart = fi.Size()
+	}
+	audit0 := auditOffset(b.auditLog)
+	start := time.Now()
+	if err := p.Start(); err != nil {
+		return err
+	}
+	pid := p.Pid()
+	var synced, all time.Duration
+	deadline := start.Add(*flagTimeout)
+	for all == 0 {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not every fleet reconciled after %s (informers synced: %v)", *flagTimeout, synced > 0)
+		}
+		if !p.Running() {
+			return fmt.Errorf("fleet operator exited after the restart")
+		}
+		time.Sleep(100 * time.Millisecond)
+		now := time.Since(start)
+		if synced == 0 && logContains(p.LogPath, logStart, `"Starting workers"`, fleetController) {
+			synced = now
+		}
+		if synced == 0 {
+			continue
+		}
+		adds, err1 := scrapeSeries(b.http, b.fleetMetrics, "workqueue_adds_total", `name="`+fleetController+`"`)
+		depth, err2 := scrapeSeries(b.http, b.fleetMetrics, "workqueue_depth", `name="`+fleetController+`"`)
+		busy, err3 := scrapeSeries(b.http, b.fleetMetrics, "controller_runtime_active_workers", `controller="`+fleetController+`"`)
+		done, err4 := scrapeSeries(b.http, b.fleetMetrics, "controller_runtime_reconcile_total", `controller="`+fleetController+`"`)
+		if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
+			continue
+		}
+		if adds >= float64(b.n) && depth == 0 && busy == 0 && done >= float64(b.n) {
+			all = now
+		}
+	}
+	r := &b.res.Restart
+	r.InformersSyncedSeconds = round(synced.Seconds(), 2)
+	r.AllReconciledSeconds = round(all.Seconds(), 2)
+	r.Ratio = round(all.Seconds()/synced.Seconds(), 2)
+	// Every fleet re-reads /state once more after its first reconcile.
+	time.Sleep(stateInterval + 2*time.Second)
+	after, err := scrapeAddr(b.http, b.fleetMetrics)
+	if err != nil {
+		return err
+	}
+	r.Phase.Seconds = round(time.Since(start).Seconds(), 2)
+	r.Phase.Requests = Requests{}
+	for m, v := range after {
+		if v != 0 {
+			r.Phase.Requests[m] = v
+			switch m {
+			case "POST", "PUT", "PATCH", "DELETE":
+				r.Phase.Writes += v
+			}
+		}
+	}
+	cpu, _ := cpuSeconds(pid)
+	r.Phase.CPUSeconds = round(cpu, 2)
+	r.Phase.ReconcileErrors = reconcileErrorsFrom(p.LogPath, logStart)
+	if r.Phase.ByResource, err = auditByResource(b.auditLog, audit0, auditOffset(b.auditLog), harness.FleetNamespace); err != nil {
+		return err
+	}
+	now, err := members()
+	if err != nil {
+		return err
+	}
+	for k, old := range before {
+		cur, ok := now[k]
+		if !ok || cur.UID != old.UID {
+			r.MembersReplaced++
+			continue
+		}
+		r.MemberRestarts += restarts(&cur) - restarts(&old)
+	}
+	if r.Phase.Writes != 0 || r.MembersReplaced != 0 || r.MemberRestarts != 0 {
+		b.anom = append(b.anom, fmt.Sprintf("N=%d: after the cold restart: %g writes (%v), %d members replaced, %d container restarts", b.n, r.Phase.Writes, r.Phase.ByResource, r.MembersReplaced, r.MemberRestarts))
+	}
+	return nil
+}
+
+func restarts(p *corev1.Pod) int {
+	n := 0
+	for _, c := range p.Status.ContainerStatuses {
+		n += int(c.RestartCount)
+	}
+	return n
+}
+
+// logContains: a line after offset of the log at path contains every one
+// of the substrings.
+func logContains(path string, offset int64, subs ...string) bool {
+	b, err := os.ReadFile(path)
+	if err != nil || int64(len(b)) < offset {
+		return false
+	}
+	for _, line := range strings.Split(string(b[offset:]), "\n") {
+		ok := true
+		for _, s := range subs {
+			ok = ok && strings.Contains(line, s)
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
