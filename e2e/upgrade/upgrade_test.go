@@ -78,6 +78,10 @@ var upgradeWrites = map[string]float64{
 	// record, which previousRelease did not write (its cutover accepted the
 	// edges declared then; enroll.AcceptedEdges).
 	"APPLY peerauthentications": 1,
+	// The ambient fleet's NAME-mesh AuthorizationPolicy admits a peer's
+	// plaintext on 8081 at all times now (PeerAuthentication decides
+	// whether plaintext gets that far), not only while relaxed.
+	"APPLY authorizationpolicies": 1,
 }
 
 func TestUpgradeTouchesOnlyStatus(t *testing.T) {

@@ -251,7 +251,7 @@ func ambientState(t *testing.T, golden string, np network.Params, mp mesh.Params
 			namespace(foreignNS, map[string]string{labels.IstioDataPlaneMode: "ambient"})},
 		NetworkPolicies:       []networkingv1.NetworkPolicy{*must(network.NetworkPolicy(f, np)), *routing.NetworkPolicy(f, true)},
 		PeerAuthentications:   pas,
-		AuthorizationPolicies: append(aps, u(mesh.AmbientAuthorizationPolicy(f, mp, v1alpha1.AllowAll, false, mesh.Wiring{}))),
+		AuthorizationPolicies: append(aps, u(mesh.AmbientAuthorizationPolicy(f, mp, v1alpha1.AllowAll, mesh.Wiring{}))),
 	}
 	s.Pods = []corev1.Pod{member(f, 0, redirected), member(f, 1, redirected), member(f, 2, redirected)}
 	s.Pods = append(s.Pods, otherPods([]podOpt{redirected}, []podOpt{sidecar}, []podOpt{redirected}, []podOpt{redirected})...)

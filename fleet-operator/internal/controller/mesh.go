@@ -117,7 +117,7 @@ func (r *FleetReconciler) reconcileMeshPolicies(ctx context.Context, fleet *v1al
 	st := obs.mesh
 	ap := mesh.AuthorizationPolicy(fleet, r.meshParams(), obs.intent.Access, st.Relaxed, obs.wiring)
 	if st.Phase == mesh.Ambient || st.Standby || st.Captured {
-		ap = mesh.AmbientAuthorizationPolicy(fleet, r.meshParams(), obs.intent.Access, st.Relaxed, obs.wiring)
+		ap = mesh.AmbientAuthorizationPolicy(fleet, r.meshParams(), obs.intent.Access, obs.wiring)
 	}
 	pa := mesh.PeerAuthentication(fleet)
 	if st.Policies || st.Standby {

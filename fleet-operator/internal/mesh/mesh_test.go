@@ -102,11 +102,11 @@ func TestGoldenPolicies(t *testing.T) {
 	golden.AssertYAML(t, "rolling-policies", AuthorizationPolicy(fleet(v1alpha1.Policies), params, v1alpha1.Policies, true, Wiring{}), PeerAuthentication(fleet(v1alpha1.Policies)))
 	// A leaving fleet has no spec.mesh: its relaxed policy keeps 8080 open as before.
 	golden.AssertYAML(t, "leaving", AuthorizationPolicy(fleet(""), params, IntentFor(fleet(""), contract.State{}).Access, true, Wiring{}), PeerAuthentication(fleet("")))
-	golden.AssertYAML(t, "ambient-allowall", AmbientAuthorizationPolicy(fleet(""), params, v1alpha1.AllowAll, false, Wiring{}))
+	golden.AssertYAML(t, "ambient-allowall", AmbientAuthorizationPolicy(fleet(""), params, v1alpha1.AllowAll, Wiring{}))
 	// Isolation strict: 8080 names the wired callers; with none, no 8080 rule.
-	golden.AssertYAML(t, "ambient-strict", AmbientAuthorizationPolicy(fleet(""), params, v1alpha1.AllowAll, false, strictWiring))
+	golden.AssertYAML(t, "ambient-strict", AmbientAuthorizationPolicy(fleet(""), params, v1alpha1.AllowAll, strictWiring))
 	golden.AssertYAML(t, "meshed-strict", AuthorizationPolicy(fleet(v1alpha1.AllowAll), params, v1alpha1.AllowAll, false, strictWiring))
-	golden.AssertYAML(t, "ambient-strict-no-callers", AmbientAuthorizationPolicy(fleet(""), params, v1alpha1.AllowAll, false, Wiring{Strict: true}))
+	golden.AssertYAML(t, "ambient-strict-no-callers", AmbientAuthorizationPolicy(fleet(""), params, v1alpha1.AllowAll, Wiring{Strict: true}))
 }
 
 // strictWiring: a wired client, the routing source, and a client that
@@ -141,7 +141,7 @@ func TestStrictTruthTable(t *testing.T) {
 		{"wired client on the peer port", p("fleets", "web"), 8081, false},
 	}
 	for name, ap := range map[string]*unstructured.Unstructured{
-		"ambient": AmbientAuthorizationPolicy(fleet(""), params, v1alpha1.AllowAll, false, strictWiring),
+		"ambient": AmbientAuthorizationPolicy(fleet(""), params, v1alpha1.AllowAll, strictWiring),
 		"sidecar": AuthorizationPolicy(fleet(v1alpha1.AllowAll), params, v1alpha1.AllowAll, false, strictWiring),
 	} {
 		pol := authzeval.FromUnstructured(ap, members)
@@ -151,7 +151,7 @@ func TestStrictTruthTable(t *testing.T) {
 			assert.Equal(t, r.want, got.Allowed, "%s: %s :%d (%s)", name, r.name, r.port, got.Why)
 		}
 	}
-	none := authzeval.FromUnstructured(AmbientAuthorizationPolicy(fleet(""), params, v1alpha1.AllowAll, false, Wiring{Strict: true}), members)
+	none := authzeval.FromUnstructured(AmbientAuthorizationPolicy(fleet(""), params, v1alpha1.AllowAll, Wiring{Strict: true}), members)
 	assert.False(t, authzeval.Evaluate("STRICT", []authzeval.Policy{none}, authzeval.Request{MTLS: true, Principal: p("fleets", "web"), Namespace: "fleets", Port: 8080}).Allowed,
 		"no wired caller: 8080 admits nobody")
 }
@@ -254,20 +254,20 @@ func TestAmbientCaptureIsGradual(t *testing.T) {
 	st := Decide(Observation{Ambient: true, WasMeshed: true, Pods: pods("f-0:a:p:-", "f-1:b:-:-")})
 	assert.Equal(t, Leaving, st.Phase, "sidecars leaving for ambient still relax first")
 
-	// The relaxed policy, judged as ztunnel would: a captured member takes
-	// its uncaptured peer's plaintext on 8081, never another identity's.
+	// The ambient policy, judged as ztunnel would: a captured member takes
+	// its peer's plaintext on 8081 wherever PeerAuthentication lets
+	// plaintext in (PERMISSIVE: the fleet relaxed 8081, or the namespace is
+	// not STRICT), never another identity's.
 	f := fleet(v1alpha1.AllowAll)
 	members := map[string]string{labels.Fleet: f.Name}
-	for _, relaxed := range []bool{false, true} {
-		ap := authzeval.FromUnstructured(AmbientAuthorizationPolicy(f, params, v1alpha1.AllowAll, relaxed, Wiring{}), members)
-		plaintextPeer := authzeval.Request{Port: 8081}
-		client := authzeval.Request{MTLS: true, Principal: "cluster.local/ns/" + f.Namespace + "/sa/web", Namespace: f.Namespace, Port: 8081}
-		peer := authzeval.Request{MTLS: true, Principal: "cluster.local/ns/" + f.Namespace + "/sa/" + f.Name, Namespace: f.Namespace, Port: 8081}
-		assert.Equal(t, relaxed, authzeval.Evaluate("PERMISSIVE", []authzeval.Policy{ap}, plaintextPeer).Allowed, "relaxed=%t: plaintext on 8081", relaxed)
-		assert.False(t, authzeval.Evaluate("PERMISSIVE", []authzeval.Policy{ap}, client).Allowed, "relaxed=%t: a client identity on 8081", relaxed)
-		assert.True(t, authzeval.Evaluate("PERMISSIVE", []authzeval.Policy{ap}, peer).Allowed, "relaxed=%t: a captured peer on 8081", relaxed)
-	}
-	golden.AssertYAML(t, "ambient-relaxed", AmbientAuthorizationPolicy(f, params, v1alpha1.AllowAll, true, Wiring{}))
+	ap := authzeval.FromUnstructured(AmbientAuthorizationPolicy(f, params, v1alpha1.AllowAll, Wiring{}), members)
+	plaintextPeer := authzeval.Request{Port: 8081}
+	client := authzeval.Request{MTLS: true, Principal: "cluster.local/ns/" + f.Namespace + "/sa/web", Namespace: f.Namespace, Port: 8081}
+	peer := authzeval.Request{MTLS: true, Principal: "cluster.local/ns/" + f.Namespace + "/sa/" + f.Name, Namespace: f.Namespace, Port: 8081}
+	assert.True(t, authzeval.Evaluate("PERMISSIVE", []authzeval.Policy{ap}, plaintextPeer).Allowed, "PERMISSIVE: plaintext on 8081")
+	assert.False(t, authzeval.Evaluate("STRICT", []authzeval.Policy{ap}, plaintextPeer).Allowed, "STRICT refuses plaintext before any policy")
+	assert.False(t, authzeval.Evaluate("PERMISSIVE", []authzeval.Policy{ap}, client).Allowed, "a client identity on 8081")
+	assert.True(t, authzeval.Evaluate("STRICT", []authzeval.Policy{ap}, peer).Allowed, "a captured peer on 8081")
 }
 
 // TestAllowAllAdmitsAnyCallerOn8080 judges the sidecar-mode policy with
@@ -293,7 +293,7 @@ func TestAllowAllAdmitsAnyCallerOn8080(t *testing.T) {
 	assert.False(t, authzeval.Evaluate("STRICT", []authzeval.Policy{ap}, other).Allowed, "8081 stays limited to the peer identities")
 
 	// Ambient keeps the exclusion: the NetworkPolicy sees only HBONE there.
-	amb := authzeval.FromUnstructured(AmbientAuthorizationPolicy(f, params, v1alpha1.AllowAll, false, Wiring{}), members)
+	amb := authzeval.FromUnstructured(AmbientAuthorizationPolicy(f, params, v1alpha1.AllowAll, Wiring{}), members)
 	shared := callers["a client sharing the fleet's ServiceAccount"]
 	shared.Port = 8080
 	assert.False(t, authzeval.Evaluate("STRICT", []authzeval.Policy{amb}, shared).Allowed, "ambient: peer identities stay off 8080")

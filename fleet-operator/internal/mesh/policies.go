@@ -92,15 +92,19 @@ func AuthorizationPolicy(f *v1alpha1.CelldFleet, p Params, access v1alpha1.Appli
 // shares the fleet's ServiceAccount is refused with them; the fleet reports
 // such sharing (AmbientSharedServiceAccount). notPrincipals also matches
 // plaintext, which PeerAuthentication governs. Under isolation strict 8080
-// admits the wired callers only (appRule). While relaxed (members captured
-// one at a time), 8081 also admits plaintext, never another mesh identity:
-// plaintext arrives on the real port, where the NetworkPolicy admits only
-// peers and the operator.
-func AmbientAuthorizationPolicy(f *v1alpha1.CelldFleet, p Params, access v1alpha1.ApplicationAccess, relaxed bool, w Wiring) *unstructured.Unstructured {
+// admits the wired callers only (appRule). 8081 admits the peer identities
+// and plaintext, never another mesh identity: plaintext arrives on the real
+// port, where the NetworkPolicy admits only peers and the operator, and
+// whether it is accepted at all is PeerAuthentication's to say (refused at
+// STRICT unless the fleet's own PeerAuthentication relaxes 8081 while its
+// members are captured one at a time). Admitting it in the policy too means
+// that when the namespace goes PERMISSIVE before ztunnel releases the
+// members (a teardown, an expired license, a data-plane migration), peers
+// keep talking even if this operator has not reconciled yet (the
+// transition explorer found peers cut off while it was restarting).
+func AmbientAuthorizationPolicy(f *v1alpha1.CelldFleet, p Params, access v1alpha1.ApplicationAccess, w Wiring) *unstructured.Unstructured {
 	peer := peerRule(f, p, false)
-	if relaxed {
-		peer.From = append(peer.From, policy.Source{NotPrincipals: []string{"*"}})
-	}
+	peer.From = append(peer.From, policy.Source{NotPrincipals: []string{"*"}})
 	rules := []policy.Rule{peer}
 	if r, ok := appRule(f, p, access, w, []policy.Source{{NotPrincipals: peerIdentities(f, p)}}); ok {
 		rules = append(rules, r)
