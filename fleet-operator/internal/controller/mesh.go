@@ -71,7 +71,7 @@ func istioAPIUnavailable(fleet *v1alpha1.CelldFleet) *blockage {
 		fix = "remove spec.mesh.istio"
 	}
 	return &blockage{
-		reason: "IstioAPIUnavailable",
+		reason: v1alpha1.ReasonIstioAPIUnavailable,
 		message: "The fleet's mesh settings (spec.mesh.istio, or a namespace enrolled in a mesh) need Istio's security.istio.io/v1 API " +
 			"(AuthorizationPolicy, PeerAuthentication), which this cluster does not serve. Install Istio 1.22 or later, or " + fix +
 			". Members are left as they are.",

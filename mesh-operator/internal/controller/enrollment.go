@@ -33,11 +33,6 @@ import (
 // has stripped its labels from them and deleted its policies.
 const EnrollFinalizer = labels.MeshGroup + "/enrollment"
 
-// ConditionMTLSCutover is True once every enrolled namespace has passed
-// the PERMISSIVE→STRICT cutover; False lists those still waiting and the
-// Pod holding each back.
-const ConditionMTLSCutover = "MTLSCutover"
-
 func cutoverSignal(dp v1alpha1.DataPlane) string {
 	if dp == v1alpha1.DataPlaneAmbient {
 		return "captured by ztunnel (annotation " + labels.IstioAmbientRedirection + "=enabled) or an " + enroll.ProxyContainer + " sidecar"
@@ -52,26 +47,6 @@ func baselineWhy(iso v1alpha1.Isolation) string {
 	return "an allow-nothing ALLOW would drop plaintext"
 }
 
-// ConditionMaintenanceWindow is True while spec.mtls.maintenanceUntil holds
-// enrolled namespaces at PERMISSIVE.
-const ConditionMaintenanceWindow = "MaintenanceWindow"
-
-// ConditionStrictIsolation exists only while spec.isolation is strict: True
-// when every enrolled namespace has its allow-nothing baseline in force,
-// False while some are at PERMISSIVE mTLS and the baseline is withheld there
-// (it would drop plaintext).
-const ConditionStrictIsolation = "StrictIsolation"
-
-// ConditionEnrollmentConflict is True while some namespace cannot be
-// enrolled because an object with the name of one of its policies belongs
-// to someone else; the message names each such object.
-const ConditionEnrollmentConflict = "EnrollmentConflict"
-
-// ConditionDataPlaneMigration is True while a change of spec.dataPlane is
-// being rolled through the enrolled namespaces; the message gives each
-// namespace's progress and what keeps the old data plane.
-const ConditionDataPlaneMigration = "DataPlaneMigration"
-
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=list
 // +kubebuilder:rbac:groups=security.istio.io,resources=peerauthentications;authorizationpolicies,verbs=get;list;create;patch;delete
@@ -79,7 +54,7 @@ const ConditionDataPlaneMigration = "DataPlaneMigration"
 // meshReady: the ServiceMesh is Ready for its current generation, the only
 // state in which namespaces are enrolled or STRICT applied.
 func meshReady(mesh *v1alpha1.ServiceMesh, st *status) bool {
-	c := meta.FindStatusCondition(st.next.Conditions, ConditionReady)
+	c := meta.FindStatusCondition(st.next.Conditions, string(v1alpha1.ConditionReady))
 	return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == mesh.Generation &&
 		st.next.Phase == PhaseReady && st.next.ControlPlane != nil
 }
@@ -341,18 +316,18 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 		if len(waiting) > 5 {
 			waiting = append(waiting[:5], fmt.Sprintf("and %d more", len(waiting)-5))
 		}
-		st.set(ConditionMTLSCutover, metav1.ConditionFalse, "AwaitingEdge", fmt.Sprintf(
+		st.set(v1alpha1.ConditionMTLSCutover, metav1.ConditionFalse, v1alpha1.ReasonAwaitingEdge, fmt.Sprintf(
 			"Held at PERMISSIVE: the workloads are meshed, but a declared edge namespace (allow-from label) still has a Pod that would call in plaintext, which STRICT would reject; mesh these callers (enroll their namespace, or give them a sidecar): %s.",
 			strings.Join(waiting, ", ")))
 	case len(waiting) > 0:
 		if len(waiting) > 5 {
 			waiting = append(waiting[:5], fmt.Sprintf("and %d more", len(waiting)-5))
 		}
-		st.set(ConditionMTLSCutover, metav1.ConditionFalse, "AwaitingCutover", fmt.Sprintf(
+		st.set(v1alpha1.ConditionMTLSCutover, metav1.ConditionFalse, v1alpha1.ReasonAwaitingCutover, fmt.Sprintf(
 			"Held at PERMISSIVE until every running Pod can take STRICT mTLS (%s); roll these workloads into the mesh: %s.",
 			cutoverSignal(mesh.Spec.DataPlane), strings.Join(waiting, ", ")))
 	default:
-		st.set(ConditionMTLSCutover, metav1.ConditionTrue, "CutOver", "Every enrolled namespace has passed the PERMISSIVE→STRICT cutover.")
+		st.set(v1alpha1.ConditionMTLSCutover, metav1.ConditionTrue, v1alpha1.ReasonCutOver, "Every enrolled namespace has passed the PERMISSIVE→STRICT cutover.")
 	}
 
 	sort.Strings(migrating)
@@ -365,38 +340,38 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 		if st.oldDataPlane != "" {
 			msg += " " + st.oldDataPlane
 		}
-		st.set(ConditionDataPlaneMigration, metav1.ConditionTrue, "Migrating", msg)
+		st.set(v1alpha1.ConditionDataPlaneMigration, metav1.ConditionTrue, v1alpha1.ReasonMigrating, msg)
 	case st.oldDataPlane != "":
-		st.set(ConditionDataPlaneMigration, metav1.ConditionTrue, "ReleasingOldDataPlane", fmt.Sprintf(
+		st.set(v1alpha1.ConditionDataPlaneMigration, metav1.ConditionTrue, v1alpha1.ReasonReleasingOldDataPlane, fmt.Sprintf(
 			"Every enrolled namespace is on dataPlane %s. %s", mesh.Spec.DataPlane, st.oldDataPlane))
 	case !holdOnly:
-		st.set(ConditionDataPlaneMigration, metav1.ConditionFalse, "Settled", fmt.Sprintf(
+		st.set(v1alpha1.ConditionDataPlaneMigration, metav1.ConditionFalse, v1alpha1.ReasonSettled, fmt.Sprintf(
 			"No data-plane migration in progress: every enrolled namespace is configured for %s.", mesh.Spec.DataPlane))
 	}
 
 	sort.Strings(conflicts)
 	switch {
 	case len(conflicts) > 0:
-		st.set(ConditionEnrollmentConflict, metav1.ConditionTrue, "PolicyConflict", fmt.Sprintf(
+		st.set(v1alpha1.ConditionEnrollmentConflict, metav1.ConditionTrue, v1alpha1.ReasonPolicyConflict, fmt.Sprintf(
 			"These objects have the names of the operator's per-namespace policies but belong to someone else, so their namespaces are not enrolled (their data-plane label was not applied, or was rolled back): %s. Rename or delete them, or opt the namespace out.",
 			strings.Join(conflicts, ", ")))
 	case !holdOnly:
-		st.set(ConditionEnrollmentConflict, metav1.ConditionFalse, "NoConflict", "No object of someone else stands in the way of an enrolled namespace's policies.")
+		st.set(v1alpha1.ConditionEnrollmentConflict, metav1.ConditionFalse, v1alpha1.ReasonNoConflict, "No object of someone else stands in the way of an enrolled namespace's policies.")
 	}
 
 	sort.Strings(withheld)
 	switch {
 	case mesh.Spec.Isolation != v1alpha1.IsolationStrict:
-		meta.RemoveStatusCondition(&st.next.Conditions, ConditionStrictIsolation)
+		meta.RemoveStatusCondition(&st.next.Conditions, string(v1alpha1.ConditionStrictIsolation))
 	case len(withheld) > 0:
 		if len(withheld) > 5 {
 			withheld = append(withheld[:5], fmt.Sprintf("and %d more", len(withheld)-5))
 		}
-		st.set(ConditionStrictIsolation, metav1.ConditionFalse, "BaselineWithheld", fmt.Sprintf(
+		st.set(v1alpha1.ConditionStrictIsolation, metav1.ConditionFalse, v1alpha1.ReasonBaselineWithheld, fmt.Sprintf(
 			"The allow-nothing baseline %s exists only at STRICT mTLS (it would drop plaintext); these namespaces are at PERMISSIVE and have namespace isolation only: %s.",
 			enroll.BaselinePolicyName, strings.Join(withheld, ", ")))
 	default:
-		st.set(ConditionStrictIsolation, metav1.ConditionTrue, "BaselineInForce", fmt.Sprintf(
+		st.set(v1alpha1.ConditionStrictIsolation, metav1.ConditionTrue, v1alpha1.ReasonBaselineInForce, fmt.Sprintf(
 			"Every enrolled namespace is STRICT with the allow-nothing baseline %s: a workload admits only what its own ALLOW policies admit.",
 			enroll.BaselinePolicyName))
 	}
@@ -406,16 +381,16 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 	switch open, left := enroll.Window(mesh.Spec.MTLS, now); {
 	case open:
 		st.next.MaintenanceUntil = mesh.Spec.MTLS.MaintenanceUntil.DeepCopy()
-		st.set(ConditionMaintenanceWindow, metav1.ConditionTrue, "Open", fmt.Sprintf(
+		st.set(v1alpha1.ConditionMaintenanceWindow, metav1.ConditionTrue, v1alpha1.ReasonWindowOpen, fmt.Sprintf(
 			"spec.mtls.maintenanceUntil holds enrolled namespaces at PERMISSIVE until %s; STRICT is restored then without further action.",
 			mesh.Spec.MTLS.MaintenanceUntil.UTC().Format(time.RFC3339)))
 		wait = left
 	case mesh.Spec.MTLS.MaintenanceUntil != nil:
-		st.set(ConditionMaintenanceWindow, metav1.ConditionFalse, "Ended", fmt.Sprintf(
+		st.set(v1alpha1.ConditionMaintenanceWindow, metav1.ConditionFalse, v1alpha1.ReasonWindowEnded, fmt.Sprintf(
 			"The maintenance window ended at %s; STRICT is restored where the workloads are ready for it.",
 			mesh.Spec.MTLS.MaintenanceUntil.UTC().Format(time.RFC3339)))
 	default:
-		st.set(ConditionMaintenanceWindow, metav1.ConditionFalse, "NoWindow", "No maintenance window is set.")
+		st.set(v1alpha1.ConditionMaintenanceWindow, metav1.ConditionFalse, v1alpha1.ReasonNoWindow, "No maintenance window is set.")
 	}
 	if pending && (wait == 0 || wait > convergingRecheck) {
 		wait = convergingRecheck
@@ -716,8 +691,8 @@ func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha
 	}
 	res.mode = enroll.DecideMTLS(enroll.MTLSInputs{Spec: mesh.Spec.MTLS, Now: now, Ready: ready, Live: liveMode, CutOver: strictReady != "",
 		EdgeHolds: edgeHolds, Migrating: migrating})
-	res.pending = ready && (res.mode.Reason == "AwaitingCutover" || res.mode.Reason == "AwaitingEdge" || res.mode.Reason == "Migrating")
-	res.edgeHeld = res.mode.Reason == "AwaitingEdge"
+	res.pending = ready && (res.mode.Reason == enroll.MTLSAwaitingCutover || res.mode.Reason == enroll.MTLSAwaitingEdge || res.mode.Reason == enroll.MTLSMigrating)
+	res.edgeHeld = res.mode.Reason == enroll.MTLSAwaitingEdge
 	if ready && res.mode.Mode == contract.MTLSStrict {
 		// Every declared edge was meshed (or accepted before) now, and a
 		// migration is over for this namespace.
@@ -747,7 +722,7 @@ func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha
 		res.paused = append(res.paused, fmt.Sprintf("%s/%s/%s", enroll.KindPeerAuthentication, ns.Name, pa.GetName()))
 		mtlsInForce = enroll.ModeOf(pa)
 		if mtlsInForce != res.mode.Mode {
-			res.mode.Reason = "Paused" // the paused policy, not the decision, is in force
+			res.mode.Reason = enroll.MTLSPaused
 		}
 		res.mode.Mode = mtlsInForce
 	}
@@ -937,11 +912,11 @@ func (r *ServiceMeshReconciler) teardownEnrollment(ctx context.Context, mesh *v1
 		}
 	}
 	st.next.EnrolledNamespaces, st.next.PermissiveNamespaces, st.next.PausedObjects, st.next.MaintenanceUntil = nil, nil, nil, nil
-	meta.RemoveStatusCondition(&st.next.Conditions, ConditionMaintenanceWindow)
-	meta.RemoveStatusCondition(&st.next.Conditions, ConditionMTLSCutover)
-	meta.RemoveStatusCondition(&st.next.Conditions, ConditionStrictIsolation)
-	meta.RemoveStatusCondition(&st.next.Conditions, ConditionEnrollmentConflict)
-	meta.RemoveStatusCondition(&st.next.Conditions, ConditionDataPlaneMigration)
+	meta.RemoveStatusCondition(&st.next.Conditions, string(v1alpha1.ConditionMaintenanceWindow))
+	meta.RemoveStatusCondition(&st.next.Conditions, string(v1alpha1.ConditionMTLSCutover))
+	meta.RemoveStatusCondition(&st.next.Conditions, string(v1alpha1.ConditionStrictIsolation))
+	meta.RemoveStatusCondition(&st.next.Conditions, string(v1alpha1.ConditionEnrollmentConflict))
+	meta.RemoveStatusCondition(&st.next.Conditions, string(v1alpha1.ConditionDataPlaneMigration))
 	orig := mesh.DeepCopy()
 	controllerutil.RemoveFinalizer(mesh, EnrollFinalizer)
 	if err := r.Client.Patch(ctx, mesh, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {

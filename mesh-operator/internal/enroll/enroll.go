@@ -129,10 +129,28 @@ func WorkloadsReady(dp v1alpha1.DataPlane, pods []corev1.Pod) (bool, string) {
 type MTLSDecision struct {
 	// Mode is contract.MTLSStrict or contract.MTLSPermissive.
 	Mode string
-	// Reason: Strict, Configured (mtls.mode permissive), Maintenance, or
-	// AwaitingCutover.
-	Reason string
+	// Reason says why (one of the MTLS* reasons).
+	Reason MTLSReason
 }
+
+// MTLSReason says why a namespace has the mTLS mode it has. It is not a
+// condition reason itself: StrictIsolation's BaselineWithheld message lists
+// it per namespace (docs/troubleshooting.md explains each value there); the
+// three that hold a cutover back are also the reasons of MTLSCutover and
+// DataPlaneMigration, hence their values come from the API.
+type MTLSReason string
+
+const (
+	MTLSStrict          MTLSReason = "Strict"
+	MTLSConfigured      MTLSReason = "Configured" // spec.mtls.mode permissive
+	MTLSMaintenance     MTLSReason = "Maintenance"
+	MTLSMigrating                  = MTLSReason(v1alpha1.ReasonMigrating)
+	MTLSAwaitingCutover            = MTLSReason(v1alpha1.ReasonAwaitingCutover)
+	MTLSAwaitingEdge               = MTLSReason(v1alpha1.ReasonAwaitingEdge)
+	MTLSAwaitingReady   MTLSReason = "AwaitingReady"
+	// MTLSPaused: a paused mesh-mtls policy, not the decision, is in force.
+	MTLSPaused MTLSReason = "Paused"
+)
 
 // Window reports whether the maintenance window holds PERMISSIVE at now,
 // and for how long still.
@@ -180,19 +198,19 @@ type MTLSInputs struct {
 func DecideMTLS(in MTLSInputs) MTLSDecision {
 	switch open, _ := Window(in.Spec, in.Now); {
 	case in.Spec.Mode == v1alpha1.MTLSPermissive:
-		return MTLSDecision{contract.MTLSPermissive, "Configured"}
+		return MTLSDecision{contract.MTLSPermissive, MTLSConfigured}
 	case open:
-		return MTLSDecision{contract.MTLSPermissive, "Maintenance"}
+		return MTLSDecision{contract.MTLSPermissive, MTLSMaintenance}
 	case in.Migrating:
-		return MTLSDecision{contract.MTLSPermissive, "Migrating"}
+		return MTLSDecision{contract.MTLSPermissive, MTLSMigrating}
 	case !in.CutOver:
-		return MTLSDecision{contract.MTLSPermissive, "AwaitingCutover"}
+		return MTLSDecision{contract.MTLSPermissive, MTLSAwaitingCutover}
 	case in.EdgeHolds:
-		return MTLSDecision{contract.MTLSPermissive, "AwaitingEdge"}
+		return MTLSDecision{contract.MTLSPermissive, MTLSAwaitingEdge}
 	case !in.Ready && in.Live != contract.MTLSStrict:
-		return MTLSDecision{contract.MTLSPermissive, "AwaitingReady"}
+		return MTLSDecision{contract.MTLSPermissive, MTLSAwaitingReady}
 	}
-	return MTLSDecision{contract.MTLSStrict, "Strict"}
+	return MTLSDecision{contract.MTLSStrict, MTLSStrict}
 }
 
 // NewEdges are the declared edges (sorted) that were not accepted when the
