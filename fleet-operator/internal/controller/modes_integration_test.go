@@ -165,7 +165,7 @@ func testAdminDisabledWins(t *testing.T, env *testenv.Env) {
 			continue
 		}
 		assert.Equal(t, metav1.ConditionFalse, c.Status)
-		assert.Equal(t, v1alpha1.ReasonNamespaceOptedOut, c.Reason)
+		assert.Equal(t, string(v1alpha1.ReasonNamespaceOptedOut), c.Reason)
 		assert.Contains(t, c.Message, labels.Mesh+"="+labels.MeshDisabled)
 	}
 	if c := condition(t, h, enabled, v1alpha1.ConditionMeshReady); assert.NotNil(t, c) {
@@ -184,7 +184,7 @@ func testAdminDisabledWins(t *testing.T, env *testenv.Env) {
 	h.reconcile(late)
 	assert.Equal(t, labels.MeshDisabled, namespaceLabels(t, h, "late")[labels.Mesh], "the fleet must not flip disabled back")
 	if c := condition(t, h, late, v1alpha1.ConditionMeshReady); assert.NotNil(t, c) {
-		assert.Equal(t, v1alpha1.ReasonNamespaceOptedOut, c.Reason)
+		assert.Equal(t, string(v1alpha1.ReasonNamespaceOptedOut), c.Reason)
 	}
 
 	// The admin lifts the opt-out: the fleet asks again.

@@ -61,12 +61,6 @@ func (r *ServiceMeshReconciler) reconcileControlPlane(ctx context.Context, mesh 
 	st.next.Detected = &env
 	st.next.Provider = plan.Provider
 
-	if plan.PreconditionReason != "" {
-		st.set(v1alpha1.ConditionPreconditionNotMet, metav1.ConditionTrue, plan.PreconditionReason, plan.PreconditionMessage)
-	} else {
-		st.set(v1alpha1.ConditionPreconditionNotMet, metav1.ConditionFalse, v1alpha1.ReasonPreconditionsMet, "The cluster can run the requested data plane.")
-	}
-
 	var rd readiness
 	var actErr error
 	switch plan.Action {
@@ -87,6 +81,29 @@ func (r *ServiceMeshReconciler) reconcileControlPlane(ctx context.Context, mesh 
 	st.next.ControlPlane = rd.controlPlane
 	st.sailPaused = rd.paused
 
+	setControlPlaneConditions(st, plan, rd, actErr)
+	if st.next.Phase == PhaseReady && prevPhase != PhaseReady {
+		r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "ControlPlaneReady", "Reconcile", "%s", rd.msg)
+	}
+	if rd.controlPlane != nil && rd.controlPlane.Management == v1alpha1.ManagementAdopted &&
+		(mesh.Status.ControlPlane == nil || mesh.Status.ControlPlane.Management != v1alpha1.ManagementAdopted) {
+		r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "Adopted", "Reconcile",
+			"Adopted the existing %s control plane in %s; its lifecycle stays with its owner.", plan.Provider, rd.controlPlane.Namespace)
+	}
+
+	if st.next.Phase == PhaseProgressing || st.next.Phase == PhaseError {
+		return ctrl.Result{RequeueAfter: convergingRecheck}, actErr
+	}
+	return ctrl.Result{RequeueAfter: settledRecheck}, actErr
+}
+
+// setControlPlaneConditions decides, from the plan and what acting on it
+// found (rd, and the error it returned), the phase, PreconditionNotMet,
+// ControlPlaneReady, Ready, the kstatus pair and the Warning event to
+// raise. It reads nothing but its arguments, so TestSetControlPlaneConditions
+// covers every branch without an API server.
+func setControlPlaneConditions(st *status, plan detect.Plan, rd readiness, actErr error) {
+	setPreconditionCondition(st, plan)
 	if rd.ready {
 		st.set(v1alpha1.ConditionControlPlaneReady, metav1.ConditionTrue, rd.reason, rd.msg)
 	} else {
@@ -129,23 +146,19 @@ func (r *ServiceMeshReconciler) reconcileControlPlane(ctx context.Context, mesh 
 	}
 	if st.next.Phase == PhaseReady {
 		st.set(v1alpha1.ConditionReady, metav1.ConditionTrue, summaryReason, summaryMsg)
-		if prevPhase != PhaseReady {
-			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "ControlPlaneReady", "Reconcile", "%s", rd.msg)
-		}
 	} else {
 		st.set(v1alpha1.ConditionReady, metav1.ConditionFalse, summaryReason, summaryMsg)
 	}
 	st.summarize(summaryReason, summaryMsg)
-	if rd.controlPlane != nil && rd.controlPlane.Management == v1alpha1.ManagementAdopted &&
-		(mesh.Status.ControlPlane == nil || mesh.Status.ControlPlane.Management != v1alpha1.ManagementAdopted) {
-		r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "Adopted", "Reconcile",
-			"Adopted the existing %s control plane in %s; its lifecycle stays with its owner.", plan.Provider, rd.controlPlane.Namespace)
-	}
+}
 
-	if st.next.Phase == PhaseProgressing || st.next.Phase == PhaseError {
-		return ctrl.Result{RequeueAfter: convergingRecheck}, actErr
+// setPreconditionCondition: PreconditionNotMet, a warning the plan raises.
+func setPreconditionCondition(st *status, plan detect.Plan) {
+	if plan.PreconditionReason != "" {
+		st.set(v1alpha1.ConditionPreconditionNotMet, metav1.ConditionTrue, plan.PreconditionReason, plan.PreconditionMessage)
+		return
 	}
-	return ctrl.Result{RequeueAfter: settledRecheck}, actErr
+	st.set(v1alpha1.ConditionPreconditionNotMet, metav1.ConditionFalse, v1alpha1.ReasonPreconditionsMet, "The cluster can run the requested data plane.")
 }
 
 // reasonedError carries a condition reason for a failed step.

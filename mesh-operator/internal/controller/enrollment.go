@@ -308,90 +308,10 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 	sort.Strings(paused)
 	st.next.EnrolledNamespaces, st.next.PermissiveNamespaces, st.next.PausedObjects = enrolled, permissive, paused
 
-	sort.Strings(waiting)
-	switch {
-	case holdOnly:
-		// Pods are not looked at while held: the cutover stays as reported.
-	case len(waiting) > 0 && !ownWaiting:
-		if len(waiting) > 5 {
-			waiting = append(waiting[:5], fmt.Sprintf("and %d more", len(waiting)-5))
-		}
-		st.set(v1alpha1.ConditionMTLSCutover, metav1.ConditionFalse, v1alpha1.ReasonAwaitingEdge, fmt.Sprintf(
-			"Held at PERMISSIVE: the workloads are meshed, but a declared edge namespace (allow-from label) still has a Pod that would call in plaintext, which STRICT would reject; mesh these callers (enroll their namespace, or give them a sidecar): %s.",
-			strings.Join(waiting, ", ")))
-	case len(waiting) > 0:
-		if len(waiting) > 5 {
-			waiting = append(waiting[:5], fmt.Sprintf("and %d more", len(waiting)-5))
-		}
-		st.set(v1alpha1.ConditionMTLSCutover, metav1.ConditionFalse, v1alpha1.ReasonAwaitingCutover, fmt.Sprintf(
-			"Held at PERMISSIVE until every running Pod can take STRICT mTLS (%s); roll these workloads into the mesh: %s.",
-			cutoverSignal(mesh.Spec.DataPlane), strings.Join(waiting, ", ")))
-	default:
-		st.set(v1alpha1.ConditionMTLSCutover, metav1.ConditionTrue, v1alpha1.ReasonCutOver, "Every enrolled namespace has passed the PERMISSIVE→STRICT cutover.")
-	}
-
-	sort.Strings(migrating)
-	switch {
-	case len(migrating) > 0:
-		if len(migrating) > 10 {
-			migrating = append(migrating[:10], fmt.Sprintf("and %d more", len(migrating)-10))
-		}
-		msg := fmt.Sprintf("Moving the enrolled namespaces to dataPlane %s: %s.", mesh.Spec.DataPlane, strings.Join(migrating, "; "))
-		if st.oldDataPlane != "" {
-			msg += " " + st.oldDataPlane
-		}
-		st.set(v1alpha1.ConditionDataPlaneMigration, metav1.ConditionTrue, v1alpha1.ReasonMigrating, msg)
-	case st.oldDataPlane != "":
-		st.set(v1alpha1.ConditionDataPlaneMigration, metav1.ConditionTrue, v1alpha1.ReasonReleasingOldDataPlane, fmt.Sprintf(
-			"Every enrolled namespace is on dataPlane %s. %s", mesh.Spec.DataPlane, st.oldDataPlane))
-	case !holdOnly:
-		st.set(v1alpha1.ConditionDataPlaneMigration, metav1.ConditionFalse, v1alpha1.ReasonSettled, fmt.Sprintf(
-			"No data-plane migration in progress: every enrolled namespace is configured for %s.", mesh.Spec.DataPlane))
-	}
-
-	sort.Strings(conflicts)
-	switch {
-	case len(conflicts) > 0:
-		st.set(v1alpha1.ConditionEnrollmentConflict, metav1.ConditionTrue, v1alpha1.ReasonPolicyConflict, fmt.Sprintf(
-			"These objects have the names of the operator's per-namespace policies but belong to someone else, so their namespaces are not enrolled (their data-plane label was not applied, or was rolled back): %s. Rename or delete them, or opt the namespace out.",
-			strings.Join(conflicts, ", ")))
-	case !holdOnly:
-		st.set(v1alpha1.ConditionEnrollmentConflict, metav1.ConditionFalse, v1alpha1.ReasonNoConflict, "No object of someone else stands in the way of an enrolled namespace's policies.")
-	}
-
-	sort.Strings(withheld)
-	switch {
-	case mesh.Spec.Isolation != v1alpha1.IsolationStrict:
-		meta.RemoveStatusCondition(&st.next.Conditions, string(v1alpha1.ConditionStrictIsolation))
-	case len(withheld) > 0:
-		if len(withheld) > 5 {
-			withheld = append(withheld[:5], fmt.Sprintf("and %d more", len(withheld)-5))
-		}
-		st.set(v1alpha1.ConditionStrictIsolation, metav1.ConditionFalse, v1alpha1.ReasonBaselineWithheld, fmt.Sprintf(
-			"The allow-nothing baseline %s exists only at STRICT mTLS (it would drop plaintext); these namespaces are at PERMISSIVE and have namespace isolation only: %s.",
-			enroll.BaselinePolicyName, strings.Join(withheld, ", ")))
-	default:
-		st.set(v1alpha1.ConditionStrictIsolation, metav1.ConditionTrue, v1alpha1.ReasonBaselineInForce, fmt.Sprintf(
-			"Every enrolled namespace is STRICT with the allow-nothing baseline %s: a workload admits only what its own ALLOW policies admit.",
-			enroll.BaselinePolicyName))
-	}
-
-	var wait time.Duration
-	st.next.MaintenanceUntil = nil
-	switch open, left := enroll.Window(mesh.Spec.MTLS, now); {
-	case open:
-		st.next.MaintenanceUntil = mesh.Spec.MTLS.MaintenanceUntil.DeepCopy()
-		st.set(v1alpha1.ConditionMaintenanceWindow, metav1.ConditionTrue, v1alpha1.ReasonWindowOpen, fmt.Sprintf(
-			"spec.mtls.maintenanceUntil holds enrolled namespaces at PERMISSIVE until %s; STRICT is restored then without further action.",
-			mesh.Spec.MTLS.MaintenanceUntil.UTC().Format(time.RFC3339)))
-		wait = left
-	case mesh.Spec.MTLS.MaintenanceUntil != nil:
-		st.set(v1alpha1.ConditionMaintenanceWindow, metav1.ConditionFalse, v1alpha1.ReasonWindowEnded, fmt.Sprintf(
-			"The maintenance window ended at %s; STRICT is restored where the workloads are ready for it.",
-			mesh.Spec.MTLS.MaintenanceUntil.UTC().Format(time.RFC3339)))
-	default:
-		st.set(v1alpha1.ConditionMaintenanceWindow, metav1.ConditionFalse, v1alpha1.ReasonNoWindow, "No maintenance window is set.")
-	}
+	wait := setEnrollmentConditions(st, mesh.Spec, enrollmentTally{
+		holdOnly: holdOnly, waiting: waiting, ownWaiting: ownWaiting,
+		migrating: migrating, conflicts: conflicts, withheld: withheld,
+	})
 	if pending && (wait == 0 || wait > convergingRecheck) {
 		wait = convergingRecheck
 	}
@@ -401,6 +321,131 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 		return wait, err
 	}
 	return wait, nil
+}
+
+// enrollmentTally is what one pass over the namespaces found, as the
+// enrollment conditions need it.
+type enrollmentTally struct {
+	// holdOnly: the mesh is not Ready; Pods were not looked at and nothing
+	// was enrolled, so the conditions that describe them stay as they were.
+	holdOnly bool
+	// waiting: namespaces held at PERMISSIVE, each with what holds it
+	// ("ns (Pod p)", or "ns (edge ...)"); ownWaiting: at least one of them
+	// is held by its own Pods rather than only by a declared edge.
+	waiting    []string
+	ownWaiting bool
+	// migrating: per-namespace progress of a dataPlane change.
+	migrating []string
+	// conflicts: objects of someone else with a policy's name ("Kind ns/name").
+	conflicts []string
+	// withheld: namespaces without the strict baseline ("ns (mtls reason)").
+	withheld []string
+}
+
+// setEnrollmentConditions decides MTLSCutover, DataPlaneMigration,
+// EnrollmentConflict, StrictIsolation and MaintenanceWindow (and
+// status.maintenanceUntil) from the spec and the tally, and returns how
+// soon a maintenance window asks to look again (0: it does not). It reads
+// nothing but its arguments (st.now, st.oldDataPlane included).
+func setEnrollmentConditions(st *status, spec v1alpha1.ServiceMeshSpec, t enrollmentTally) time.Duration {
+	setMTLSCutoverCondition(st, spec, t)
+	setDataPlaneMigrationCondition(st, spec, t)
+	setEnrollmentConflictCondition(st, t)
+	setStrictIsolationCondition(st, spec, t)
+	return setMaintenanceWindowCondition(st, spec)
+}
+
+// truncated keeps the first n entries and says how many more there are.
+func truncated(list []string, n int) []string {
+	if len(list) <= n {
+		return list
+	}
+	return append(list[:n:n], fmt.Sprintf("and %d more", len(list)-n))
+}
+
+func setMTLSCutoverCondition(st *status, spec v1alpha1.ServiceMeshSpec, t enrollmentTally) {
+	waiting := slices.Sorted(slices.Values(t.waiting))
+	switch {
+	case t.holdOnly:
+		// Pods are not looked at while held: the cutover stays as reported.
+	case len(waiting) > 0 && !t.ownWaiting:
+		st.set(v1alpha1.ConditionMTLSCutover, metav1.ConditionFalse, v1alpha1.ReasonAwaitingEdge, fmt.Sprintf(
+			"Held at PERMISSIVE: the workloads are meshed, but a declared edge namespace (allow-from label) still has a Pod that would call in plaintext, which STRICT would reject; mesh these callers (enroll their namespace, or give them a sidecar): %s.",
+			strings.Join(truncated(waiting, 5), ", ")))
+	case len(waiting) > 0:
+		st.set(v1alpha1.ConditionMTLSCutover, metav1.ConditionFalse, v1alpha1.ReasonAwaitingCutover, fmt.Sprintf(
+			"Held at PERMISSIVE until every running Pod can take STRICT mTLS (%s); roll these workloads into the mesh: %s.",
+			cutoverSignal(spec.DataPlane), strings.Join(truncated(waiting, 5), ", ")))
+	default:
+		st.set(v1alpha1.ConditionMTLSCutover, metav1.ConditionTrue, v1alpha1.ReasonCutOver, "Every enrolled namespace has passed the PERMISSIVE→STRICT cutover.")
+	}
+}
+
+func setDataPlaneMigrationCondition(st *status, spec v1alpha1.ServiceMeshSpec, t enrollmentTally) {
+	migrating := slices.Sorted(slices.Values(t.migrating))
+	switch {
+	case len(migrating) > 0:
+		msg := fmt.Sprintf("Moving the enrolled namespaces to dataPlane %s: %s.", spec.DataPlane, strings.Join(truncated(migrating, 10), "; "))
+		if st.oldDataPlane != "" {
+			msg += " " + st.oldDataPlane
+		}
+		st.set(v1alpha1.ConditionDataPlaneMigration, metav1.ConditionTrue, v1alpha1.ReasonMigrating, msg)
+	case st.oldDataPlane != "":
+		st.set(v1alpha1.ConditionDataPlaneMigration, metav1.ConditionTrue, v1alpha1.ReasonReleasingOldDataPlane, fmt.Sprintf(
+			"Every enrolled namespace is on dataPlane %s. %s", spec.DataPlane, st.oldDataPlane))
+	case !t.holdOnly:
+		st.set(v1alpha1.ConditionDataPlaneMigration, metav1.ConditionFalse, v1alpha1.ReasonSettled, fmt.Sprintf(
+			"No data-plane migration in progress: every enrolled namespace is configured for %s.", spec.DataPlane))
+	}
+}
+
+func setEnrollmentConflictCondition(st *status, t enrollmentTally) {
+	conflicts := slices.Sorted(slices.Values(t.conflicts))
+	switch {
+	case len(conflicts) > 0:
+		st.set(v1alpha1.ConditionEnrollmentConflict, metav1.ConditionTrue, v1alpha1.ReasonPolicyConflict, fmt.Sprintf(
+			"These objects have the names of the operator's per-namespace policies but belong to someone else, so their namespaces are not enrolled (their data-plane label was not applied, or was rolled back): %s. Rename or delete them, or opt the namespace out.",
+			strings.Join(conflicts, ", ")))
+	case !t.holdOnly:
+		st.set(v1alpha1.ConditionEnrollmentConflict, metav1.ConditionFalse, v1alpha1.ReasonNoConflict, "No object of someone else stands in the way of an enrolled namespace's policies.")
+	}
+}
+
+func setStrictIsolationCondition(st *status, spec v1alpha1.ServiceMeshSpec, t enrollmentTally) {
+	withheld := slices.Sorted(slices.Values(t.withheld))
+	switch {
+	case spec.Isolation != v1alpha1.IsolationStrict:
+		meta.RemoveStatusCondition(&st.next.Conditions, string(v1alpha1.ConditionStrictIsolation))
+	case len(withheld) > 0:
+		st.set(v1alpha1.ConditionStrictIsolation, metav1.ConditionFalse, v1alpha1.ReasonBaselineWithheld, fmt.Sprintf(
+			"The allow-nothing baseline %s exists only at STRICT mTLS (it would drop plaintext); these namespaces are at PERMISSIVE and have namespace isolation only: %s.",
+			enroll.BaselinePolicyName, strings.Join(truncated(withheld, 5), ", ")))
+	default:
+		st.set(v1alpha1.ConditionStrictIsolation, metav1.ConditionTrue, v1alpha1.ReasonBaselineInForce, fmt.Sprintf(
+			"Every enrolled namespace is STRICT with the allow-nothing baseline %s: a workload admits only what its own ALLOW policies admit.",
+			enroll.BaselinePolicyName))
+	}
+}
+
+// setMaintenanceWindowCondition sets MaintenanceWindow and
+// status.maintenanceUntil, and returns how long the window still holds.
+func setMaintenanceWindowCondition(st *status, spec v1alpha1.ServiceMeshSpec) time.Duration {
+	st.next.MaintenanceUntil = nil
+	switch open, left := enroll.Window(spec.MTLS, st.now); {
+	case open:
+		st.next.MaintenanceUntil = spec.MTLS.MaintenanceUntil.DeepCopy()
+		st.set(v1alpha1.ConditionMaintenanceWindow, metav1.ConditionTrue, v1alpha1.ReasonWindowOpen, fmt.Sprintf(
+			"spec.mtls.maintenanceUntil holds enrolled namespaces at PERMISSIVE until %s; STRICT is restored then without further action.",
+			spec.MTLS.MaintenanceUntil.UTC().Format(time.RFC3339)))
+		return left
+	case spec.MTLS.MaintenanceUntil != nil:
+		st.set(v1alpha1.ConditionMaintenanceWindow, metav1.ConditionFalse, v1alpha1.ReasonWindowEnded, fmt.Sprintf(
+			"The maintenance window ended at %s; STRICT is restored where the workloads are ready for it.",
+			spec.MTLS.MaintenanceUntil.UTC().Format(time.RFC3339)))
+	default:
+		st.set(v1alpha1.ConditionMaintenanceWindow, metav1.ConditionFalse, v1alpha1.ReasonNoWindow, "No maintenance window is set.")
+	}
+	return 0
 }
 
 // enrollNamespace configures one enrolled namespace: its policies first

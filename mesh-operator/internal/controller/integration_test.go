@@ -413,7 +413,7 @@ func TestIntegration(t *testing.T) {
 		assert.Equal(t, string(v1alpha1.ReasonCiliumAmbient), c.Reason)
 		assert.Contains(t, c.Message, "dataPlane: sidecar")
 		assert.Equal(t, PhaseBlocked, m.Status.Phase)
-		assert.Equal(t, v1alpha1.ConditionPreconditionNotMet, cond(m, v1alpha1.ConditionReady).Reason)
+		assert.Equal(t, string(v1alpha1.ReasonPreconditionNotMet), cond(m, v1alpha1.ConditionReady).Reason)
 		assert.Equal(t, metav1.ConditionTrue, cond(m, v1alpha1.ConditionStalled).Status)
 		assert.True(t, m.Status.Detected.Cilium)
 		assert.Equal(t, before, getSail(sail.KindIstio).GetResourceVersion(), "held: nothing changed")

@@ -154,7 +154,7 @@ func TestRBACModesIntegration(t *testing.T) {
 		require.Equal(t, []string{testHold}, m.Finalizers, "%+v", m.Status.Conditions)
 		c := meta.FindStatusCondition(m.Status.Conditions, string(v1alpha1.ConditionSailTeardown))
 		require.NotNil(t, c, "%+v", m.Status.Conditions)
-		assert.Equal(t, v1alpha1.ReasonSailUninstallDisabled, c.Reason)
+		assert.Equal(t, string(v1alpha1.ReasonSailUninstallDisabled), c.Reason)
 		assert.Contains(t, c.Message, "sail.install")
 		assert.Equal(t, []string{"other-tool", sailinstall.HolderKey}, sortedKeys(record().Data), "the record is left as it was")
 		for _, n := range []string{"istios.sailoperator.io", "istiocnis.sailoperator.io", "ztunnels.sailoperator.io"} {
