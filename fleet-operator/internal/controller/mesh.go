@@ -38,7 +38,7 @@ func observeMesh(fleet *v1alpha1.CelldFleet, pods []corev1.Pod, sts *appsv1.Stat
 		p := &pods[i]
 		o.Pods = append(o.Pods, mesh.Pod{
 			Name: p.Name, Revision: p.Labels[revisionLabel],
-			Proxy: mesh.HasProxy(p), Terminating: p.DeletionTimestamp != nil, Captured: podmesh.Redirected(p),
+			Proxy: podmesh.HasProxy(p), Terminating: p.DeletionTimestamp != nil, Captured: podmesh.Redirected(p),
 		})
 	}
 	return mesh.Decide(o)

@@ -17,6 +17,7 @@ import (
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/state"
 	"github.com/ericdev/fleetmesh/shared/contract"
 	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/podmesh"
 )
 
 // Phases shown by kubectl get.
@@ -342,7 +343,7 @@ func memberStatus(fleet *v1alpha1.CelldFleet, p *corev1.Pod, obs *observed, prev
 		Ready:       podReady(p) && p.DeletionTimestamp == nil,
 		Revision:    p.Labels[revisionLabel],
 		PeerAddress: names.PeerAddress(fleet.Name, fleet.Namespace, p.Name),
-		Proxy:       mesh.HasProxy(p),
+		Proxy:       podmesh.HasProxy(p),
 	}
 	if fleet.Spec.Storage != nil {
 		ms.PersistentVolumeClaim = members.DataVolume + "-" + p.Name

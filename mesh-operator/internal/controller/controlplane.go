@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/detect"
@@ -330,7 +329,7 @@ func (r *ServiceMeshReconciler) applyControlPlane(ctx context.Context, mesh *v1a
 		if err != nil {
 			return rd, err
 		}
-		if live != nil && controlledBy(live, mesh) && enroll.Paused(live) {
+		if live != nil && metav1.IsControlledBy(live, mesh) && enroll.Paused(live) {
 			paused[kind] = true
 			rd.paused = append(rd.paused, kind+"/"+live.GetName())
 		}
@@ -402,7 +401,7 @@ func (r *ServiceMeshReconciler) joinRecord(ctx context.Context, mesh *v1alpha1.S
 // cluster-wide Pod list is read only while such a ZTunnel exists.
 func (r *ServiceMeshReconciler) ambientInUse(ctx context.Context, mesh *v1alpha1.ServiceMesh) (string, error) {
 	zt, err := r.getSail(ctx, sail.KindZTunnel, sail.ZTunnelName)
-	if err != nil || zt == nil || !controlledBy(zt, mesh) || zt.GetDeletionTimestamp() != nil {
+	if err != nil || zt == nil || !metav1.IsControlledBy(zt, mesh) || zt.GetDeletionTimestamp() != nil {
 		return "", err
 	}
 	nsList := &corev1.NamespaceList{}
@@ -553,7 +552,7 @@ func (r *ServiceMeshReconciler) held(mesh *v1alpha1.ServiceMesh, plan detect.Pla
 	if rd.reason == "" {
 		rd.reason, rd.msg = v1alpha1.ReasonPreconditionNotMet, "The control plane is held back: "+plan.PreconditionMessage
 	}
-	if live := o.istios[sail.IstioName]; live != nil && controlledBy(live, mesh) {
+	if live := o.istios[sail.IstioName]; live != nil && metav1.IsControlledBy(live, mesh) {
 		rd.controlPlane = r.managedControlPlane(mesh, live)
 	}
 	return rd
@@ -608,13 +607,5 @@ func (r *ServiceMeshReconciler) ensureNamespace(ctx context.Context, name string
 }
 
 func (r *ServiceMeshReconciler) ensureFinalizer(ctx context.Context, mesh *v1alpha1.ServiceMesh) error {
-	if controllerutil.ContainsFinalizer(mesh, Finalizer) {
-		return nil
-	}
-	orig := mesh.DeepCopy()
-	controllerutil.AddFinalizer(mesh, Finalizer)
-	if err := r.Client.Patch(ctx, mesh, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("adding finalizer %s: %w", Finalizer, err)
-	}
-	return nil
+	return apply.AddFinalizer(ctx, r.Client, mesh, Finalizer)
 }

@@ -71,11 +71,10 @@ func (r *ServiceMeshReconciler) protectedNamespaces(cp *v1alpha1.ControlPlaneSta
 }
 
 // ownedLabels are the namespace label keys the operator's field manager
-// holds through server-side apply.
+// holds through server-side apply (counted by shared/contract, as the fleet
+// operator counts its own).
 func ownedLabels(ns metav1.Object) map[string]bool {
-	return labelsHeld(ns, func(mf metav1.ManagedFieldsEntry) bool {
-		return mf.Manager == FieldManager && mf.Operation == metav1.ManagedFieldsOperationApply
-	})
+	return contract.LabelsAppliedBy(ns, FieldManager)
 }
 
 // requestLabels are the namespace's labels as enrollment reads them: an
@@ -86,38 +85,11 @@ func requestLabels(ns *corev1.Namespace) map[string]string {
 	if ns.Labels[labels.Mesh] != labels.MeshEnabled || !ownedLabels(ns)[labels.Mesh] {
 		return ns.Labels
 	}
-	others := labelsHeld(ns, func(mf metav1.ManagedFieldsEntry) bool {
-		return mf.Manager != FieldManager || mf.Operation != metav1.ManagedFieldsOperationApply
-	})
-	if others[labels.Mesh] {
+	if contract.LabelsHeldByOthers(ns, FieldManager)[labels.Mesh] {
 		return ns.Labels
 	}
 	out := maps.Clone(ns.Labels)
 	delete(out, labels.Mesh)
-	return out
-}
-
-// labelsHeld are the label keys held by the managedFields entries that match.
-func labelsHeld(ns metav1.Object, match func(metav1.ManagedFieldsEntry) bool) map[string]bool {
-	out := map[string]bool{}
-	for _, mf := range ns.GetManagedFields() {
-		if !match(mf) || mf.FieldsV1 == nil {
-			continue
-		}
-		var f struct {
-			Metadata struct {
-				Labels map[string]any `json:"f:labels"`
-			} `json:"f:metadata"`
-		}
-		if json.Unmarshal(mf.FieldsV1.GetRawBytes(), &f) != nil {
-			continue
-		}
-		for k := range f.Metadata.Labels {
-			if key, ok := strings.CutPrefix(k, "f:"); ok {
-				out[key] = true
-			}
-		}
-	}
 	return out
 }
 
@@ -165,7 +137,7 @@ func (r *ServiceMeshReconciler) managedPolicies(ctx context.Context, mesh *v1alp
 		}
 		for i := range list.Items {
 			u := &list.Items[i]
-			if !controlledBy(u, mesh) {
+			if !metav1.IsControlledBy(u, mesh) {
 				continue
 			}
 			if out[u.GetNamespace()] == nil {
@@ -618,7 +590,7 @@ func (r *ServiceMeshReconciler) namespacePolicies(ctx context.Context, mesh *v1a
 		if err != nil {
 			return nil, fmt.Errorf("reading %s %s/%s: %w", kind, namespace, name, err)
 		}
-		if controlledBy(u, mesh) {
+		if metav1.IsControlledBy(u, mesh) {
 			out[k] = u
 		}
 	}
@@ -870,7 +842,7 @@ func (r *ServiceMeshReconciler) migrationPending(ctx context.Context, mesh *v1al
 // gets the desired spec back whole (a JSON patch replacing spec, guarded by
 // its resourceVersion), then the apply runs as usual.
 func (r *ServiceMeshReconciler) applyPolicy(ctx context.Context, mesh *v1alpha1.ServiceMesh, live, desired *unstructured.Unstructured) (apply.Result, error) {
-	if live != nil && controlledBy(live, mesh) && !enroll.Paused(live) && !sameJSON(live.Object["spec"], desired.Object["spec"]) {
+	if live != nil && metav1.IsControlledBy(live, mesh) && !enroll.Paused(live) && !sameJSON(live.Object["spec"], desired.Object["spec"]) {
 		patch, err := json.Marshal([]map[string]any{
 			{"op": "test", "path": "/metadata/resourceVersion", "value": live.GetResourceVersion()},
 			{"op": "replace", "path": "/spec", "value": desired.Object["spec"]},
@@ -962,22 +934,12 @@ func (r *ServiceMeshReconciler) teardownEnrollment(ctx context.Context, mesh *v1
 	meta.RemoveStatusCondition(&st.next.Conditions, string(v1alpha1.ConditionStrictIsolation))
 	meta.RemoveStatusCondition(&st.next.Conditions, string(v1alpha1.ConditionEnrollmentConflict))
 	meta.RemoveStatusCondition(&st.next.Conditions, string(v1alpha1.ConditionDataPlaneMigration))
-	orig := mesh.DeepCopy()
-	controllerutil.RemoveFinalizer(mesh, EnrollFinalizer)
-	if err := r.Client.Patch(ctx, mesh, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return client.IgnoreNotFound(err)
+	if err := apply.RemoveFinalizer(ctx, r.Client, mesh, EnrollFinalizer); !apierrors.IsNotFound(err) {
+		return err
 	}
 	return nil
 }
 
 func (r *ServiceMeshReconciler) ensureNamedFinalizer(ctx context.Context, mesh *v1alpha1.ServiceMesh, name string) error {
-	if controllerutil.ContainsFinalizer(mesh, name) {
-		return nil
-	}
-	orig := mesh.DeepCopy()
-	controllerutil.AddFinalizer(mesh, name)
-	if err := r.Client.Patch(ctx, mesh, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("adding finalizer %s: %w", name, err)
-	}
-	return nil
+	return apply.AddFinalizer(ctx, r.Client, mesh, name)
 }

@@ -22,7 +22,9 @@ import (
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/sail"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/sailinstall"
+	"github.com/ericdev/fleetmesh/shared/apply"
 	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/podmesh"
 )
 
 // The rights installing and uninstalling the Sail Operator take are
@@ -105,10 +107,8 @@ func (r *ServiceMeshReconciler) finalize(ctx context.Context, mesh *v1alpha1.Ser
 		}
 	}
 
-	orig := mesh.DeepCopy()
-	controllerutil.RemoveFinalizer(mesh, Finalizer)
-	if err := r.Client.Patch(ctx, mesh, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+	if err := apply.RemoveFinalizer(ctx, r.Client, mesh, Finalizer); !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, nil
 }
@@ -132,7 +132,7 @@ func (r *ServiceMeshReconciler) awaitCNIRelease(ctx context.Context, mesh *v1alp
 		if err != nil && !apierrors.IsNotFound(err) {
 			return "", fmt.Errorf("reading %s default: %w", kind, err)
 		}
-		held = held || (err == nil && controlledBy(u, mesh) && u.DeletionTimestamp == nil)
+		held = held || (err == nil && metav1.IsControlledBy(u, mesh) && u.DeletionTimestamp == nil)
 	}
 	if !held {
 		return "", nil
@@ -177,7 +177,7 @@ func (r *ServiceMeshReconciler) strandedPods(ctx context.Context) ([]string, err
 	}
 	var out []string
 	for _, p := range pods.Items {
-		if p.Annotations[labels.IstioAmbientRedirection] != "enabled" || ambient[p.Namespace] ||
+		if !podmesh.Redirected(&p) || ambient[p.Namespace] ||
 			p.Labels[labels.IstioDataPlaneMode] == string(v1alpha1.DataPlaneAmbient) {
 			continue
 		}
@@ -206,7 +206,7 @@ func (r *ServiceMeshReconciler) deleteOwnedSail(ctx context.Context, mesh *v1alp
 	if err != nil {
 		return false, fmt.Errorf("reading %s default: %w", kind, err)
 	}
-	if !controlledBy(u, mesh) {
+	if !metav1.IsControlledBy(u, mesh) {
 		return true, nil
 	}
 	if u.GetDeletionTimestamp() == nil {
@@ -221,7 +221,7 @@ func (r *ServiceMeshReconciler) deleteOwnedSail(ctx context.Context, mesh *v1alp
 func (r *ServiceMeshReconciler) deleteOwnedNamespace(ctx context.Context, name string, mesh *v1alpha1.ServiceMesh) error {
 	ns := &corev1.Namespace{}
 	err := r.Reader.Get(ctx, types.NamespacedName{Name: name}, ns)
-	if apierrors.IsNotFound(err) || (err == nil && (!controlledBy(ns, mesh) || ns.DeletionTimestamp != nil)) {
+	if apierrors.IsNotFound(err) || (err == nil && (!metav1.IsControlledBy(ns, mesh) || ns.DeletionTimestamp != nil)) {
 		return nil
 	}
 	if err != nil {
@@ -367,7 +367,7 @@ func (r *ServiceMeshReconciler) foreignSailResources(ctx context.Context, mesh *
 			return nil, fmt.Errorf("listing Sail %s resources: %w", kind, err)
 		}
 		for i := range list.Items {
-			if !controlledBy(&list.Items[i], mesh) {
+			if !metav1.IsControlledBy(&list.Items[i], mesh) {
 				out = append(out, kind+"/"+list.Items[i].Name)
 			}
 		}

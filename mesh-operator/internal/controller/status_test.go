@@ -181,9 +181,9 @@ func TestSetEnrollmentConditions(t *testing.T) {
 			absent: []v1alpha1.ConditionType{v1alpha1.ConditionStrictIsolation},
 		},
 		{
-			name:  "own Pods hold the cutover; the list is bounded",
-			tally: enrollmentTally{waiting: many, ownWaiting: true},
-			want:  map[v1alpha1.ConditionType]wantCond{v1alpha1.ConditionMTLSCutover: {F, v1alpha1.ReasonAwaitingCutover}},
+			name:    "own Pods hold the cutover; the list is bounded",
+			tally:   enrollmentTally{waiting: many, ownWaiting: true},
+			want:    map[v1alpha1.ConditionType]wantCond{v1alpha1.ConditionMTLSCutover: {F, v1alpha1.ReasonAwaitingCutover}},
 			message: map[v1alpha1.ConditionType]string{v1alpha1.ConditionMTLSCutover: "ns0 (Pod p), ns1 (Pod p), ns2 (Pod p), ns3 (Pod p), ns4 (Pod p), and 2 more."},
 		},
 		{
