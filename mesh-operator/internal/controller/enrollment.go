@@ -747,7 +747,15 @@ func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha
 	// it goes before the PeerAuthentication turns PERMISSIVE and comes
 	// after it is STRICT, so it never drops plaintext that PERMISSIVE is
 	// meant to let through.
-	wantBaseline := enroll.BaselinePolicy(ns.Name, mesh.Spec.Isolation, mtlsInForce, owner)
+	want := enroll.PolicySet(enroll.PolicyInputs{
+		Namespace: ns.Name, Isolation: mesh.Spec.Isolation, Mode: mtlsInForce,
+		StrictReady: strictReady, AcceptedEdges: accepted, MigratingFrom: migratingFrom,
+		// Isolation admits the control plane and the edges workload
+		// operators declared.
+		Allowed: enroll.AllowedSources(ns.Name, []string{cp.Namespace}, state.Edges),
+		Owner:   owner,
+	})
+	wantBaseline := want.Baseline
 	res.baselineWithheld = mesh.Spec.Isolation == v1alpha1.IsolationStrict && wantBaseline == nil
 	baselinePaused := baseline != nil && enroll.Paused(baseline)
 	if baselinePaused {
@@ -764,16 +772,7 @@ func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha
 		}
 	}
 	if !paPaused {
-		desiredPA := enroll.PeerAuthentication(ns.Name, res.mode.Mode, strictReady, owner, accepted...)
-		if migratingFrom != "" {
-			ann := desiredPA.GetAnnotations()
-			if ann == nil {
-				ann = map[string]string{}
-			}
-			ann[labels.MeshMigratingFrom] = migratingFrom
-			desiredPA.SetAnnotations(ann)
-		}
-		if _, err := r.applyPolicy(ctx, mesh, pa, desiredPA); err != nil {
+		if _, err := r.applyPolicy(ctx, mesh, pa, want.PeerAuthentication); err != nil {
 			return res, mtlsInForce, err
 		}
 	}
@@ -784,9 +783,8 @@ func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha
 	}
 
 	// Isolation, admitting the edges workload operators declared.
-	allowed := enroll.AllowedSources(ns.Name, []string{cp.Namespace}, state.Edges)
 	ap := live[policyKey(enroll.KindAuthorizationPolicy, enroll.IsolationPolicyName)]
-	desired := enroll.IsolationPolicy(ns.Name, mesh.Spec.Isolation, allowed, owner)
+	desired := want.Isolation
 	switch {
 	case ap != nil && enroll.Paused(ap):
 		res.paused = append(res.paused, fmt.Sprintf("%s/%s/%s", enroll.KindAuthorizationPolicy, ns.Name, ap.GetName()))

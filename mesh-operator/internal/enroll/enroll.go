@@ -375,20 +375,62 @@ func BaselinePolicy(namespace string, isolation v1alpha1.Isolation, mtlsInForce 
 	return policy.AuthorizationPolicy(object(namespace, BaselinePolicyName, owner), nil, policy.Allow)
 }
 
-// PolicySet is the whole per-namespace policy set for a mode in force:
-// PeerAuthentication, then the isolation DENY and the strict baseline when
-// they exist, in the order they are applied.
-func PolicySet(namespace string, isolation v1alpha1.Isolation, mode, strictReady string, allowed []string, owner metav1.OwnerReference) []*unstructured.Unstructured {
-	out := []*unstructured.Unstructured{PeerAuthentication(namespace, mode, strictReady, owner)}
-	for _, u := range []*unstructured.Unstructured{
-		IsolationPolicy(namespace, isolation, allowed, owner),
-		BaselinePolicy(namespace, isolation, mode, owner),
-	} {
+// PolicyInputs is everything one namespace's policies depend on.
+type PolicyInputs struct {
+	Namespace string
+	Isolation v1alpha1.Isolation
+	// Mode is the mTLS mode in force (a contract value).
+	Mode string
+	// StrictReady, AcceptedEdges: the cutover record on the
+	// PeerAuthentication (see PeerAuthentication).
+	StrictReady   string
+	AcceptedEdges []string
+	// MigratingFrom: the data plane a namespace is leaving ("" when none),
+	// recorded on the PeerAuthentication until STRICT returns.
+	MigratingFrom string
+	// Allowed: the sources isolation admits (AllowedSources).
+	Allowed []string
+	Owner   metav1.OwnerReference
+}
+
+// Policies is one namespace's policy set; Isolation and Baseline are nil
+// where they must not exist.
+type Policies struct {
+	PeerAuthentication *unstructured.Unstructured
+	Isolation          *unstructured.Unstructured
+	Baseline           *unstructured.Unstructured
+}
+
+// All lists the set in the order it is applied: PeerAuthentication, then
+// the isolation DENY and the strict baseline when they exist.
+func (p Policies) All() []*unstructured.Unstructured {
+	out := []*unstructured.Unstructured{p.PeerAuthentication}
+	for _, u := range []*unstructured.Unstructured{p.Isolation, p.Baseline} {
 		if u != nil {
 			out = append(out, u)
 		}
 	}
 	return out
+}
+
+// PolicySet is the whole per-namespace policy set for a mode in force. The
+// controller applies what it returns, and the truth tables and golden
+// files judge the same function.
+func PolicySet(in PolicyInputs) Policies {
+	pa := PeerAuthentication(in.Namespace, in.Mode, in.StrictReady, in.Owner, in.AcceptedEdges...)
+	if in.MigratingFrom != "" {
+		ann := pa.GetAnnotations()
+		if ann == nil {
+			ann = map[string]string{}
+		}
+		ann[labels.MeshMigratingFrom] = in.MigratingFrom
+		pa.SetAnnotations(ann)
+	}
+	return Policies{
+		PeerAuthentication: pa,
+		Isolation:          IsolationPolicy(in.Namespace, in.Isolation, in.Allowed, in.Owner),
+		Baseline:           BaselinePolicy(in.Namespace, in.Isolation, in.Mode, in.Owner),
+	}
 }
 
 // Paused reports whether a managed object carries the reconcile-paused
