@@ -95,10 +95,16 @@ func (r *FleetReconciler) reconcileDeclarations(ctx context.Context, fleet *v1al
 	writable, _ := contract.Withhold(view.ns.Labels, held, want)
 	if len(writable)+len(held) > 0 && !controllerutil.ContainsFinalizer(fleet, DeclarationsFinalizer) {
 		// The finalizer comes first: a fleet deleted right after declaring
-		// must still withdraw its labels. The patch goes through a copy: the
-		// answer may carry a newer spec, which this reconcile must not
-		// switch to halfway (nor report as observed).
-		if err := apply.AddFinalizer(ctx, r.Client, fleet.DeepCopy(), DeclarationsFinalizer); err != nil {
+		// must still withdraw its labels. The patch goes through a fresh
+		// copy: earlier steps of this reconcile may have patched the fleet
+		// (the lock needs its current resourceVersion), and the answer may
+		// carry a newer spec, which this reconcile must not switch to
+		// halfway (nor report as observed).
+		fresh := &v1alpha1.CelldFleet{}
+		if err := r.freshReader().Get(ctx, client.ObjectKeyFromObject(fleet), fresh); err != nil {
+			return fmt.Errorf("reading the fleet to add finalizer %s: %w", DeclarationsFinalizer, err)
+		}
+		if err := apply.AddFinalizer(ctx, r.Client, fresh, DeclarationsFinalizer); err != nil {
 			return err
 		}
 		controllerutil.AddFinalizer(fleet, DeclarationsFinalizer)
