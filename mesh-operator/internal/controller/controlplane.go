@@ -56,6 +56,9 @@ func (r *ServiceMeshReconciler) reconcileControlPlane(ctx context.Context, mesh 
 		return ctrl.Result{}, err
 	}
 	plan := detect.Decide(mesh.Spec, o.facts, detect.Options{SailInstallEnabled: r.Config.SailInstall})
+	log := ctrl.LoggerFrom(ctx)
+	log.V(1).Info("detected plan", "action", plan.Action, "provider", plan.Provider, "management", plan.Management,
+		"deferred", plan.Deferred, "blocked", plan.BlockedReason, "precondition", plan.PreconditionReason)
 	env := o.facts.Environment()
 	st.next.Detected = &env
 	st.next.Provider = plan.Provider
@@ -81,6 +84,7 @@ func (r *ServiceMeshReconciler) reconcileControlPlane(ctx context.Context, mesh 
 	st.sailPaused = rd.paused
 
 	setControlPlaneConditions(st, plan, rd, actErr)
+	log.V(1).Info("control plane", "action", plan.Action, "ready", rd.ready, "reason", rd.reason, "phase", st.next.Phase, "error", actErr)
 	if st.next.Phase == PhaseReady && prevPhase != PhaseReady {
 		r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "ControlPlaneReady", "Reconcile", "%s", rd.msg)
 	}

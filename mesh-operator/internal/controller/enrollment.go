@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -280,6 +281,9 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 	sort.Strings(paused)
 	st.next.EnrolledNamespaces, st.next.PermissiveNamespaces, st.next.PausedObjects = enrolled, permissive, paused
 
+	ctrl.LoggerFrom(ctx).V(1).Info("enrollment", "holdOnly", holdOnly, "enrolled", len(enrolled), "permissive", len(permissive),
+		"awaitingCutover", len(waiting), "migrating", len(migrating), "conflicts", len(conflicts), "baselineWithheld", len(withheld),
+		"paused", len(paused), "errors", len(errs))
 	wait := setEnrollmentConditions(st, mesh.Spec, enrollmentTally{
 		holdOnly: holdOnly, waiting: waiting, ownWaiting: ownWaiting,
 		migrating: migrating, conflicts: conflicts, withheld: withheld,
