@@ -97,8 +97,8 @@ func TestPersistentFleetLifecycle(t *testing.T) {
 		before := podUIDs(t, f)
 		patchFleet(t, f, `{"spec":{"maintenance":{"paused":true},"image":"registry.example/celld:1.3.0"}}`)
 		waitFleet(t, f, time.Minute, func(f *fleetv1.CelldFleet) (bool, string) {
-			c := meta.FindStatusCondition(f.Status.Conditions, "Provisioning")
-			return c != nil && c.Reason == "MaintenancePaused" && c.ObservedGeneration == f.Generation, fmt.Sprintf("%+v", c)
+			c := meta.FindStatusCondition(f.Status.Conditions, string(fleetv1.ConditionProvisioning))
+			return c != nil && c.Reason == string(fleetv1.ReasonMaintenancePaused) && c.ObservedGeneration == f.Generation, fmt.Sprintf("%+v", c)
 		})
 		time.Sleep(5 * time.Second) // long enough for several reconciles and /state polls
 		assert.Equal(t, before, podUIDs(t, f), "no member is restarted while paused")
@@ -134,7 +134,7 @@ func midRoll(prev string) func(*fleetv1.CelldFleet) (bool, string) {
 // readyOn waits for Ready with every member reporting version on /state.
 func readyOn(version string) func(*fleetv1.CelldFleet) (bool, string) {
 	return func(f *fleetv1.CelldFleet) (bool, string) {
-		ready := meta.FindStatusCondition(f.Status.Conditions, "Ready")
+		ready := meta.FindStatusCondition(f.Status.Conditions, string(fleetv1.ConditionReady))
 		if ready == nil || ready.Status != metav1.ConditionTrue || ready.ObservedGeneration != f.Generation {
 			return false, fmt.Sprintf("phase %s, Ready=%+v", f.Status.Phase, ready)
 		}

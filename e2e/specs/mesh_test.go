@@ -106,10 +106,10 @@ func TestMeshJoinAndLeave(t *testing.T) {
 		before := podUIDs(t, f)
 		patchFleet(t, f, `{"spec":{"mesh":{"istio":{}}}}`)
 		waitFleet(t, f, 2*time.Minute, func(f *fleetv1.CelldFleet) (bool, string) {
-			c := meta.FindStatusCondition(f.Status.Conditions, "Provisioning")
-			return c != nil && c.Reason == "ProxyMissing", fmt.Sprintf("%+v", c)
+			c := meta.FindStatusCondition(f.Status.Conditions, string(fleetv1.ConditionProvisioning))
+			return c != nil && c.Reason == string(fleetv1.ReasonProxyMissing), fmt.Sprintf("%+v", c)
 		})
-		c := meta.FindStatusCondition(getFleet(t, f).Status.Conditions, "Provisioning")
+		c := meta.FindStatusCondition(getFleet(t, f).Status.Conditions, string(fleetv1.ConditionProvisioning))
 		assert.Contains(t, c.Message, "injector")
 		assert.Contains(t, c.Message, "istio.io/rev")
 		time.Sleep(6 * time.Second) // several reconciles
@@ -130,7 +130,7 @@ func TestMeshJoinAndLeave(t *testing.T) {
 
 func meshPhase(phase string) func(*fleetv1.CelldFleet) (bool, string) {
 	return func(f *fleetv1.CelldFleet) (bool, string) {
-		ready := meta.IsStatusConditionTrue(f.Status.Conditions, "Ready")
+		ready := meta.IsStatusConditionTrue(f.Status.Conditions, string(fleetv1.ConditionReady))
 		return f.Status.Mesh == phase && ready && f.Status.ObservedGeneration == f.Generation,
 			fmt.Sprintf("mesh=%q ready=%t phase=%s", f.Status.Mesh, ready, f.Status.Phase)
 	}

@@ -88,7 +88,7 @@ func TestOperatorsMigrateDataPlane(t *testing.T) {
 	}
 	require.NoError(t, k8s.Create(ctx, f))
 	waitFleet(t, f, 2*time.Minute, func(f *fleetv1.CelldFleet) (bool, string) {
-		return meta.IsStatusConditionTrue(f.Status.Conditions, "Ready"), "not Ready"
+		return meta.IsStatusConditionTrue(f.Status.Conditions, string(fleetv1.ConditionReady)), "not Ready"
 	})
 
 	// The fleet's callers as real Pods: a labelled client beside it and the
@@ -125,7 +125,7 @@ func TestOperatorsMigrateDataPlane(t *testing.T) {
 			l := nsLabels(t, migrateNS)
 			fl := getFleet(t, f)
 			ok := l[labels.MeshDataPlane] == dp && l[labels.MeshMTLS] == "strict" && fl.Status.Mesh == fleetMesh &&
-				meta.IsStatusConditionTrue(fl.Status.Conditions, "Ready")
+				meta.IsStatusConditionTrue(fl.Status.Conditions, string(fleetv1.ConditionReady))
 			return ok, fmt.Sprintf("labels %v; fleet mesh=%q; mesh %s", l, fl.Status.Mesh, meshSummary(t))
 		}
 	}

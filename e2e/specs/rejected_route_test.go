@@ -44,8 +44,8 @@ func TestRejectedRouteKeepsRolling(t *testing.T) {
 	}
 	require.NoError(t, k8s.Create(ctx, f))
 	rejected := func(f *fleetv1.CelldFleet) (bool, string) {
-		c := meta.FindStatusCondition(f.Status.Conditions, "RoutingReady")
-		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == "RouteRejected", fmt.Sprintf("RoutingReady=%+v", c)
+		c := meta.FindStatusCondition(f.Status.Conditions, string(fleetv1.ConditionRoutingReady))
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == string(fleetv1.ReasonRouteRejected), fmt.Sprintf("RoutingReady=%+v", c)
 	}
 	waitFleet(t, f, 2*time.Minute, func(f *fleetv1.CelldFleet) (bool, string) {
 		if ok, msg := rejected(f); !ok {
@@ -53,7 +53,7 @@ func TestRejectedRouteKeepsRolling(t *testing.T) {
 		}
 		return readyOn("1.0.0")(f)
 	})
-	c := meta.FindStatusCondition(getFleet(t, f).Status.Conditions, "RoutingReady")
+	c := meta.FindStatusCondition(getFleet(t, f).Status.Conditions, string(fleetv1.ConditionRoutingReady))
 	assert.Contains(t, c.Message, refusal, "the API server's answer is quoted")
 	assert.Error(t, k8s.Get(ctx, client.ObjectKey{Namespace: rejectedNS, Name: "shop-routing"}, &networkingv1.Ingress{}))
 

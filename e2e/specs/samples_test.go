@@ -104,8 +104,8 @@ func TestSamples(t *testing.T) {
 		// docs/mesh.md: Meshed, MeshReady=True, once every member runs a proxy.
 		waitFleet(t, f, 4*time.Minute, func(f *fleetv1.CelldFleet) (bool, string) {
 			ok, msg := readyOn("1.0.0")(f)
-			c := meta.FindStatusCondition(f.Status.Conditions, "MeshReady")
-			return ok && f.Status.Mesh == "Meshed" && c != nil && c.Status == metav1.ConditionTrue && c.Reason == "Meshed" && c.ObservedGeneration == f.Generation,
+			c := meta.FindStatusCondition(f.Status.Conditions, string(fleetv1.ConditionMeshReady))
+			return ok && f.Status.Mesh == "Meshed" && c != nil && c.Status == metav1.ConditionTrue && c.Reason == string(fleetv1.ReasonMeshed) && c.ObservedGeneration == f.Generation,
 				fmt.Sprintf("%s; mesh=%q MeshReady=%+v", msg, f.Status.Mesh, c)
 		})
 		assert.Equal(t, "Ready", getFleet(t, f).Status.Phase)
@@ -166,7 +166,7 @@ func TestSamples(t *testing.T) {
 		waitFleet(t, f, 4*time.Minute, readyOn("1.0.0"))
 
 		// No Gateway controller yet: the route waits for its verdict.
-		waitFleet(t, f, 2*time.Minute, routingReady(metav1.ConditionUnknown, "AwaitingGateway"))
+		waitFleet(t, f, 2*time.Minute, routingReady(metav1.ConditionUnknown, fleetv1.ReasonAwaitingGateway))
 		route := &gatewayv1.HTTPRoute{}
 		require.NoError(t, gw.Get(ctx, client.ObjectKey{Namespace: samplesGatewayNS, Name: "storefront-routing"}, route))
 		require.Len(t, route.Spec.ParentRefs, 1)
@@ -177,7 +177,7 @@ func TestSamples(t *testing.T) {
 
 		// The Gateway's controller accepts the route and resolves its backend.
 		playUntilCleanup(t, func(ctx context.Context) { runGatewayController(ctx, gw, "e2e-samples") })
-		waitFleet(t, f, 2*time.Minute, routingReady(metav1.ConditionTrue, "RouteAccepted"))
+		waitFleet(t, f, 2*time.Minute, routingReady(metav1.ConditionTrue, fleetv1.ReasonRouteAccepted))
 
 		// The routing policy admits 8080 from the sample's source only.
 		np := &networkingv1.NetworkPolicy{}
@@ -206,7 +206,7 @@ func TestSamples(t *testing.T) {
 		waitFleet(t, f, 4*time.Minute, readyOn("1.0.0"))
 
 		// No controller has published an address yet.
-		waitFleet(t, f, 2*time.Minute, routingReady(metav1.ConditionUnknown, "AwaitingAddress"))
+		waitFleet(t, f, 2*time.Minute, routingReady(metav1.ConditionUnknown, fleetv1.ReasonAwaitingAddress))
 		ing := &networkingv1.Ingress{}
 		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: samplesIngressNS, Name: "catalog-routing"}, ing))
 		assert.Equal(t, ptr.To("nginx"), ing.Spec.IngressClassName)
@@ -218,8 +218,8 @@ func TestSamples(t *testing.T) {
 		// The controller publishes its address (a name: nothing is contacted).
 		const address = "ingress-nginx-controller.ingress-nginx.e2e.invalid"
 		playUntilCleanup(t, func(ctx context.Context) { runIngressController(ctx, k8s, "k8s.io/ingress-nginx", address) })
-		waitFleet(t, f, 2*time.Minute, routingReady(metav1.ConditionTrue, "AddressAssigned"))
-		c := meta.FindStatusCondition(getFleet(t, f).Status.Conditions, "RoutingReady")
+		waitFleet(t, f, 2*time.Minute, routingReady(metav1.ConditionTrue, fleetv1.ReasonAddressAssigned))
+		c := meta.FindStatusCondition(getFleet(t, f).Status.Conditions, string(fleetv1.ConditionRoutingReady))
 		assert.Contains(t, c.Message, address)
 
 		np := &networkingv1.NetworkPolicy{}
@@ -285,10 +285,10 @@ func testServiceMeshSample(t *testing.T) {
 
 	// The sample: without a valid license, PreviewLocked and nothing changes.
 	waitMesh(t, 2*time.Minute, func(m *meshv1.ServiceMesh) (bool, string) {
-		locked := meta.FindStatusCondition(m.Status.Conditions, "PreviewLocked")
-		ready := meta.FindStatusCondition(m.Status.Conditions, "Ready")
-		return m.Status.Phase == "PreviewLocked" && locked != nil && locked.Status == metav1.ConditionTrue && locked.Reason == "LicenseMissing" &&
-				ready != nil && ready.Status == metav1.ConditionFalse && ready.Reason == "PreviewLocked",
+		locked := meta.FindStatusCondition(m.Status.Conditions, string(meshv1.ConditionPreviewLocked))
+		ready := meta.FindStatusCondition(m.Status.Conditions, string(meshv1.ConditionReady))
+		return m.Status.Phase == "PreviewLocked" && locked != nil && locked.Status == metav1.ConditionTrue && locked.Reason == string(meshv1.ReasonLicenseMissing) &&
+				ready != nil && ready.Status == metav1.ConditionFalse && ready.Reason == string(meshv1.ReasonPreviewLocked),
 			meshSummary(t)
 	})
 	assert.Empty(t, sailResources(t, "Istio"), "a locked mesh installs nothing")
@@ -301,21 +301,21 @@ func testServiceMeshSample(t *testing.T) {
 
 	// Within the locked recheck (about 30 s): Ready on the Sail control plane.
 	waitMesh(t, 3*time.Minute, func(m *meshv1.ServiceMesh) (bool, string) {
-		ready := meta.FindStatusCondition(m.Status.Conditions, "Ready")
+		ready := meta.FindStatusCondition(m.Status.Conditions, string(meshv1.ConditionReady))
 		return m.Status.Phase == "Ready" && ready != nil && ready.Status == metav1.ConditionTrue && ready.ObservedGeneration == m.Generation,
 			meshSummary(t)
 	})
 	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(sm), sm))
-	assert.Equal(t, "ControlPlaneReady", meta.FindStatusCondition(sm.Status.Conditions, "Ready").Reason)
-	locked := meta.FindStatusCondition(sm.Status.Conditions, "PreviewLocked")
+	assert.Equal(t, string(meshv1.ReasonControlPlaneReady), meta.FindStatusCondition(sm.Status.Conditions, string(meshv1.ConditionReady)).Reason)
+	locked := meta.FindStatusCondition(sm.Status.Conditions, string(meshv1.ConditionPreviewLocked))
 	require.NotNil(t, locked)
 	assert.Equal(t, metav1.ConditionFalse, locked.Status)
-	assert.Equal(t, "LicenseValid", locked.Reason)
+	assert.Equal(t, string(meshv1.ReasonLicenseValid), locked.Reason)
 	assert.Contains(t, locked.Message, "docs samples e2e", "the license from the Secret created here")
-	cp := meta.FindStatusCondition(sm.Status.Conditions, "ControlPlaneReady")
+	cp := meta.FindStatusCondition(sm.Status.Conditions, string(meshv1.ConditionControlPlaneReady))
 	require.NotNil(t, cp)
 	assert.Equal(t, metav1.ConditionTrue, cp.Status)
-	assert.Equal(t, "SailResourcesReady", cp.Reason)
+	assert.Equal(t, string(meshv1.ReasonSailResourcesReady), cp.Reason)
 	assert.Equal(t, "sail", sm.Status.Provider)
 	require.NotNil(t, sm.Status.ControlPlane)
 	assert.EqualValues(t, "Managed", sm.Status.ControlPlane.Management)
@@ -370,10 +370,10 @@ func sailResources(t *testing.T, kind string) []unstructured.Unstructured {
 	return list.Items
 }
 
-func routingReady(status metav1.ConditionStatus, reason string) func(*fleetv1.CelldFleet) (bool, string) {
+func routingReady(status metav1.ConditionStatus, reason fleetv1.ConditionReason) func(*fleetv1.CelldFleet) (bool, string) {
 	return func(f *fleetv1.CelldFleet) (bool, string) {
-		c := meta.FindStatusCondition(f.Status.Conditions, "RoutingReady")
-		return c != nil && c.Status == status && c.Reason == reason && c.ObservedGeneration == f.Generation,
+		c := meta.FindStatusCondition(f.Status.Conditions, string(fleetv1.ConditionRoutingReady))
+		return c != nil && c.Status == status && c.Reason == string(reason) && c.ObservedGeneration == f.Generation,
 			fmt.Sprintf("RoutingReady=%+v", c)
 	}
 }

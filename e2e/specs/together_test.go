@@ -91,24 +91,24 @@ func TestOperatorsTogether(t *testing.T) {
 	// A fleet that serves before any mesh exists: the mesh must join it
 	// without breaking it, and leave it running.
 	waitFleet(t, f, 2*time.Minute, func(f *fleetv1.CelldFleet) (bool, string) {
-		c := meta.FindStatusCondition(f.Status.Conditions, "MeshReady")
-		ready := meta.IsStatusConditionTrue(f.Status.Conditions, "Ready")
-		return ready && c != nil && c.Reason == "AwaitingEnrollment", fmt.Sprintf("ready=%t mesh %+v", ready, c)
+		c := meta.FindStatusCondition(f.Status.Conditions, string(fleetv1.ConditionMeshReady))
+		ready := meta.IsStatusConditionTrue(f.Status.Conditions, string(fleetv1.ConditionReady))
+		return ready && c != nil && c.Reason == string(fleetv1.ReasonAwaitingEnrollment), fmt.Sprintf("ready=%t mesh %+v", ready, c)
 	})
 	assert.Equal(t, "enabled", nsLabels(t, togetherNS)["core.navique.com/mesh"], "the fleet asks for enrollment")
 	// auto asks too, and says nothing while no mesh answers.
 	waitFleet(t, ledger, 2*time.Minute, func(f *fleetv1.CelldFleet) (bool, string) {
-		c := meta.FindStatusCondition(f.Status.Conditions, "MeshReady")
-		ready := meta.IsStatusConditionTrue(f.Status.Conditions, "Ready")
+		c := meta.FindStatusCondition(f.Status.Conditions, string(fleetv1.ConditionMeshReady))
+		ready := meta.IsStatusConditionTrue(f.Status.Conditions, string(fleetv1.ConditionReady))
 		return ready && c == nil, fmt.Sprintf("ready=%t mesh %+v", ready, c)
 	})
 	assert.Equal(t, "enabled", nsLabels(t, autoNS)["core.navique.com/mesh"], "an auto fleet asks for enrollment")
 	ledgerUIDs := podUIDs(t, ledger)
 	for _, kf := range []*fleetv1.CelldFleet{keepAuto, keepEnabled} {
 		waitFleet(t, kf, 2*time.Minute, func(f *fleetv1.CelldFleet) (bool, string) {
-			c := meta.FindStatusCondition(f.Status.Conditions, "MeshReady")
-			ready := meta.IsStatusConditionTrue(f.Status.Conditions, "Ready")
-			return ready && c != nil && c.Reason == "NamespaceOptedOut", fmt.Sprintf("ready=%t mesh %+v", ready, c)
+			c := meta.FindStatusCondition(f.Status.Conditions, string(fleetv1.ConditionMeshReady))
+			ready := meta.IsStatusConditionTrue(f.Status.Conditions, string(fleetv1.ConditionReady))
+			return ready && c != nil && c.Reason == string(fleetv1.ReasonNamespaceOptedOut), fmt.Sprintf("ready=%t mesh %+v", ready, c)
 		})
 	}
 
@@ -169,9 +169,9 @@ func TestOperatorsTogether(t *testing.T) {
 				"label %s on the opted-out namespace", k)
 		}
 		for _, kf := range []*fleetv1.CelldFleet{keepAuto, keepEnabled} {
-			c := meta.FindStatusCondition(getFleet(t, kf).Status.Conditions, "MeshReady")
+			c := meta.FindStatusCondition(getFleet(t, kf).Status.Conditions, string(fleetv1.ConditionMeshReady))
 			if assert.NotNil(t, c) {
-				assert.Equal(t, "NamespaceOptedOut", c.Reason, "%s", kf.Name)
+				assert.Equal(t, string(fleetv1.ReasonNamespaceOptedOut), c.Reason, "%s", kf.Name)
 			}
 		}
 	})
@@ -363,8 +363,8 @@ func TestOperatorsTogether(t *testing.T) {
 			return client.IgnoreNotFound(err) == nil && err != nil, "ServiceMesh still there: " + meshSummary(t)
 		})
 		waitFleet(t, f, 2*time.Minute, func(f *fleetv1.CelldFleet) (bool, string) {
-			c := meta.FindStatusCondition(f.Status.Conditions, "MeshReady")
-			return f.Status.Mesh == "" && c != nil && c.Reason == "AwaitingEnrollment", fmt.Sprintf("mesh=%q %+v", f.Status.Mesh, c)
+			c := meta.FindStatusCondition(f.Status.Conditions, string(fleetv1.ConditionMeshReady))
+			return f.Status.Mesh == "" && c != nil && c.Reason == string(fleetv1.ReasonAwaitingEnrollment), fmt.Sprintf("mesh=%q %+v", f.Status.Mesh, c)
 		})
 		np := &networkingv1.NetworkPolicy{}
 		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: togetherNS, Name: "vault"}, np))
@@ -384,7 +384,7 @@ func TestOperatorsTogether(t *testing.T) {
 		}
 		assert.Equal(t, "payments", nsLabels(t, togetherNS)["team"], "user labels untouched")
 		assert.Equal(t, before, podUIDs(t, f), "members kept running")
-		assert.True(t, meta.IsStatusConditionTrue(getFleet(t, f).Status.Conditions, "Ready"), "still Ready after the mesh left")
+		assert.True(t, meta.IsStatusConditionTrue(getFleet(t, f).Status.Conditions, string(fleetv1.ConditionReady)), "still Ready after the mesh left")
 
 		for k := range nsLabels(t, autoNS) {
 			if k == "core.navique.com/mesh" || strings.HasPrefix(k, "allow-from.core.navique.com/") {

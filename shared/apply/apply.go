@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -105,7 +104,7 @@ func (a *Applier) Apply(ctx context.Context, desired client.Object, owner metav1
 	if err != nil && !apierrors.IsNotFound(err) {
 		return "", err
 	}
-	if exists && owner != nil && !controlledBy(live, owner.GetUID()) {
+	if exists && owner != nil && !metav1.IsControlledBy(live, owner) {
 		return "", &ConflictError{Kind: gvk.Kind, Namespace: desired.GetNamespace(), Name: desired.GetName(), Owner: fmt.Sprintf("%s (uid %s)", owner.GetName(), owner.GetUID()), Holder: HolderOf(live)}
 	}
 	if exists && live.GetAnnotations()[a.HashAnnotation] == hash && Subset(desiredMap, live.Object) {
@@ -218,7 +217,7 @@ func (a *Applier) Delete(ctx context.Context, obj client.Object, owner metav1.Ob
 	} else if err := a.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
 		return false, client.IgnoreNotFound(err)
 	}
-	if owner != nil && !controlledBy(obj, owner.GetUID()) {
+	if owner != nil && !metav1.IsControlledBy(obj, owner) {
 		return false, &ConflictError{Kind: obj.GetObjectKind().GroupVersionKind().Kind, Namespace: obj.GetNamespace(), Name: obj.GetName(), Owner: owner.GetName(), Holder: HolderOf(obj)}
 	}
 	if obj.GetDeletionTimestamp() != nil {
@@ -230,11 +229,6 @@ func (a *Applier) Delete(ctx context.Context, obj client.Object, owner metav1.Ob
 		return false, nil
 	}
 	return err == nil, err
-}
-
-func controlledBy(obj metav1.Object, uid types.UID) bool {
-	ref := metav1.GetControllerOfNoCopy(obj)
-	return ref != nil && ref.UID == uid
 }
 
 func hashOf(m map[string]any) (string, error) {

@@ -243,9 +243,31 @@ func standing(current map[string]string, held []string, want map[string]string) 
 // LabelsHeldBy lists the label keys a field manager holds on an object
 // through server-side apply, sorted.
 func LabelsHeldBy(obj metav1.Object, manager string) []string {
-	var keys []string
+	return slices.Sorted(maps.Keys(LabelsAppliedBy(obj, manager)))
+}
+
+// LabelsAppliedBy is LabelsHeldBy as a set.
+func LabelsAppliedBy(obj metav1.Object, manager string) map[string]bool {
+	return labelsHeld(obj, func(mf metav1.ManagedFieldsEntry) bool {
+		return mf.Manager == manager && mf.Operation == metav1.ManagedFieldsOperationApply
+	})
+}
+
+// LabelsHeldByOthers are the label keys held by anyone but manager's
+// server-side apply: other managers, and manager's own updates (a
+// label it wrote with an update is not one it can take back by applying).
+func LabelsHeldByOthers(obj metav1.Object, manager string) map[string]bool {
+	return labelsHeld(obj, func(mf metav1.ManagedFieldsEntry) bool {
+		return mf.Manager != manager || mf.Operation != metav1.ManagedFieldsOperationApply
+	})
+}
+
+// labelsHeld are the label keys held by the managedFields entries that
+// match; an entry that cannot be read holds nothing.
+func labelsHeld(obj metav1.Object, match func(metav1.ManagedFieldsEntry) bool) map[string]bool {
+	out := map[string]bool{}
 	for _, mf := range obj.GetManagedFields() {
-		if mf.Manager != manager || mf.Operation != metav1.ManagedFieldsOperationApply || mf.FieldsV1 == nil {
+		if !match(mf) || mf.FieldsV1 == nil {
 			continue
 		}
 		var f struct {
@@ -258,10 +280,9 @@ func LabelsHeldBy(obj metav1.Object, manager string) []string {
 		}
 		for k := range f.Metadata.Labels {
 			if key, ok := strings.CutPrefix(k, "f:"); ok {
-				keys = append(keys, key)
+				out[key] = true
 			}
 		}
 	}
-	slices.Sort(keys)
-	return keys
+	return out
 }

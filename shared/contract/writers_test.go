@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ericdev/fleetmesh/shared/labels"
 	"github.com/ericdev/fleetmesh/shared/testenv"
@@ -110,4 +112,24 @@ func TestWithhold(t *testing.T) {
 			assert.Equal(t, tc.withheld, withheld)
 		})
 	}
+}
+
+func managedEntry(manager string, op metav1.ManagedFieldsOperationType, raw string) metav1.ManagedFieldsEntry {
+	return metav1.ManagedFieldsEntry{Manager: manager, Operation: op, FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(raw)}
+}
+
+// TestLabelOwnership: which labels a field manager holds through
+// server-side apply, and which someone else holds (any other manager, or
+// the same manager through an update), counted one way for both operators.
+func TestLabelOwnership(t *testing.T) {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", ManagedFields: []metav1.ManagedFieldsEntry{
+		managedEntry("mesh-operator", metav1.ManagedFieldsOperationApply, `{"f:metadata":{"f:labels":{"f:a":{},"f:b":{}}}}`),
+		managedEntry("mesh-operator", metav1.ManagedFieldsOperationUpdate, `{"f:metadata":{"f:labels":{"f:c":{}}}}`),
+		managedEntry("kubectl", metav1.ManagedFieldsOperationApply, `{"f:metadata":{"f:labels":{"f:b":{},"f:d":{}}}}`),
+		managedEntry("mesh-operator", metav1.ManagedFieldsOperationApply, `not json`),
+	}}}
+	assert.Equal(t, []string{"a", "b"}, LabelsHeldBy(ns, "mesh-operator"))
+	assert.Equal(t, map[string]bool{"a": true, "b": true}, LabelsAppliedBy(ns, "mesh-operator"))
+	assert.Equal(t, map[string]bool{"b": true, "c": true, "d": true}, LabelsHeldByOthers(ns, "mesh-operator"))
+	assert.Empty(t, LabelsAppliedBy(ns, "nobody"))
 }

@@ -13,6 +13,7 @@ package podmesh
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ericdev/fleetmesh/shared/labels"
 )
@@ -60,8 +61,9 @@ func HasProxy(p *corev1.Pod) bool {
 }
 
 // Redirected reports whether istio-cni marked the Pod captured by ztunnel.
-func Redirected(p *corev1.Pod) bool {
-	return p.Annotations[labels.IstioAmbientRedirection] == "enabled"
+// It reads the metadata only, so a metadata-only list answers it too.
+func Redirected(p metav1.Object) bool {
+	return p.GetAnnotations()[labels.IstioAmbientRedirection] == "enabled"
 }
 
 // Of says how the Pod is meshed. A proxy wins over a redirection mark:

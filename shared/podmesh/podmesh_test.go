@@ -54,3 +54,13 @@ func TestRunning(t *testing.T) {
 	assert.False(t, Running(&corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed}}))
 	assert.False(t, Running(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now}}))
 }
+
+// TestRedirectedFromMetadata: the redirection mark is read alike from a
+// Pod and from its metadata alone (the mesh operator's CNI-release check
+// lists metadata only).
+func TestRedirectedFromMetadata(t *testing.T) {
+	marked := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{labels.IstioAmbientRedirection: "enabled"}}}
+	assert.True(t, Redirected(marked))
+	assert.False(t, Redirected(&metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{labels.IstioAmbientRedirection: "disabled"}}}))
+	assert.True(t, Redirected(&corev1.Pod{ObjectMeta: marked.ObjectMeta}))
+}

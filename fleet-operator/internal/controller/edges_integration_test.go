@@ -98,10 +98,10 @@ func playStatefulSet(t *testing.T, c client.Client, ns, name, revision string) {
 	require.NoError(t, c.Status().Update(ctx, sts), "playing the StatefulSet controller")
 }
 
-func condition(t *testing.T, h *harness, f *v1alpha1.CelldFleet, typ string) *metav1.Condition {
+func condition(t *testing.T, h *harness, f *v1alpha1.CelldFleet, typ v1alpha1.ConditionType) *metav1.Condition {
 	t.Helper()
 	require.NoError(t, h.get(f, f.Namespace, f.Name))
-	return meta.FindStatusCondition(f.Status.Conditions, typ)
+	return meta.FindStatusCondition(f.Status.Conditions, string(typ))
 }
 
 // rejectIngressHosts installs a ValidatingAdmissionPolicy, as an edge
@@ -172,14 +172,14 @@ func testRejectedRoute(t *testing.T, env *testenv.Env) {
 
 	_, err := h.r.Reconcile(ctx, reconcileRequest(f))
 	require.NoError(t, err, "a rejected route is reported, not retried as an error")
-	c := condition(t, h, f, ConditionRoutingReady)
-	assertRouting(t, c, metav1.ConditionFalse, ReasonRouteRejected)
+	c := condition(t, h, f, v1alpha1.ConditionRoutingReady)
+	assertRouting(t, c, metav1.ConditionFalse, v1alpha1.ReasonRouteRejected)
 	assert.Contains(t, c.Message, msg, "the API server's answer is quoted")
 	assert.Contains(t, c.Message, "edge-routing")
 	assert.Error(t, h.get(&networkingv1.Ingress{}, "rejected", "edge-routing"))
 	sts := &appsv1.StatefulSet{}
 	require.NoError(t, h.get(sts, "rejected", "edge"), "the members are provisioned regardless")
-	assert.False(t, meta.IsStatusConditionTrue(f.Status.Conditions, ConditionInfrastructureBlocked))
+	assert.False(t, meta.IsStatusConditionTrue(f.Status.Conditions, string(v1alpha1.ConditionInfrastructureBlocked)))
 
 	// A member runs: /state is read while the route is rejected.
 	playStatefulSet(t, env.Client, "rejected", "edge", "rev1")
@@ -189,8 +189,8 @@ func testRejectedRoute(t *testing.T, env *testenv.Env) {
 	require.Len(t, f.Status.Members, 1)
 	require.NotNil(t, f.Status.Members[0].State)
 	assert.True(t, f.Status.Members[0].State.Reachable, "members' /state is read: %+v", f.Status.Members[0].State)
-	assert.True(t, meta.IsStatusConditionTrue(f.Status.Conditions, ConditionReady), "Ready is about the members, not the route")
-	assertRouting(t, meta.FindStatusCondition(f.Status.Conditions, ConditionRoutingReady), metav1.ConditionFalse, ReasonRouteRejected)
+	assert.True(t, meta.IsStatusConditionTrue(f.Status.Conditions, string(v1alpha1.ConditionReady)), "Ready is about the members, not the route")
+	assertRouting(t, meta.FindStatusCondition(f.Status.Conditions, string(v1alpha1.ConditionRoutingReady)), metav1.ConditionFalse, v1alpha1.ReasonRouteRejected)
 
 	// An image bump rolls while the route is still rejected.
 	require.NoError(t, env.Client.Patch(ctx, f, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"image":"registry.example/celld:2.0.0"}}`))))
@@ -202,13 +202,13 @@ func testRejectedRoute(t *testing.T, env *testenv.Env) {
 	member := &corev1.Pod{}
 	err = h.get(member, "rejected", "edge-0")
 	assert.True(t, err != nil || member.DeletionTimestamp != nil, "the outdated member is replaced")
-	assertRouting(t, condition(t, h, f, ConditionRoutingReady), metav1.ConditionFalse, ReasonRouteRejected)
+	assertRouting(t, condition(t, h, f, v1alpha1.ConditionRoutingReady), metav1.ConditionFalse, v1alpha1.ReasonRouteRejected)
 
 	// Fixed: the route is created. Rejected again: the last accepted route stays.
 	require.NoError(t, env.Client.Patch(ctx, f, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"routing":{"hostnames":["ok.example.com"]}}}`))))
-	assertRouting(t, routingCondition(t, h, f), metav1.ConditionUnknown, "AwaitingAddress")
+	assertRouting(t, routingCondition(t, h, f), metav1.ConditionUnknown, v1alpha1.ReasonAwaitingAddress)
 	require.NoError(t, env.Client.Patch(ctx, f, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"routing":{"hostnames":["rejected.example.com"]}}}`))))
-	assertRouting(t, routingCondition(t, h, f), metav1.ConditionFalse, ReasonRouteRejected)
+	assertRouting(t, routingCondition(t, h, f), metav1.ConditionFalse, v1alpha1.ReasonRouteRejected)
 	ing := &networkingv1.Ingress{}
 	require.NoError(t, h.get(ing, "rejected", "edge-routing"))
 	assert.Equal(t, "ok.example.com", ing.Spec.Rules[0].Host, "the last accepted route stays in place")
@@ -230,7 +230,7 @@ func testCleanupFromObjects(t *testing.T, env *testenv.Env) {
 	t.Run("routing removed after status was wiped: route and policy deleted", func(t *testing.T) {
 		f := routingFleet("cleanup", "tidy", ingressRouting())
 		require.NoError(t, env.Client.Create(ctx, f))
-		assertRouting(t, routingCondition(t, h, f), metav1.ConditionUnknown, "AwaitingAddress")
+		assertRouting(t, routingCondition(t, h, f), metav1.ConditionUnknown, v1alpha1.ReasonAwaitingAddress)
 		require.NoError(t, h.get(&networkingv1.Ingress{}, "cleanup", "tidy-routing"))
 		require.NoError(t, h.get(&networkingv1.NetworkPolicy{}, "cleanup", "tidy-routing"))
 
@@ -241,7 +241,7 @@ func testCleanupFromObjects(t *testing.T, env *testenv.Env) {
 		assert.Error(t, h.get(&networkingv1.Ingress{}, "cleanup", "tidy-routing"), "the route is deleted")
 		assert.Error(t, h.get(&networkingv1.NetworkPolicy{}, "cleanup", "tidy-routing"), "its policy no longer admits the edge on 8080")
 		require.NoError(t, h.get(&networkingv1.NetworkPolicy{}, "cleanup", "tidy"), "the fleet policy stays")
-		assert.Nil(t, condition(t, h, f, ConditionRoutingReady))
+		assert.Nil(t, condition(t, h, f, v1alpha1.ConditionRoutingReady))
 	})
 
 	t.Run("an error deleting the routing policy is returned", func(t *testing.T) {
@@ -316,8 +316,8 @@ func testReadyNeedsProxy(t *testing.T, env *testenv.Env) {
 		runningMember(t, env.Client, "proxyready", "px", i, true, "rev1", fmt.Sprintf("127.14.2.%d", i+1))
 	}
 	h.reconcile(f)
-	require.NotNil(t, condition(t, h, f, ConditionReady))
-	require.True(t, meta.IsStatusConditionTrue(f.Status.Conditions, ConditionReady), "3 meshed, healthy members: Ready: %v", f.Status.Conditions)
+	require.NotNil(t, condition(t, h, f, v1alpha1.ConditionReady))
+	require.True(t, meta.IsStatusConditionTrue(f.Status.Conditions, string(v1alpha1.ConditionReady)), "3 meshed, healthy members: Ready: %v", f.Status.Conditions)
 	assert.Equal(t, "Meshed", f.Status.Mesh)
 
 	// Scaled up behind a broken injector: the new member runs without a proxy.
@@ -326,10 +326,10 @@ func testReadyNeedsProxy(t *testing.T, env *testenv.Env) {
 	playStatefulSet(t, env.Client, "proxyready", "px", "rev1")
 	runningMember(t, env.Client, "proxyready", "px", 3, false, "rev1", "127.14.2.4")
 	h.reconcile(f)
-	prov := condition(t, h, f, ConditionProvisioning)
+	prov := condition(t, h, f, v1alpha1.ConditionProvisioning)
 	require.NotNil(t, prov)
-	assert.Equal(t, "ProxyMissing", prov.Reason)
-	ready := meta.FindStatusCondition(f.Status.Conditions, ConditionReady)
+	assert.Equal(t, string(v1alpha1.ReasonProxyMissing), prov.Reason)
+	ready := meta.FindStatusCondition(f.Status.Conditions, string(v1alpha1.ConditionReady))
 	require.NotNil(t, ready)
 	assert.Equal(t, metav1.ConditionFalse, ready.Status, "Ready must not be True while px-3 lacks its proxy: %s", ready.Message)
 	assert.Contains(t, ready.Message, "px-3")
@@ -354,7 +354,7 @@ func testFailedStep(t *testing.T, env *testenv.Env) {
 		runningMember(t, env.Client, "halfway", "hw", 0, false, "rev1", "127.14.3.1")
 		h.reconcile(f)
 		require.NoError(t, h.get(f, "halfway", "hw"))
-		require.True(t, meta.IsStatusConditionTrue(f.Status.Conditions, ConditionReady))
+		require.True(t, meta.IsStatusConditionTrue(f.Status.Conditions, string(v1alpha1.ConditionReady)))
 		gen := f.Generation
 		require.Equal(t, gen, f.Status.ObservedGeneration)
 
@@ -382,10 +382,10 @@ func testFailedStep(t *testing.T, env *testenv.Env) {
 		require.NotNil(t, f.Status.Members[0].State)
 		assert.True(t, f.Status.Members[0].State.Reachable, "the last known /state is kept: %+v", f.Status.Members[0].State)
 		assert.NotEqual(t, PhaseDegraded, f.Status.Phase)
-		failed := meta.FindStatusCondition(f.Status.Conditions, ConditionReconciled)
+		failed := meta.FindStatusCondition(f.Status.Conditions, string(v1alpha1.ConditionReconciled))
 		require.NotNil(t, failed, "a condition names the failed step")
 		assert.Equal(t, metav1.ConditionFalse, failed.Status)
-		assert.Equal(t, ReasonStepFailed, failed.Reason)
+		assert.Equal(t, string(v1alpha1.ReasonStepFailed), failed.Reason)
 		assert.Contains(t, failed.Message, "StatefulSet")
 		assert.Contains(t, failed.Message, "injected: etcd timeout")
 		assert.Equal(t, f.Generation, failed.ObservedGeneration)
@@ -395,7 +395,7 @@ func testFailedStep(t *testing.T, env *testenv.Env) {
 		h.reconcile(f)
 		require.NoError(t, h.get(f, "halfway", "hw"))
 		assert.Equal(t, f.Generation, f.Status.ObservedGeneration)
-		assert.True(t, meta.IsStatusConditionTrue(f.Status.Conditions, ConditionReconciled))
+		assert.True(t, meta.IsStatusConditionTrue(f.Status.Conditions, string(v1alpha1.ConditionReconciled)))
 	})
 
 	t.Run("a spec changed during the reconcile is not claimed as observed", func(t *testing.T) {
@@ -470,7 +470,7 @@ func testDegradedFromMembers(t *testing.T, env *testenv.Env) {
 
 	require.NoError(t, h.get(f, "degraded", "dg"))
 	f.Status.Phase = PhaseDegraded
-	meta.SetStatusCondition(&f.Status.Conditions, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: "MembersReady", Message: "from an old copy"})
+	meta.SetStatusCondition(&f.Status.Conditions, metav1.Condition{Type: string(v1alpha1.ConditionReady), Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonMembersReady), Message: "from an old copy"})
 	require.NoError(t, env.Client.Status().Update(ctx, f), "status restored from an old copy")
 	h.reconcile(f)
 	require.NoError(t, h.get(f, "degraded", "dg"))
@@ -505,9 +505,9 @@ func testCollisionNamesBothFleets(t *testing.T, env *testenv.Env) {
 	require.NoError(t, env.Client.Create(ctx, a))
 	h := newHarness(t, env, true)
 	h.reconcile(a)
-	c := condition(t, h, a, ConditionInfrastructureBlocked)
+	c := condition(t, h, a, v1alpha1.ConditionInfrastructureBlocked)
 	require.NotNil(t, c)
-	assert.Equal(t, "OwnershipConflict", c.Reason)
+	assert.Equal(t, string(v1alpha1.ReasonOwnershipConflict), c.Reason)
 	assert.Contains(t, c.Message, "Service collide/a-peers")
 	assert.Contains(t, c.Message, "controlled by CelldFleet b, not by a (uid", "both fleets are named")
 	got := &corev1.Service{}
@@ -531,10 +531,10 @@ func testUnexplainedProxies(t *testing.T, env *testenv.Env) {
 		playStatefulSet(t, env.Client, "autoinject", "plain", "rev1")
 		runningMember(t, env.Client, "autoinject", "plain", 0, true, "rev1", "")
 		h.reconcile(f)
-		c := condition(t, h, f, ConditionMeshReady)
+		c := condition(t, h, f, v1alpha1.ConditionMeshReady)
 		require.NotNil(t, c, "injected proxies that cannot reach istiod are explained")
 		assert.Equal(t, metav1.ConditionFalse, c.Status)
-		assert.Equal(t, ReasonInjectedWithoutOptIn, c.Reason)
+		assert.Equal(t, string(v1alpha1.ReasonInjectedWithoutOptIn), c.Reason)
 		assert.Contains(t, c.Message, "plain-0")
 		assert.Contains(t, c.Message, "15012")
 		assert.Contains(t, c.Message, "spec.mesh.istio")
@@ -543,7 +543,7 @@ func testUnexplainedProxies(t *testing.T, env *testenv.Env) {
 		require.NoError(t, env.Client.Delete(ctx, memberPod("autoinject", "plain", 0, true), client.GracePeriodSeconds(0)))
 		runningMember(t, env.Client, "autoinject", "plain", 0, false, "rev1", "")
 		h.reconcile(f)
-		assert.Nil(t, condition(t, h, f, ConditionMeshReady), "a plain fleet has no MeshReady")
+		assert.Nil(t, condition(t, h, f, v1alpha1.ConditionMeshReady), "a plain fleet has no MeshReady")
 	})
 
 	t.Run("still injected after leaving", func(t *testing.T) {
@@ -563,10 +563,10 @@ func testUnexplainedProxies(t *testing.T, env *testenv.Env) {
 		require.NoError(t, env.Client.Delete(ctx, memberPod("autoinject", "sticky", 0, true), client.GracePeriodSeconds(0)))
 		runningMember(t, env.Client, "autoinject", "sticky", 0, true, "rev2", "")
 		h.reconcile(f)
-		c := condition(t, h, f, ConditionMeshReady)
+		c := condition(t, h, f, v1alpha1.ConditionMeshReady)
 		require.NotNil(t, c)
 		assert.Equal(t, "Leaving", f.Status.Mesh)
-		assert.Equal(t, ReasonProxyStillInjected, c.Reason, c.Message)
+		assert.Equal(t, string(v1alpha1.ReasonProxyStillInjected), c.Reason, c.Message)
 		assert.Contains(t, c.Message, "sticky-0")
 		assert.Contains(t, c.Message, `sidecar.istio.io/inject: "false"`)
 	})
@@ -586,9 +586,9 @@ func testAmbientSharedServiceAccount(t *testing.T, env *testenv.Env) {
 	require.NoError(t, env.Client.Create(ctx, f))
 	h := newHarness(t, env, true)
 	h.reconcile(f)
-	c := condition(t, h, f, ConditionMeshReady)
+	c := condition(t, h, f, v1alpha1.ConditionMeshReady)
 	require.NotNil(t, c)
-	assert.Equal(t, "Ambient", c.Reason, "nothing shares the ServiceAccount yet")
+	assert.Equal(t, string(v1alpha1.ReasonAmbient), c.Reason, "nothing shares the ServiceAccount yet")
 
 	checkout := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "sharedsa", Name: "checkout", Labels: map[string]string{labels.ClientOf: "amb"}},
@@ -596,10 +596,10 @@ func testAmbientSharedServiceAccount(t *testing.T, env *testenv.Env) {
 	}
 	require.NoError(t, env.Client.Create(ctx, checkout))
 	h.reconcile(f)
-	c = condition(t, h, f, ConditionMeshReady)
+	c = condition(t, h, f, v1alpha1.ConditionMeshReady)
 	require.NotNil(t, c)
 	assert.Equal(t, metav1.ConditionTrue, c.Status, "the fleet is in the mesh all the same")
-	assert.Equal(t, ReasonAmbientSharedServiceAccount, c.Reason, c.Message)
+	assert.Equal(t, string(v1alpha1.ReasonAmbientSharedServiceAccount), c.Reason, c.Message)
 	assert.Contains(t, c.Message, "checkout")
 	assert.Contains(t, c.Message, "8080")
 }

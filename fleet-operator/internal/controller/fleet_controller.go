@@ -215,7 +215,10 @@ type observed struct {
 	failed *stepError
 }
 
-type blockage struct{ reason, message string }
+type blockage struct {
+	reason  v1alpha1.ConditionReason
+	message string
+}
 
 // +kubebuilder:rbac:groups=celld.eric.dev,resources=celldfleets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=celld.eric.dev,resources=celldfleets/status,verbs=get;patch;update
@@ -251,8 +254,8 @@ func (r *FleetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	var step *stepError
 	switch {
 	case errors.As(err, &conflict):
-		obs.blocked = &blockage{reason: "OwnershipConflict", message: conflict.Error()}
-		r.Recorder.Eventf(fleet, nil, corev1.EventTypeWarning, "OwnershipConflict", "Apply", "%s", conflict.Error())
+		obs.blocked = &blockage{reason: v1alpha1.ReasonOwnershipConflict, message: conflict.Error()}
+		r.Recorder.Eventf(fleet, nil, corev1.EventTypeWarning, string(v1alpha1.ReasonOwnershipConflict), "Apply", "%s", conflict.Error())
 		err = nil
 	case errors.As(err, &step):
 		obs.failed = step
@@ -391,7 +394,7 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 
 	if !r.Config.NetworkPolicyEnforced {
 		obs.blocked = &blockage{
-			reason: "NetworkPolicyNotConfirmed",
+			reason: v1alpha1.ReasonNetworkPolicyNotConfirmed,
 			message: "No member Pods are created until an administrator confirms that this cluster's CNI enforces NetworkPolicy: " +
 				"members rely on the fleet NetworkPolicy to restrict who reaches ports 8080 and 8081. Verify enforcement, then set the " +
 				"fleet-operator chart value networkPolicyEnforced=true (operator flag --network-policy-enforced).",

@@ -268,12 +268,12 @@ func testReconcile(t *testing.T, env *testenv.Env) {
 	h := newHarness(t, env, false)
 	h.reconcile(f)
 	require.NoError(t, h.get(f, "gate", "orders"))
-	blocked := meta.FindStatusCondition(f.Status.Conditions, ConditionInfrastructureBlocked)
+	blocked := meta.FindStatusCondition(f.Status.Conditions, string(v1alpha1.ConditionInfrastructureBlocked))
 	require.NotNil(t, blocked)
 	assert.Equal(t, metav1.ConditionTrue, blocked.Status)
-	assert.Equal(t, "NetworkPolicyNotConfirmed", blocked.Reason)
+	assert.Equal(t, string(v1alpha1.ReasonNetworkPolicyNotConfirmed), blocked.Reason)
 	assert.Contains(t, blocked.Message, "networkPolicyEnforced=true")
-	assert.True(t, meta.IsStatusConditionTrue(f.Status.Conditions, ConditionProvisioning))
+	assert.True(t, meta.IsStatusConditionTrue(f.Status.Conditions, string(v1alpha1.ConditionProvisioning)))
 	assert.Equal(t, f.Generation, blocked.ObservedGeneration)
 	for _, obj := range []struct {
 		o    client.Object
@@ -288,7 +288,7 @@ func testReconcile(t *testing.T, env *testenv.Env) {
 	h = newHarness(t, env, true)
 	h.reconcile(f)
 	require.NoError(t, h.get(f, "gate", "orders"))
-	assert.False(t, meta.IsStatusConditionTrue(f.Status.Conditions, ConditionInfrastructureBlocked))
+	assert.False(t, meta.IsStatusConditionTrue(f.Status.Conditions, string(v1alpha1.ConditionInfrastructureBlocked)))
 	sts := &appsv1.StatefulSet{}
 	require.NoError(t, h.get(sts, "gate", "orders"))
 	assertOwnedBy(t, sts, f)
@@ -331,9 +331,9 @@ func testConflict(t *testing.T, env *testenv.Env) {
 	h.reconcile(f)
 
 	require.NoError(t, h.get(f, "conflict", "billing"))
-	c := meta.FindStatusCondition(f.Status.Conditions, ConditionInfrastructureBlocked)
+	c := meta.FindStatusCondition(f.Status.Conditions, string(v1alpha1.ConditionInfrastructureBlocked))
 	require.NotNil(t, c)
-	assert.Equal(t, "OwnershipConflict", c.Reason)
+	assert.Equal(t, string(v1alpha1.ReasonOwnershipConflict), c.Reason)
 	assert.Contains(t, c.Message, "Service conflict/billing-peers")
 	got := &corev1.Service{}
 	require.NoError(t, h.get(got, "conflict", "billing-peers"))
@@ -420,9 +420,9 @@ func testCachedReads(t *testing.T, env *testenv.Env) {
 	h.reconcile(g)
 	assert.Positive(t, uncached.Load(), "cache misses are confirmed with the API server")
 	require.NoError(t, h.get(g, "cached", "theirs"))
-	blocked := meta.FindStatusCondition(g.Status.Conditions, ConditionInfrastructureBlocked)
+	blocked := meta.FindStatusCondition(g.Status.Conditions, string(v1alpha1.ConditionInfrastructureBlocked))
 	require.NotNil(t, blocked)
-	assert.Equal(t, "OwnershipConflict", blocked.Reason)
+	assert.Equal(t, string(v1alpha1.ReasonOwnershipConflict), blocked.Reason)
 	assert.Contains(t, blocked.Message, "Service cached/theirs-peers")
 	got := &corev1.Service{}
 	require.NoError(t, h.get(got, "cached", "theirs-peers"))
@@ -462,9 +462,9 @@ func testPaused(t *testing.T, env *testenv.Env) {
 	require.NoError(t, h.get(sts, "paused", "p"))
 	assert.Equal(t, "registry.example/celld:1.0.0", sts.Spec.Template.Spec.Containers[0].Image, "paused: the template is not changed")
 	require.NoError(t, h.get(f, "paused", "p"))
-	prov := meta.FindStatusCondition(f.Status.Conditions, ConditionProvisioning)
+	prov := meta.FindStatusCondition(f.Status.Conditions, string(v1alpha1.ConditionProvisioning))
 	require.NotNil(t, prov)
-	assert.Equal(t, "MaintenancePaused", prov.Reason, "the held change is visible in status")
+	assert.Equal(t, string(v1alpha1.ReasonMaintenancePaused), prov.Reason, "the held change is visible in status")
 	assert.Equal(t, PhasePaused, f.Status.Phase)
 
 	require.NoError(t, h.get(f, "paused", "p"))
@@ -535,9 +535,9 @@ func testMesh(t *testing.T, env *testenv.Env) {
 	// No Istio API: blocked with a reason, members untouched, no crash.
 	h.reconcile(f)
 	require.NoError(t, h.get(f, "mesh", "m"))
-	c := meta.FindStatusCondition(f.Status.Conditions, ConditionInfrastructureBlocked)
+	c := meta.FindStatusCondition(f.Status.Conditions, string(v1alpha1.ConditionInfrastructureBlocked))
 	require.NotNil(t, c)
-	assert.Equal(t, "IstioAPIUnavailable", c.Reason)
+	assert.Equal(t, string(v1alpha1.ReasonIstioAPIUnavailable), c.Reason)
 	assert.Error(t, h.get(&appsv1.StatefulSet{}, "mesh", "m"))
 
 	// The API appears: the same fleet proceeds without being touched.
@@ -545,7 +545,7 @@ func testMesh(t *testing.T, env *testenv.Env) {
 	require.Eventually(t, func() bool {
 		h.reconcile(f)
 		_ = h.get(f, "mesh", "m")
-		return !meta.IsStatusConditionTrue(f.Status.Conditions, ConditionInfrastructureBlocked)
+		return !meta.IsStatusConditionTrue(f.Status.Conditions, string(v1alpha1.ConditionInfrastructureBlocked))
 	}, 30*time.Second, time.Second, "the fleet recovers once security.istio.io/v1 is served")
 	assert.Equal(t, "istio-system", f.Annotations[labels.IstioControlPlane], "the opt-in is recorded on the fleet")
 	assert.Equal(t, "istio-system", f.Spec.Mesh.Istio.ControlPlaneNamespace, "schema default")
@@ -584,7 +584,7 @@ func testMesh(t *testing.T, env *testenv.Env) {
 	assert.Error(t, h.get(policy(mesh.PeerAuthenticationKind), "mesh", "m-mesh"), "PeerAuthentication deleted once every proxy is seen")
 	require.NoError(t, h.get(f, "mesh", "m"))
 	assert.Equal(t, "Meshed", f.Status.Mesh)
-	assert.True(t, meta.IsStatusConditionTrue(f.Status.Conditions, ConditionMeshReady))
+	assert.True(t, meta.IsStatusConditionTrue(f.Status.Conditions, string(v1alpha1.ConditionMeshReady)))
 
 	// applicationAccess is mutable and changes only the policy.
 	before := sts.Spec.Template
@@ -694,14 +694,14 @@ func routingCondition(t *testing.T, h *harness, f *v1alpha1.CelldFleet) *metav1.
 	t.Helper()
 	h.reconcile(f)
 	require.NoError(t, h.get(f, f.Namespace, f.Name))
-	return meta.FindStatusCondition(f.Status.Conditions, ConditionRoutingReady)
+	return meta.FindStatusCondition(f.Status.Conditions, string(v1alpha1.ConditionRoutingReady))
 }
 
-func assertRouting(t *testing.T, c *metav1.Condition, status metav1.ConditionStatus, reason string) {
+func assertRouting(t *testing.T, c *metav1.Condition, status metav1.ConditionStatus, reason v1alpha1.ConditionReason) {
 	t.Helper()
 	require.NotNil(t, c, "RoutingReady missing")
 	assert.Equal(t, status, c.Status, c.Message)
-	assert.Equal(t, reason, c.Reason, c.Message)
+	assert.Equal(t, string(reason), c.Reason, c.Message)
 }
 
 func testRouting(t *testing.T, env *testenv.Env) {
@@ -769,7 +769,7 @@ func testRouting(t *testing.T, env *testenv.Env) {
 	gw := routingFleet("routes", "gw", gatewayRouting())
 	require.NoError(t, env.Client.Create(ctx, gw))
 	t.Run("without the Gateway API CRDs: GatewayAPIUnavailable, the fleet unaffected", func(t *testing.T) {
-		assertRouting(t, routingCondition(t, h, gw), metav1.ConditionFalse, "GatewayAPIUnavailable")
+		assertRouting(t, routingCondition(t, h, gw), metav1.ConditionFalse, v1alpha1.ReasonGatewayAPIUnavailable)
 		require.NoError(t, h.get(&appsv1.StatefulSet{}, "routes", "gw"), "members are provisioned regardless")
 	})
 
@@ -778,11 +778,11 @@ func testRouting(t *testing.T, env *testenv.Env) {
 	t.Run("Gateway: waits for the configured parent's current-generation Accepted and ResolvedRefs", func(t *testing.T) {
 		require.Eventually(t, func() bool {
 			c := routingCondition(t, h, gw)
-			return c != nil && c.Reason != "GatewayAPIUnavailable"
+			return c != nil && c.Reason != string(v1alpha1.ReasonGatewayAPIUnavailable)
 		}, 30*time.Second, time.Second)
 		require.NoError(t, h.get(route, "routes", "gw-routing"), "the Gateway API schema accepted the HTTPRoute")
 		assertOwnedBy(t, route, gw)
-		assertRouting(t, routingCondition(t, h, gw), metav1.ConditionUnknown, "AwaitingGateway")
+		assertRouting(t, routingCondition(t, h, gw), metav1.ConditionUnknown, v1alpha1.ReasonAwaitingGateway)
 		np := &networkingv1.NetworkPolicy{}
 		require.NoError(t, h.get(np, "routes", "gw-routing"))
 
@@ -801,24 +801,24 @@ func testRouting(t *testing.T, env *testenv.Env) {
 			require.NoError(t, env.Client.Status().Update(ctx, route), "playing the Gateway controller")
 		}
 		setParent(metav1.ConditionTrue, metav1.ConditionTrue, gen-1)
-		assertRouting(t, routingCondition(t, h, gw), metav1.ConditionUnknown, "AwaitingGateway")
+		assertRouting(t, routingCondition(t, h, gw), metav1.ConditionUnknown, v1alpha1.ReasonAwaitingGateway)
 		setParent(metav1.ConditionFalse, metav1.ConditionTrue, gen)
-		assertRouting(t, routingCondition(t, h, gw), metav1.ConditionFalse, "RouteNotAccepted")
+		assertRouting(t, routingCondition(t, h, gw), metav1.ConditionFalse, v1alpha1.ReasonRouteNotAccepted)
 		setParent(metav1.ConditionTrue, metav1.ConditionFalse, gen)
-		assertRouting(t, routingCondition(t, h, gw), metav1.ConditionFalse, "RouteRefsNotResolved")
+		assertRouting(t, routingCondition(t, h, gw), metav1.ConditionFalse, v1alpha1.ReasonRouteRefsNotResolved)
 		setParent(metav1.ConditionTrue, metav1.ConditionTrue, gen)
-		assertRouting(t, routingCondition(t, h, gw), metav1.ConditionTrue, "RouteAccepted")
-		assert.True(t, meta.IsStatusConditionFalse(gw.Status.Conditions, ConditionInfrastructureBlocked))
+		assertRouting(t, routingCondition(t, h, gw), metav1.ConditionTrue, v1alpha1.ReasonRouteAccepted)
+		assert.True(t, meta.IsStatusConditionFalse(gw.Status.Conditions, string(v1alpha1.ConditionInfrastructureBlocked)))
 
 		// A hostname change is a new generation: the old verdict no longer counts.
 		require.NoError(t, env.Client.Patch(ctx, gw, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"routing":{"hostnames":["shop.example.com"]}}}`))))
-		assertRouting(t, routingCondition(t, h, gw), metav1.ConditionUnknown, "AwaitingGateway")
+		assertRouting(t, routingCondition(t, h, gw), metav1.ConditionUnknown, v1alpha1.ReasonAwaitingGateway)
 	})
 
 	t.Run("Ingress: class, TLS for every host, annotations pruned, foreign ones kept, address", func(t *testing.T) {
 		f := routingFleet("routes", "ing", ingressRouting())
 		require.NoError(t, env.Client.Create(ctx, f))
-		assertRouting(t, routingCondition(t, h, f), metav1.ConditionUnknown, "AwaitingAddress")
+		assertRouting(t, routingCondition(t, h, f), metav1.ConditionUnknown, v1alpha1.ReasonAwaitingAddress)
 		ing := &networkingv1.Ingress{}
 		require.NoError(t, h.get(ing, "routes", "ing-routing"))
 		assert.Equal(t, "nginx", *ing.Spec.IngressClassName)
@@ -834,7 +834,7 @@ func testRouting(t *testing.T, env *testenv.Env) {
 
 		require.NoError(t, env.Client.Patch(ctx, f, client.RawPatch(types.MergePatchType,
 			[]byte(`{"spec":{"routing":{"ingress":{"annotations":{"nginx.ingress.kubernetes.io/proxy-body-size":null}}}}}`))))
-		assertRouting(t, routingCondition(t, h, f), metav1.ConditionTrue, "AddressAssigned")
+		assertRouting(t, routingCondition(t, h, f), metav1.ConditionTrue, v1alpha1.ReasonAddressAssigned)
 		require.NoError(t, h.get(ing, "routes", "ing-routing"))
 		assert.NotContains(t, ing.Annotations, "nginx.ingress.kubernetes.io/proxy-body-size", "a removed configured annotation is pruned")
 		assert.Equal(t, "letsencrypt", ing.Annotations["cert-manager.io/cluster-issuer"])
@@ -845,13 +845,13 @@ func testRouting(t *testing.T, env *testenv.Env) {
 			require.NoError(t, env.Client.Update(ctx, ing, client.FieldOwner("ingress-controller")))
 			require.NoError(t, env.Client.Patch(ctx, f, client.RawPatch(types.MergePatchType,
 				[]byte(`{"spec":{"routing":{"ingress":null,"gateway":{"name":"public","namespace":"edge"}}}}`))))
-			assertRouting(t, routingCondition(t, h, f), metav1.ConditionFalse, "RemovingOldRoute")
+			assertRouting(t, routingCondition(t, h, f), metav1.ConditionFalse, v1alpha1.ReasonRemovingOldRoute)
 			assert.Error(t, h.get(policy(routing.HTTPRouteGVK), "routes", "ing-routing"), "no new route while the old one exists")
 			require.NoError(t, h.get(ing, "routes", "ing-routing"))
 			ing.Finalizers = nil
 			require.NoError(t, env.Client.Update(ctx, ing))
 			c := routingCondition(t, h, f)
-			assertRouting(t, c, metav1.ConditionUnknown, "AwaitingGateway")
+			assertRouting(t, c, metav1.ConditionUnknown, v1alpha1.ReasonAwaitingGateway)
 			require.NoError(t, h.get(policy(routing.HTTPRouteGVK), "routes", "ing-routing"))
 		})
 
@@ -873,14 +873,14 @@ func testRouting(t *testing.T, env *testenv.Env) {
 		f := routingFleet("routes", "taken", ingressRouting())
 		require.NoError(t, env.Client.Create(ctx, f))
 		c := routingCondition(t, h, f)
-		assertRouting(t, c, metav1.ConditionFalse, "OwnershipConflict")
+		assertRouting(t, c, metav1.ConditionFalse, v1alpha1.ReasonOwnershipConflict)
 		assert.Contains(t, c.Message, "taken-routing")
 		got := &networkingv1.Ingress{}
 		require.NoError(t, h.get(got, "routes", "taken-routing"))
 		assert.Empty(t, got.OwnerReferences)
 		assert.Equal(t, "theirs", got.Spec.DefaultBackend.Service.Name)
 		require.NoError(t, h.get(f, "routes", "taken"))
-		assert.False(t, meta.IsStatusConditionTrue(f.Status.Conditions, ConditionInfrastructureBlocked), "routing is separate from the fleet's own health")
+		assert.False(t, meta.IsStatusConditionTrue(f.Status.Conditions, string(v1alpha1.ConditionInfrastructureBlocked)), "routing is separate from the fleet's own health")
 	})
 
 	t.Run("routing continues while maintenance is paused", func(t *testing.T) {
@@ -1019,9 +1019,9 @@ func testContract(t *testing.T, env *testenv.Env) {
 		h.reconcile(d)
 		assert.Equal(t, "enabled", namespaceLabels(t, h, "shared")[labels.Mesh])
 		require.NoError(t, h.get(d, "shared", "d"))
-		cond := meta.FindStatusCondition(d.Status.Conditions, ConditionMeshReady)
+		cond := meta.FindStatusCondition(d.Status.Conditions, string(v1alpha1.ConditionMeshReady))
 		require.NotNil(t, cond)
-		assert.Equal(t, "AwaitingEnrollment", cond.Reason)
+		assert.Equal(t, string(v1alpha1.ReasonAwaitingEnrollment), cond.Reason)
 
 		require.NoError(t, env.Client.Patch(ctx, d, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"mesh":{"mode":"disabled"}}}`))))
 		enroll(t, env.Client, "shared", "sidecar")

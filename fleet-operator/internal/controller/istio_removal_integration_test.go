@@ -117,7 +117,7 @@ func TestIstioRemoved(t *testing.T) {
 		}, 30*time.Second, 200*time.Millisecond)
 		require.NoError(t, h.get(f, "gone", name))
 		require.True(t, rolled, "%s keeps rolling after Istio is gone: %+v", name, f.Status.Conditions)
-		blocked := meta.FindStatusCondition(f.Status.Conditions, ConditionInfrastructureBlocked)
+		blocked := meta.FindStatusCondition(f.Status.Conditions, string(v1alpha1.ConditionInfrastructureBlocked))
 		require.NotNil(t, blocked)
 		assert.Equal(t, metav1.ConditionFalse, blocked.Status, "%s: %s", name, blocked.Message)
 		assert.Equal(t, "false", sts.Spec.Template.Labels[labels.IstioInject], "%s: replacements still opt out of injection", name)
@@ -160,7 +160,7 @@ func TestIstioRemovedUnderARunningOperator(t *testing.T) {
 		errs = append(errs, err)
 	}
 	require.NoError(t, h.get(second, "stale", "second"))
-	ready := meta.FindStatusCondition(second.Status.Conditions, ConditionReady)
+	ready := meta.FindStatusCondition(second.Status.Conditions, string(v1alpha1.ConditionReady))
 	require.NotNil(t, ready, "the fleet reports its state (reconcile errors: %v)", errs)
 	assert.NoError(t, errs[len(errs)-1], "a missing optional API is reported, not retried as an error")
 

@@ -39,7 +39,7 @@ func observeMesh(fleet *v1alpha1.CelldFleet, pods []corev1.Pod, sts *appsv1.Stat
 		p := &pods[i]
 		o.Pods = append(o.Pods, mesh.Pod{
 			Name: p.Name, Revision: p.Labels[revisionLabel],
-			Proxy: mesh.HasProxy(p), Terminating: p.DeletionTimestamp != nil, Captured: podmesh.Redirected(p),
+			Proxy: podmesh.HasProxy(p), Terminating: p.DeletionTimestamp != nil, Captured: podmesh.Redirected(p),
 		})
 	}
 	return mesh.Decide(o)
@@ -72,7 +72,7 @@ func istioAPIUnavailable(fleet *v1alpha1.CelldFleet) *blockage {
 		fix = "remove spec.mesh.istio"
 	}
 	return &blockage{
-		reason: "IstioAPIUnavailable",
+		reason: v1alpha1.ReasonIstioAPIUnavailable,
 		message: "The fleet's mesh settings (spec.mesh.istio, or a namespace enrolled in a mesh) need Istio's security.istio.io/v1 API " +
 			"(AuthorizationPolicy, PeerAuthentication), which this cluster does not serve. Install Istio 1.22 or later, or " + fix +
 			". Members are left as they are.",

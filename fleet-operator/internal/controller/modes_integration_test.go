@@ -48,7 +48,7 @@ func testAutoRequests(t *testing.T, env *testenv.Env) {
 	l := namespaceLabels(t, h, "auto")
 	assert.Equal(t, labels.MeshEnabled, l[labels.Mesh], "an auto fleet asks for its namespace's enrollment")
 	for _, f := range []*v1alpha1.CelldFleet{plain, explicit} {
-		assert.Nil(t, condition(t, h, f, ConditionMeshReady), "%s: no ServiceMesh answered: an auto fleet says nothing", f.Name)
+		assert.Nil(t, condition(t, h, f, v1alpha1.ConditionMeshReady), "%s: no ServiceMesh answered: an auto fleet says nothing", f.Name)
 		assert.Empty(t, f.Status.Mesh)
 		sts := &appsv1.StatefulSet{}
 		require.NoError(t, h.get(sts, "auto", f.Name))
@@ -160,15 +160,15 @@ func testAdminDisabledWins(t *testing.T, env *testenv.Env) {
 		require.NoError(t, env.Client.Create(ctx, f))
 		h.reconcile(f)
 		assert.Equal(t, labels.MeshDisabled, namespaceLabels(t, h, "optout")[labels.Mesh], "%s must not override the admin", f.Name)
-		c := condition(t, h, f, ConditionMeshReady)
+		c := condition(t, h, f, v1alpha1.ConditionMeshReady)
 		if !assert.NotNil(t, c, "%s says why it is not meshed", f.Name) {
 			continue
 		}
 		assert.Equal(t, metav1.ConditionFalse, c.Status)
-		assert.Equal(t, ReasonNamespaceOptedOut, c.Reason)
+		assert.Equal(t, string(v1alpha1.ReasonNamespaceOptedOut), c.Reason)
 		assert.Contains(t, c.Message, labels.Mesh+"="+labels.MeshDisabled)
 	}
-	if c := condition(t, h, enabled, ConditionMeshReady); assert.NotNil(t, c) {
+	if c := condition(t, h, enabled, v1alpha1.ConditionMeshReady); assert.NotNil(t, c) {
 		assert.Contains(t, c.Message, "spec.mesh.mode is enabled", "an enabled fleet says it cannot join")
 	}
 
@@ -183,8 +183,8 @@ func testAdminDisabledWins(t *testing.T, env *testenv.Env) {
 	h.reconcile(late)
 	h.reconcile(late)
 	assert.Equal(t, labels.MeshDisabled, namespaceLabels(t, h, "late")[labels.Mesh], "the fleet must not flip disabled back")
-	if c := condition(t, h, late, ConditionMeshReady); assert.NotNil(t, c) {
-		assert.Equal(t, ReasonNamespaceOptedOut, c.Reason)
+	if c := condition(t, h, late, v1alpha1.ConditionMeshReady); assert.NotNil(t, c) {
+		assert.Equal(t, string(v1alpha1.ReasonNamespaceOptedOut), c.Reason)
 	}
 
 	// The admin lifts the opt-out: the fleet asks again.
@@ -193,5 +193,5 @@ func testAdminDisabledWins(t *testing.T, env *testenv.Env) {
 		client.RawPatch(types.MergePatchType, []byte(patch)), client.FieldOwner("kubectl-label")))
 	h.reconcile(late)
 	assert.Equal(t, labels.MeshEnabled, namespaceLabels(t, h, "late")[labels.Mesh])
-	assert.Equal(t, "AwaitingEnrollment", condition(t, h, late, ConditionMeshReady).Reason)
+	assert.Equal(t, string(v1alpha1.ReasonAwaitingEnrollment), condition(t, h, late, v1alpha1.ConditionMeshReady).Reason)
 }

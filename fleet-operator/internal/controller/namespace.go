@@ -13,6 +13,7 @@ import (
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/mesh"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
+	"github.com/ericdev/fleetmesh/shared/apply"
 	"github.com/ericdev/fleetmesh/shared/contract"
 	"github.com/ericdev/fleetmesh/shared/labels"
 )
@@ -94,13 +95,16 @@ func (r *FleetReconciler) reconcileDeclarations(ctx context.Context, fleet *v1al
 	writable, _ := contract.Withhold(view.ns.Labels, held, want)
 	if len(writable)+len(held) > 0 && !controllerutil.ContainsFinalizer(fleet, DeclarationsFinalizer) {
 		// The finalizer comes first: a fleet deleted right after declaring
-		// must still withdraw its labels. The patch goes through a copy: the
-		// answer may carry a newer spec, which this reconcile must not
-		// switch to halfway (nor report as observed).
-		obj := fleet.DeepCopy()
-		patch := client.MergeFrom(obj.DeepCopy())
-		controllerutil.AddFinalizer(obj, DeclarationsFinalizer)
-		if err := r.Client.Patch(ctx, obj, patch); err != nil {
+		// must still withdraw its labels. The patch goes through a fresh
+		// copy: earlier steps of this reconcile may have patched the fleet
+		// (the lock needs its current resourceVersion), and the answer may
+		// carry a newer spec, which this reconcile must not switch to
+		// halfway (nor report as observed).
+		fresh := &v1alpha1.CelldFleet{}
+		if err := r.freshReader().Get(ctx, client.ObjectKeyFromObject(fleet), fresh); err != nil {
+			return fmt.Errorf("reading the fleet to add finalizer %s: %w", DeclarationsFinalizer, err)
+		}
+		if err := apply.AddFinalizer(ctx, r.Client, fresh, DeclarationsFinalizer); err != nil {
 			return err
 		}
 		controllerutil.AddFinalizer(fleet, DeclarationsFinalizer)
@@ -126,9 +130,7 @@ func (r *FleetReconciler) withdrawDeclarations(ctx context.Context, fleet *v1alp
 			return fmt.Errorf("withdrawing namespace labels: %w", err)
 		}
 	}
-	patch := client.MergeFrom(fleet.DeepCopy())
-	controllerutil.RemoveFinalizer(fleet, DeclarationsFinalizer)
-	return r.Client.Patch(ctx, fleet, patch)
+	return apply.RemoveFinalizer(ctx, r.Client, fleet, DeclarationsFinalizer)
 }
 
 // namespaceToFleets wakes every fleet of a namespace whose labels changed.

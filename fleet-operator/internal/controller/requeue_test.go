@@ -57,7 +57,7 @@ func TestNextLook(t *testing.T) {
 	assert.Equal(t, rollPoll, r.nextLook(f, terminating), "a terminating member sends events")
 
 	blocked := steady()
-	blocked.blocked = &blockage{reason: "IstioAPIUnavailable"}
+	blocked.blocked = &blockage{reason: v1alpha1.ReasonIstioAPIUnavailable}
 	assert.Equal(t, 30*time.Second, r.nextLook(f, blocked), "a blocked fleet still looks again: a CRD install sends no event")
 
 	awaiting := steady()
@@ -68,13 +68,13 @@ func TestNextLook(t *testing.T) {
 func TestMetricsFollowStatus(t *testing.T) {
 	f := &v1alpha1.CelldFleet{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "m"}, Spec: v1alpha1.CelldFleetSpec{Replicas: ptr.To[int32](3)}}
 	recordMetrics(f, v1alpha1.CelldFleetStatus{Replicas: 3, ReadyReplicas: 2, UpdatedReplicas: 1,
-		Conditions: []metav1.Condition{{Type: ConditionReady, Status: metav1.ConditionFalse}}})
+		Conditions: []metav1.Condition{{Type: string(v1alpha1.ConditionReady), Status: metav1.ConditionFalse}}})
 	assert.Equal(t, 2.0, testutil.ToFloat64(membersMetric.WithLabelValues("ns", "m", "ready")))
 	assert.Equal(t, 1.0, testutil.ToFloat64(membersMetric.WithLabelValues("ns", "m", "updated")))
-	assert.Equal(t, 1.0, testutil.ToFloat64(conditionMetric.WithLabelValues("ns", "m", ConditionReady, "False")))
-	assert.Equal(t, 0.0, testutil.ToFloat64(conditionMetric.WithLabelValues("ns", "m", ConditionReady, "True")))
+	assert.Equal(t, 1.0, testutil.ToFloat64(conditionMetric.WithLabelValues("ns", "m", string(v1alpha1.ConditionReady), "False")))
+	assert.Equal(t, 0.0, testutil.ToFloat64(conditionMetric.WithLabelValues("ns", "m", string(v1alpha1.ConditionReady), "True")))
 	forgetMetrics("ns", "m")
 	// Other tests of the package may have series of their own fleets.
 	assert.False(t, membersMetric.DeleteLabelValues("ns", "m", "ready"), "a deleted fleet leaves no series")
-	assert.False(t, conditionMetric.DeleteLabelValues("ns", "m", ConditionReady, "False"))
+	assert.False(t, conditionMetric.DeleteLabelValues("ns", "m", string(v1alpha1.ConditionReady), "False"))
 }

@@ -26,9 +26,6 @@ import (
 // +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=httproutes,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=delete
 
-// ConditionRoutingReady reports the route, separately from Ready.
-const ConditionRoutingReady = "RoutingReady"
-
 var ingressGVK = networkingv1.SchemeGroupVersion.WithKind("Ingress")
 
 // routingOutcome is what status should say about routing; nil Readiness
@@ -56,7 +53,7 @@ func (r *FleetReconciler) reconcileRouting(ctx context.Context, fleet *v1alpha1.
 	if err != nil {
 		return routingOutcome{}, err
 	}
-	not := func(s metav1.ConditionStatus, reason, format string, args ...any) (routingOutcome, error) {
+	not := func(s metav1.ConditionStatus, reason v1alpha1.ConditionReason, format string, args ...any) (routingOutcome, error) {
 		return routingOutcome{readiness: &routing.Readiness{Status: s, Reason: reason, Message: fmt.Sprintf(format, args...)}}, nil
 	}
 
@@ -82,7 +79,7 @@ func (r *FleetReconciler) reconcileRouting(ctx context.Context, fleet *v1alpha1.
 			return routingOutcome{}, err
 		}
 		if waiting != "" {
-			return not(metav1.ConditionFalse, "RemovingOldRoute", "%s", waiting)
+			return not(metav1.ConditionFalse, v1alpha1.ReasonRemovingOldRoute, "%s", waiting)
 		}
 	}
 	if mode == routing.None {
@@ -92,7 +89,7 @@ func (r *FleetReconciler) reconcileRouting(ctx context.Context, fleet *v1alpha1.
 			return routingOutcome{}, fmt.Errorf("deleting NetworkPolicy %s: %w", names.Routing(fleet.Name), err)
 		}
 		if waiting != "" {
-			return not(metav1.ConditionFalse, "RemovingOldRoute", "%s", waiting)
+			return not(metav1.ConditionFalse, v1alpha1.ReasonRemovingOldRoute, "%s", waiting)
 		}
 		return routingOutcome{}, nil
 	}
@@ -100,7 +97,7 @@ func (r *FleetReconciler) reconcileRouting(ctx context.Context, fleet *v1alpha1.
 	var route client.Object
 	if mode == routing.Gateway {
 		if !gatewayAPI {
-			return not(metav1.ConditionFalse, "GatewayAPIUnavailable",
+			return not(metav1.ConditionFalse, v1alpha1.ReasonGatewayAPIUnavailable,
 				"The Gateway API HTTPRoute CRD (gateway.networking.k8s.io/v1) is not installed: install the Gateway API standard CRDs and a Gateway controller. The fleet itself is not affected.")
 		}
 		route = routing.HTTPRoute(fleet)
@@ -111,13 +108,13 @@ func (r *FleetReconciler) reconcileRouting(ctx context.Context, fleet *v1alpha1.
 		if err := r.apply(ctx, fleet, obj); err != nil {
 			var conflict *apply.ConflictError
 			if errors.As(err, &conflict) {
-				return not(metav1.ConditionFalse, "OwnershipConflict", "%s", conflict.Error())
+				return not(metav1.ConditionFalse, v1alpha1.ReasonOwnershipConflict, "%s", conflict.Error())
 			}
 			if refused(err) {
 				// The schema, an admission webhook or an admission policy
 				// said no. Retrying the same object cannot help; the last
 				// accepted route (if any) stays as it is.
-				return not(metav1.ConditionFalse, ReasonRouteRejected,
+				return not(metav1.ConditionFalse, v1alpha1.ReasonRouteRejected,
 					"The API server refused %s %s/%s: %s. Fix spec.routing, or the admission policy that refused it; the last accepted route, if any, stays in place. The members are not affected.",
 					obj.GetObjectKind().GroupVersionKind().Kind, fleet.Namespace, obj.GetName(), statusMessage(err))
 			}

@@ -17,19 +17,7 @@ import (
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/state"
 	"github.com/ericdev/fleetmesh/shared/contract"
 	"github.com/ericdev/fleetmesh/shared/labels"
-)
-
-// Condition types of a CelldFleet.
-const (
-	ConditionReady                 = "Ready"
-	ConditionProvisioning          = "Provisioning"
-	ConditionInfrastructureBlocked = "InfrastructureBlocked"
-	// ConditionDisksResized is False when member claims could not be grown
-	// to spec.storage.size (typically a storage class without expansion).
-	ConditionDisksResized = "DisksResized"
-	// ConditionMeshReady tells where a fleet that uses (or used) the Istio
-	// mesh stands; absent for fleets that never opted in.
-	ConditionMeshReady = "MeshReady"
+	"github.com/ericdev/fleetmesh/shared/podmesh"
 )
 
 // Phases shown by kubectl get.
@@ -42,46 +30,43 @@ const (
 	PhasePaused       = "Paused"
 )
 
+// conditionSetter writes one condition of the status being computed;
+// meta.SetStatusCondition keeps LastTransitionTime when the status did not
+// flip, so an unchanged fleet produces an identical status.
+type conditionSetter func(t v1alpha1.ConditionType, s metav1.ConditionStatus, reason v1alpha1.ConditionReason, msg string)
+
 // computeStatus is a pure function of the fleet and what the reconcile
 // observed. Timestamps only move when something changed, so an unchanged
-// fleet produces an identical status and no write.
+// fleet produces an identical status and no write. Each condition has its
+// own set*Condition below; computeStatus only orders them.
 func computeStatus(fleet *v1alpha1.CelldFleet, obs *observed, now time.Time) v1alpha1.CelldFleetStatus {
 	prev := fleet.Status
 	st := v1alpha1.CelldFleetStatus{
 		ObservedGeneration: fleet.Generation,
 		Conditions:         append([]metav1.Condition(nil), prev.Conditions...),
 	}
-	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
+	set := func(t v1alpha1.ConditionType, s metav1.ConditionStatus, reason v1alpha1.ConditionReason, msg string) {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
-			Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: fleet.Generation,
+			Type: string(t), Status: s, Reason: string(reason), Message: msg, ObservedGeneration: fleet.Generation,
 			LastTransitionTime: metav1.NewTime(now),
 		})
 	}
-	if f := obs.failed; f != nil {
+	if obs.failed != nil {
 		// Some objects may not have been built from this spec: status does
 		// not claim it was observed.
 		st.ObservedGeneration = prev.ObservedGeneration
-		set(ConditionReconciled, metav1.ConditionFalse, ReasonStepFailed, fmt.Sprintf(
-			"Step %q failed: %v. Conditions and members not reached by this reconcile show the last known state; the operator retries.", f.step, f.err))
-	} else {
-		set(ConditionReconciled, metav1.ConditionTrue, ReasonAllStepsRan, "The last reconcile ran every step.")
 	}
-	switch rr := obs.routing; {
-	case rr.keep:
-	case rr.readiness != nil:
-		set(ConditionRoutingReady, rr.readiness.Status, rr.readiness.Reason, rr.readiness.Message)
-	default:
-		meta.RemoveStatusCondition(&st.Conditions, ConditionRoutingReady)
-	}
+	setReconciledCondition(obs, set)
+	setRoutingCondition(&st, obs, set)
 	if obs.failed != nil && obs.reports == nil && obs.blocked == nil {
 		// The members were not looked at (or not read): what status said
 		// of them is still the best knowledge, not "not read" or Degraded.
 		st.Members, st.Replicas, st.ReadyReplicas, st.UpdatedReplicas = prev.Members, prev.Replicas, prev.ReadyReplicas, prev.UpdatedReplicas
 		st.CurrentRevision, st.TargetRevision, st.Phase, st.Mesh = prev.CurrentRevision, prev.TargetRevision, prev.Phase, prev.Mesh
+		setKStatusConditions(&st, obs, set)
 		return st
 	}
 
-	want := derefReplicas(fleet)
 	if obs.sts != nil {
 		st.CurrentRevision = obs.sts.Status.CurrentRevision
 		st.TargetRevision = obs.sts.Status.UpdateRevision
@@ -110,76 +95,160 @@ func computeStatus(fleet *v1alpha1.CelldFleet, obs *observed, now time.Time) v1a
 	if !setMeshCondition(fleet, obs, set) {
 		// Outside the mesh with nothing to explain (never opted in, or the
 		// namespace left the mesh): no MeshReady, as for any plain fleet.
-		meta.RemoveStatusCondition(&st.Conditions, ConditionMeshReady)
+		meta.RemoveStatusCondition(&st.Conditions, string(v1alpha1.ConditionMeshReady))
 	}
-
-	switch {
-	case obs.blocked != nil:
-		set(ConditionInfrastructureBlocked, metav1.ConditionTrue, obs.blocked.reason, obs.blocked.message)
-		set(ConditionProvisioning, metav1.ConditionTrue, obs.blocked.reason, "Blocked: see the InfrastructureBlocked condition.")
-		set(ConditionReady, metav1.ConditionFalse, obs.blocked.reason, "Blocked: see the InfrastructureBlocked condition.")
+	if setBlockedCondition(obs, set) {
 		st.Phase = PhaseBlocked
+		setKStatusConditions(&st, obs, set)
 		return st
+	}
+	setDisksCondition(fleet, obs, set)
+	st.Phase = setProvisioningCondition(fleet, &st, obs, set)
+	setReadyCondition(fleet, &st, obs, set)
+	setKStatusConditions(&st, obs, set)
+	return st
+}
+
+// setReconciledCondition: did the last reconcile run every step?
+func setReconciledCondition(obs *observed, set conditionSetter) {
+	if f := obs.failed; f != nil {
+		set(v1alpha1.ConditionReconciled, metav1.ConditionFalse, v1alpha1.ReasonStepFailed, fmt.Sprintf(
+			"Step %q failed: %v. Conditions and members not reached by this reconcile show the last known state; the operator retries.", f.step, f.err))
+		return
+	}
+	set(v1alpha1.ConditionReconciled, metav1.ConditionTrue, v1alpha1.ReasonAllStepsRan, "The last reconcile ran every step.")
+}
+
+// setRoutingCondition: what the routing step found, kept as it was when
+// the step did not get to look.
+func setRoutingCondition(st *v1alpha1.CelldFleetStatus, obs *observed, set conditionSetter) {
+	switch rr := obs.routing; {
+	case rr.keep:
+	case rr.readiness != nil:
+		set(v1alpha1.ConditionRoutingReady, rr.readiness.Status, rr.readiness.Reason, rr.readiness.Message)
 	default:
-		set(ConditionInfrastructureBlocked, metav1.ConditionFalse, "NotBlocked", "Nothing outside the fleet blocks it.")
+		meta.RemoveStatusCondition(&st.Conditions, string(v1alpha1.ConditionRoutingReady))
 	}
+}
 
-	if fleet.Spec.Storage != nil {
-		if obs.diskResize != "" {
-			set(ConditionDisksResized, metav1.ConditionFalse, "ResizeRejected", obs.diskResize)
-		} else {
-			set(ConditionDisksResized, metav1.ConditionTrue, "SizeRequested", "Every member claim requests spec.storage.size.")
-		}
+// setBlockedCondition sets InfrastructureBlocked and, while blocked, the
+// Provisioning and Ready that point to it; it reports whether the fleet is
+// blocked.
+func setBlockedCondition(obs *observed, set conditionSetter) bool {
+	if obs.blocked == nil {
+		set(v1alpha1.ConditionInfrastructureBlocked, metav1.ConditionFalse, v1alpha1.ReasonNotBlocked, "Nothing outside the fleet blocks it.")
+		return false
 	}
+	set(v1alpha1.ConditionInfrastructureBlocked, metav1.ConditionTrue, obs.blocked.reason, obs.blocked.message)
+	set(v1alpha1.ConditionProvisioning, metav1.ConditionTrue, obs.blocked.reason, "Blocked: see the InfrastructureBlocked condition.")
+	set(v1alpha1.ConditionReady, metav1.ConditionFalse, obs.blocked.reason, "Blocked: see the InfrastructureBlocked condition.")
+	return true
+}
 
-	available := allAvailable(fleet, obs)
+// setDisksCondition: DisksResized, only for fleets with storage.
+func setDisksCondition(fleet *v1alpha1.CelldFleet, obs *observed, set conditionSetter) {
+	if fleet.Spec.Storage == nil {
+		return
+	}
+	if obs.diskResize != "" {
+		set(v1alpha1.ConditionDisksResized, metav1.ConditionFalse, v1alpha1.ReasonResizeRejected, obs.diskResize)
+		return
+	}
+	set(v1alpha1.ConditionDisksResized, metav1.ConditionTrue, v1alpha1.ReasonSizeRequested, "Every member claim requests spec.storage.size.")
+}
+
+// setProvisioningCondition sets Provisioning and returns the phase it
+// implies (st carries the member counts and revisions already).
+func setProvisioningCondition(fleet *v1alpha1.CelldFleet, st *v1alpha1.CelldFleetStatus, obs *observed, set conditionSetter) string {
+	want := derefReplicas(fleet)
 	switch {
 	case len(obs.mesh.MissingProxy) > 0:
-		set(ConditionProvisioning, metav1.ConditionTrue, "ProxyMissing", mesh.MissingProxyMessage(fleet, obs.mesh.MissingProxy))
-		st.Phase = PhaseProvisioning
+		set(v1alpha1.ConditionProvisioning, metav1.ConditionTrue, v1alpha1.ReasonProxyMissing, mesh.MissingProxyMessage(fleet, obs.mesh.MissingProxy))
+		return PhaseProvisioning
 	case obs.pausedChanges:
-		set(ConditionProvisioning, metav1.ConditionTrue, "MaintenancePaused",
+		set(v1alpha1.ConditionProvisioning, metav1.ConditionTrue, v1alpha1.ReasonMaintenancePaused,
 			"Maintenance is paused: changes to the members (template, image, replicas) are held until spec.maintenance.paused is false.")
-		st.Phase = PhasePaused
+		return PhasePaused
 	case obs.decision.Rolling():
 		msg := fmt.Sprintf("Rolling to revision %s: %d of %d member(s) updated.", st.TargetRevision, st.UpdatedReplicas, want)
-		reason := "Rolling"
+		reason := v1alpha1.ReasonRolling
 		if obs.decision.Waiting != "" {
 			msg += " " + capitalize(obs.decision.Waiting) + "."
 			if fleet.Spec.Maintenance.Paused {
-				reason = "RollPaused"
+				reason = v1alpha1.ReasonRollPaused
 			}
 		}
-		set(ConditionProvisioning, metav1.ConditionTrue, reason, msg)
-		st.Phase = PhaseRolling
+		set(v1alpha1.ConditionProvisioning, metav1.ConditionTrue, reason, msg)
+		return PhaseRolling
 	case obs.stsSettling:
-		set(ConditionProvisioning, metav1.ConditionTrue, "ApplyingTemplate", "Waiting for the StatefulSet controller to observe the new member template.")
-		st.Phase = PhaseProvisioning
+		set(v1alpha1.ConditionProvisioning, metav1.ConditionTrue, v1alpha1.ReasonApplyingTemplate, "Waiting for the StatefulSet controller to observe the new member template.")
+		return PhaseProvisioning
 	case st.Replicas < want:
-		set(ConditionProvisioning, metav1.ConditionTrue, "CreatingMembers", fmt.Sprintf("%d of %d member(s) exist.", st.Replicas, want))
-		st.Phase = PhaseProvisioning
-	case !available:
-		set(ConditionProvisioning, metav1.ConditionTrue, "WaitingForMembers", fmt.Sprintf("%d of %d member(s) are Ready and healthy on /state.", countAvailable(st.Members), want))
-		st.Phase = PhaseProvisioning
+		set(v1alpha1.ConditionProvisioning, metav1.ConditionTrue, v1alpha1.ReasonCreatingMembers, fmt.Sprintf("%d of %d member(s) exist.", st.Replicas, want))
+		return PhaseProvisioning
+	case !allAvailable(fleet, obs):
+		set(v1alpha1.ConditionProvisioning, metav1.ConditionTrue, v1alpha1.ReasonWaitingForMembers, fmt.Sprintf("%d of %d member(s) are Ready and healthy on /state.", countAvailable(st.Members), want))
 		if degraded(obs) {
-			st.Phase = PhaseDegraded
+			return PhaseDegraded
 		}
+		return PhaseProvisioning
 	default:
-		set(ConditionProvisioning, metav1.ConditionFalse, "Provisioned", fmt.Sprintf("All %d member(s) run revision %s.", want, st.TargetRevision))
-		st.Phase = PhaseReady
+		set(v1alpha1.ConditionProvisioning, metav1.ConditionFalse, v1alpha1.ReasonProvisioned, fmt.Sprintf("All %d member(s) run revision %s.", want, st.TargetRevision))
+		return PhaseReady
 	}
+}
+
+// setReadyCondition: every member present, Ready, healthy and current.
+func setReadyCondition(fleet *v1alpha1.CelldFleet, st *v1alpha1.CelldFleetStatus, obs *observed, set conditionSetter) {
+	want := derefReplicas(fleet)
 	switch {
 	case len(obs.mesh.MissingProxy) > 0:
 		// A member without the proxy it must run is outside the mesh's
 		// mTLS and authorization: not ready, however healthy it says it is.
-		set(ConditionReady, metav1.ConditionFalse, "ProxyMissing", fmt.Sprintf("Member(s) %s have no %s: see the Provisioning condition.",
+		set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonProxyMissing, fmt.Sprintf("Member(s) %s have no %s: see the Provisioning condition.",
 			strings.Join(obs.mesh.MissingProxy, ", "), mesh.ProxyContainer))
-	case available && !obs.decision.Rolling() && !obs.stsSettling:
-		set(ConditionReady, metav1.ConditionTrue, "MembersReady", fmt.Sprintf("All %d member(s) are Ready and healthy on /state.", want))
+	case allAvailable(fleet, obs) && !obs.decision.Rolling() && !obs.stsSettling:
+		set(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonMembersReady, fmt.Sprintf("All %d member(s) are Ready and healthy on /state.", want))
 	default:
-		set(ConditionReady, metav1.ConditionFalse, "MembersNotReady", fmt.Sprintf("%d of %d member(s) are Ready and healthy on /state.", countAvailable(st.Members), want))
+		set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonMembersNotReady, fmt.Sprintf("%d of %d member(s) are Ready and healthy on /state.", countAvailable(st.Members), want))
 	}
-	return st
+}
+
+// setKStatusConditions sets the kstatus pair from what the other
+// conditions say, as the ServiceMesh does: Stalled=True while something
+// outside the fleet blocks it (a person must act), Reconciling=True while
+// it converges or retries a failed step. A fleet whose changes are held by
+// spec.maintenance.paused is neither: that is the user's choice, and it
+// reports the pause as the reason.
+func setKStatusConditions(st *v1alpha1.CelldFleetStatus, obs *observed, set conditionSetter) {
+	reconciling := func(s metav1.ConditionStatus, reason v1alpha1.ConditionReason, msg string) {
+		set(v1alpha1.ConditionReconciling, s, reason, msg)
+	}
+	stalled := func(s metav1.ConditionStatus, reason v1alpha1.ConditionReason, msg string) {
+		set(v1alpha1.ConditionStalled, s, reason, msg)
+	}
+	if st.Phase == PhaseBlocked {
+		if c := meta.FindStatusCondition(st.Conditions, string(v1alpha1.ConditionInfrastructureBlocked)); c != nil && c.Status == metav1.ConditionTrue {
+			reconciling(metav1.ConditionFalse, v1alpha1.ReasonNotReconciling, "")
+			stalled(metav1.ConditionTrue, v1alpha1.ConditionReason(c.Reason), c.Message)
+			return
+		}
+	}
+	stalled(metav1.ConditionFalse, v1alpha1.ReasonNotStalled, "")
+	if obs.failed != nil {
+		c := meta.FindStatusCondition(st.Conditions, string(v1alpha1.ConditionReconciled))
+		reconciling(metav1.ConditionTrue, v1alpha1.ReasonStepFailed, c.Message)
+		return
+	}
+	prov := meta.FindStatusCondition(st.Conditions, string(v1alpha1.ConditionProvisioning))
+	switch {
+	case prov == nil || prov.Status != metav1.ConditionTrue:
+		reconciling(metav1.ConditionFalse, v1alpha1.ReasonNotReconciling, "")
+	case prov.Reason == string(v1alpha1.ReasonMaintenancePaused) || prov.Reason == string(v1alpha1.ReasonRollPaused):
+		reconciling(metav1.ConditionFalse, v1alpha1.ConditionReason(prov.Reason), prov.Message)
+	default:
+		reconciling(metav1.ConditionTrue, v1alpha1.ConditionReason(prov.Reason), prov.Message)
+	}
 }
 
 // degraded tells a fleet that lost members it had from one still coming up,
@@ -205,7 +274,7 @@ func degraded(obs *observed) bool {
 
 // setMeshCondition sets MeshReady where there is something to say, and
 // reports whether it did.
-func setMeshCondition(fleet *v1alpha1.CelldFleet, obs *observed, set func(t string, s metav1.ConditionStatus, reason, msg string)) bool {
+func setMeshCondition(fleet *v1alpha1.CelldFleet, obs *observed, set conditionSetter) bool {
 	st := obs.mesh
 	enabled := fleet.Spec.Mesh != nil && fleet.Spec.Mesh.Mode == v1alpha1.MeshEnabled
 	outside := !obs.namespace.state.Enrolled && !obs.intent.Sidecar && !obs.intent.Disabled
@@ -217,21 +286,21 @@ func setMeshCondition(fleet *v1alpha1.CelldFleet, obs *observed, set func(t stri
 		if enabled {
 			msg = "spec.mesh.mode is enabled, but the fleet cannot join: " + msg + " Remove the namespace label to let it join, or set spec.mesh.mode: auto or disabled."
 		}
-		set(ConditionMeshReady, metav1.ConditionFalse, ReasonNamespaceOptedOut, msg)
+		set(v1alpha1.ConditionMeshReady, metav1.ConditionFalse, v1alpha1.ReasonNamespaceOptedOut, msg)
 		return true
 	}
 	if enabled && outside {
-		set(ConditionMeshReady, metav1.ConditionFalse, "AwaitingEnrollment", fmt.Sprintf(
+		set(v1alpha1.ConditionMeshReady, metav1.ConditionFalse, v1alpha1.ReasonAwaitingEnrollment, fmt.Sprintf(
 			"spec.mesh.mode is enabled: namespace %s is labelled for enrollment and the fleet waits for a Ready mesh to enroll it "+
 				"(a licensed ServiceMesh with its control plane Ready). Members keep running meanwhile.", fleet.Namespace))
 		return true
 	}
 	switch {
 	case st.Phase == mesh.NotMeshed && len(st.UnwantedProxy) > 0:
-		set(ConditionMeshReady, metav1.ConditionFalse, ReasonInjectedWithoutOptIn, mesh.InjectedWithoutOptInMessage(fleet, st.UnwantedProxy))
+		set(v1alpha1.ConditionMeshReady, metav1.ConditionFalse, v1alpha1.ReasonInjectedWithoutOptIn, mesh.InjectedWithoutOptInMessage(fleet, st.UnwantedProxy))
 		return true
 	case st.Phase == mesh.Leaving && len(st.UnwantedProxy) > 0:
-		set(ConditionMeshReady, metav1.ConditionFalse, ReasonProxyStillInjected, mesh.ProxyStillInjectedMessage(st.UnwantedProxy))
+		set(v1alpha1.ConditionMeshReady, metav1.ConditionFalse, v1alpha1.ReasonProxyStillInjected, mesh.ProxyStillInjectedMessage(st.UnwantedProxy))
 		return true
 	}
 	switch st.Phase {
@@ -240,30 +309,30 @@ func setMeshCondition(fleet *v1alpha1.CelldFleet, obs *observed, set func(t stri
 			if len(shared) > 3 {
 				shared = append(shared[:3:3], fmt.Sprintf("and %d more", len(obs.sharedServiceAccount)-3))
 			}
-			set(ConditionMeshReady, metav1.ConditionTrue, ReasonAmbientSharedServiceAccount, fmt.Sprintf(
+			set(v1alpha1.ConditionMeshReady, metav1.ConditionTrue, v1alpha1.ReasonAmbientSharedServiceAccount, fmt.Sprintf(
 				"Namespace %s is enrolled in an ambient mesh, and Pod(s) %s, not members, run as the fleet's ServiceAccount %s. In ambient the "+
 					"NetworkPolicy sees only HBONE, so AuthorizationPolicy %s keeps the fleet's identity off port 8080 itself: these Pods "+
 					"are refused on 8080. Give them a ServiceAccount of their own, or give the fleet a dedicated one (leave "+
 					"spec.serviceAccountName empty).", fleet.Namespace, strings.Join(shared, ", "), members.ServiceAccountName(fleet), mesh.PolicyName(fleet.Name)))
 			break
 		}
-		set(ConditionMeshReady, metav1.ConditionTrue, "Ambient", fmt.Sprintf(
+		set(v1alpha1.ConditionMeshReady, metav1.ConditionTrue, v1alpha1.ReasonAmbient, fmt.Sprintf(
 			"Namespace %s is enrolled in an ambient mesh: ztunnel captures the members; the NetworkPolicy admits HBONE (15008) from the sources it admits, and AuthorizationPolicy %s restricts ports.",
 			fleet.Namespace, mesh.PolicyName(fleet.Name)))
 	case mesh.Meshed:
-		set(ConditionMeshReady, metav1.ConditionTrue, "Meshed", "Every member runs an istio-proxy; port 8081 admits only the fleet's and the operator's identities.")
+		set(v1alpha1.ConditionMeshReady, metav1.ConditionTrue, v1alpha1.ReasonMeshed, "Every member runs an istio-proxy; port 8081 admits only the fleet's and the operator's identities.")
 	case mesh.Joining:
-		reason := "JoiningMesh"
+		reason := v1alpha1.ReasonJoiningMesh
 		if len(st.MissingProxy) > 0 {
-			reason = "ProxyMissing"
+			reason = v1alpha1.ReasonProxyMissing
 		}
-		set(ConditionMeshReady, metav1.ConditionFalse, reason, "Members are rolling into the mesh. Until every member runs a proxy, "+
+		set(v1alpha1.ConditionMeshReady, metav1.ConditionFalse, reason, "Members are rolling into the mesh. Until every member runs a proxy, "+
 			"PeerAuthentication "+mesh.PolicyName(fleet.Name)+" keeps port 8081 PERMISSIVE and the peer-port rule admits any source the NetworkPolicy admits.")
 	case mesh.Leaving:
-		set(ConditionMeshReady, metav1.ConditionFalse, "LeavingMesh", "Members are rolling out of the mesh with injection disabled. Until no member runs a proxy, "+
+		set(v1alpha1.ConditionMeshReady, metav1.ConditionFalse, v1alpha1.ReasonLeavingMesh, "Members are rolling out of the mesh with injection disabled. Until no member runs a proxy, "+
 			"port 8081 stays PERMISSIVE, the peer-port rule admits any source the NetworkPolicy admits, and istiod stays reachable.")
 	case mesh.Left:
-		set(ConditionMeshReady, metav1.ConditionFalse, "LeftMesh", "The fleet left the mesh: its Istio policies are deleted, istiod egress is closed and its Pods opt out of injection.")
+		set(v1alpha1.ConditionMeshReady, metav1.ConditionFalse, v1alpha1.ReasonLeftMesh, "The fleet left the mesh: its Istio policies are deleted, istiod egress is closed and its Pods opt out of injection.")
 	}
 	return st.Phase != mesh.NotMeshed
 }
@@ -274,7 +343,7 @@ func memberStatus(fleet *v1alpha1.CelldFleet, p *corev1.Pod, obs *observed, prev
 		Ready:       podReady(p) && p.DeletionTimestamp == nil,
 		Revision:    p.Labels[revisionLabel],
 		PeerAddress: names.PeerAddress(fleet.Name, fleet.Namespace, p.Name),
-		Proxy:       mesh.HasProxy(p),
+		Proxy:       podmesh.HasProxy(p),
 	}
 	if fleet.Spec.Storage != nil {
 		ms.PersistentVolumeClaim = members.DataVolume + "-" + p.Name

@@ -152,7 +152,7 @@ func TestStrictIsolation(t *testing.T) {
 			<-done
 		}()
 		require.Eventually(t, func() bool {
-			return meta.IsStatusConditionTrue(getFleetT(t, env, vault).Status.Conditions, ConditionInfrastructureBlocked)
+			return meta.IsStatusConditionTrue(getFleetT(t, env, vault).Status.Conditions, string(v1alpha1.ConditionInfrastructureBlocked))
 		}, 20*time.Second, 200*time.Millisecond, "the running operator reconciled the fleet")
 		time.Sleep(time.Second) // past the reconcile that reported it
 		podAs(t, env.Client, "strict", "late-1", "late", map[string]string{labels.ClientOf: "vault"})

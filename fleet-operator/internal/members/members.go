@@ -212,10 +212,5 @@ func operatorEnv(f *v1alpha1.CelldFleet) []corev1.EnvVar {
 }
 
 func objectMeta(f *v1alpha1.CelldFleet, name string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{
-		Name:            name,
-		Namespace:       f.Namespace,
-		Labels:          names.CommonLabels(f.Name),
-		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(f, v1alpha1.GroupVersion.WithKind("CelldFleet"))},
-	}
+	return names.ObjectMeta(f, name)
 }

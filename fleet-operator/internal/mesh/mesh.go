@@ -183,11 +183,6 @@ func Decide(o Observation) State {
 	}
 }
 
-// HasProxy reports whether the Pod runs an injected proxy. It is
-// shared/podmesh's answer, so this operator and the mesh operator judge the
-// same Pod alike.
-func HasProxy(p *corev1.Pod) bool { return podmesh.HasProxy(p) }
-
 // TemplateMode says how the member template treats injection.
 type TemplateMode int
 

@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/utils/ptr"
 
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/shared/authzeval"
@@ -69,17 +68,6 @@ func TestDecide(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { assert.Equal(t, tc.want, Decide(tc.obs)) })
 	}
-}
-
-func TestHasProxy(t *testing.T) {
-	native := &corev1.Pod{Spec: corev1.PodSpec{InitContainers: []corev1.Container{{Name: ProxyContainer, RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}}}}
-	classic := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "celld"}, {Name: ProxyContainer}}}}
-	initOnly := &corev1.Pod{Spec: corev1.PodSpec{InitContainers: []corev1.Container{{Name: ProxyContainer}}}}
-	none := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "celld"}}}}
-	assert.True(t, HasProxy(native), "native sidecar")
-	assert.True(t, HasProxy(classic), "classic sidecar")
-	assert.False(t, HasProxy(initOnly), "an init container that exits is no proxy")
-	assert.False(t, HasProxy(none))
 }
 
 func fleet(access v1alpha1.ApplicationAccess) *v1alpha1.CelldFleet {

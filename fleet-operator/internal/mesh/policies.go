@@ -3,7 +3,6 @@ package mesh
 import (
 	"slices"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
@@ -140,8 +139,6 @@ func selector(f *v1alpha1.CelldFleet) map[string]string {
 }
 
 func object(f *v1alpha1.CelldFleet) policy.Object {
-	return policy.Object{
-		Namespace: f.Namespace, Name: PolicyName(f.Name), Labels: names.CommonLabels(f.Name),
-		Owner: *metav1.NewControllerRef(f, v1alpha1.GroupVersion.WithKind("CelldFleet")),
-	}
+	m := names.ObjectMeta(f, PolicyName(f.Name))
+	return policy.Object{Namespace: m.Namespace, Name: m.Name, Labels: m.Labels, Owner: m.OwnerReferences[0]}
 }

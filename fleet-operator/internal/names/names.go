@@ -5,6 +5,10 @@ package names
 import (
 	"fmt"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/shared/apply"
 	"github.com/ericdev/fleetmesh/shared/labels"
 )
 
@@ -72,4 +76,10 @@ func CommonLabels(fleet string) map[string]string {
 		labels.Instance:  fleet,
 		labels.ManagedBy: Operator,
 	}
+}
+
+// ObjectMeta is the metadata of every object built for a fleet: in its
+// namespace, with its common labels, controlled by it.
+func ObjectMeta(f *v1alpha1.CelldFleet, name string) metav1.ObjectMeta {
+	return apply.OwnedMeta(f, v1alpha1.GroupVersion.WithKind("CelldFleet"), name, CommonLabels(f.Name))
 }

@@ -78,12 +78,5 @@ func (p Params) Validate() error {
 // garbage collection removes it with the fleet and ownership can be checked
 // before the reconciler touches an object with our name.
 func objectMeta(fleet *v1alpha1.CelldFleet, name string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{
-		Name:      name,
-		Namespace: fleet.Namespace,
-		Labels:    names.CommonLabels(fleet.Name),
-		OwnerReferences: []metav1.OwnerReference{
-			*metav1.NewControllerRef(fleet, v1alpha1.GroupVersion.WithKind("CelldFleet")),
-		},
-	}
+	return names.ObjectMeta(fleet, name)
 }

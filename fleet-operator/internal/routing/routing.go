@@ -147,13 +147,9 @@ func NetworkPolicy(f *v1alpha1.CelldFleet, hbone bool) *networkingv1.NetworkPoli
 }
 
 func objectMeta(f *v1alpha1.CelldFleet, annotations map[string]string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{
-		Name:            names.Routing(f.Name),
-		Namespace:       f.Namespace,
-		Labels:          names.CommonLabels(f.Name),
-		Annotations:     annotations,
-		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(f, v1alpha1.GroupVersion.WithKind("CelldFleet"))},
-	}
+	m := names.ObjectMeta(f, names.Routing(f.Name))
+	m.Annotations = annotations
+	return m
 }
 
 func labelMap(in map[string]v1alpha1.LabelValue) map[string]string {

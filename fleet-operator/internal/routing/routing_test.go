@@ -76,15 +76,15 @@ func TestGatewayReadiness(t *testing.T) {
 		name   string
 		route  *gatewayv1.HTTPRoute
 		status metav1.ConditionStatus
-		reason string
+		reason v1alpha1.ConditionReason
 	}{
-		{"no parent status yet", &gatewayv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Name: "shop-routing", Generation: 1}}, metav1.ConditionUnknown, "AwaitingGateway"},
-		{"another listener's status does not count", status(otherListener, cond("Accepted", "True", 3), cond("ResolvedRefs", "True", 3)), metav1.ConditionUnknown, "AwaitingGateway"},
-		{"old generation", status(parent, cond("Accepted", "True", 2), cond("ResolvedRefs", "True", 2)), metav1.ConditionUnknown, "AwaitingGateway"},
-		{"accepted is current but refs old", status(parent, cond("Accepted", "True", 3), cond("ResolvedRefs", "True", 2)), metav1.ConditionUnknown, "AwaitingGateway"},
-		{"not accepted", status(parent, cond("Accepted", "False", 3), cond("ResolvedRefs", "True", 3)), metav1.ConditionFalse, "RouteNotAccepted"},
-		{"refs not resolved", status(parent, cond("Accepted", "True", 3), cond("ResolvedRefs", "False", 3)), metav1.ConditionFalse, "RouteRefsNotResolved"},
-		{"accepted and resolved", status(parent, cond("Accepted", "True", 3), cond("ResolvedRefs", "True", 3)), metav1.ConditionTrue, "RouteAccepted"},
+		{"no parent status yet", &gatewayv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Name: "shop-routing", Generation: 1}}, metav1.ConditionUnknown, v1alpha1.ReasonAwaitingGateway},
+		{"another listener's status does not count", status(otherListener, cond("Accepted", "True", 3), cond("ResolvedRefs", "True", 3)), metav1.ConditionUnknown, v1alpha1.ReasonAwaitingGateway},
+		{"old generation", status(parent, cond("Accepted", "True", 2), cond("ResolvedRefs", "True", 2)), metav1.ConditionUnknown, v1alpha1.ReasonAwaitingGateway},
+		{"accepted is current but refs old", status(parent, cond("Accepted", "True", 3), cond("ResolvedRefs", "True", 2)), metav1.ConditionUnknown, v1alpha1.ReasonAwaitingGateway},
+		{"not accepted", status(parent, cond("Accepted", "False", 3), cond("ResolvedRefs", "True", 3)), metav1.ConditionFalse, v1alpha1.ReasonRouteNotAccepted},
+		{"refs not resolved", status(parent, cond("Accepted", "True", 3), cond("ResolvedRefs", "False", 3)), metav1.ConditionFalse, v1alpha1.ReasonRouteRefsNotResolved},
+		{"accepted and resolved", status(parent, cond("Accepted", "True", 3), cond("ResolvedRefs", "True", 3)), metav1.ConditionTrue, v1alpha1.ReasonRouteAccepted},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -99,7 +99,7 @@ func TestIngressReadiness(t *testing.T) {
 	ing := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: "shop-routing"}}
 	got := IngressReadiness(ing)
 	assert.Equal(t, metav1.ConditionUnknown, got.Status)
-	assert.Equal(t, "AwaitingAddress", got.Reason)
+	assert.Equal(t, v1alpha1.ReasonAwaitingAddress, got.Reason)
 	ing.Status.LoadBalancer.Ingress = []networkingv1.IngressLoadBalancerIngress{{Hostname: "lb.example.com"}}
 	got = IngressReadiness(ing)
 	assert.Equal(t, metav1.ConditionTrue, got.Status)

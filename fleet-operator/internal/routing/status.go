@@ -15,7 +15,7 @@ import (
 // Readiness is the RoutingReady condition's status, reason and message.
 type Readiness struct {
 	Status  metav1.ConditionStatus
-	Reason  string
+	Reason  v1alpha1.ConditionReason
 	Message string
 }
 
@@ -33,22 +33,22 @@ func GatewayReadiness(f *v1alpha1.CelldFleet, route *gatewayv1.HTTPRoute) Readin
 		resolved := meta.FindStatusCondition(p.Conditions, string(gatewayv1.RouteConditionResolvedRefs))
 		switch {
 		case stale(accepted, route.Generation) || stale(resolved, route.Generation):
-			return Readiness{metav1.ConditionUnknown, "AwaitingGateway", fmt.Sprintf(
+			return Readiness{metav1.ConditionUnknown, v1alpha1.ReasonAwaitingGateway, fmt.Sprintf(
 				"Gateway %s/%s (controller %s) has not yet reported on generation %d of HTTPRoute %s.",
 				parentNS, gw.Name, p.ControllerName, route.Generation, route.Name)}
 		case accepted.Status != metav1.ConditionTrue:
-			return Readiness{metav1.ConditionFalse, "RouteNotAccepted", fmt.Sprintf(
+			return Readiness{metav1.ConditionFalse, v1alpha1.ReasonRouteNotAccepted, fmt.Sprintf(
 				"Gateway %s/%s did not accept HTTPRoute %s (%s): %s", parentNS, gw.Name, route.Name, accepted.Reason, accepted.Message)}
 		case resolved.Status != metav1.ConditionTrue:
-			return Readiness{metav1.ConditionFalse, "RouteRefsNotResolved", fmt.Sprintf(
+			return Readiness{metav1.ConditionFalse, v1alpha1.ReasonRouteRefsNotResolved, fmt.Sprintf(
 				"Gateway %s/%s cannot resolve the backend of HTTPRoute %s (%s): %s", parentNS, gw.Name, route.Name, resolved.Reason, resolved.Message)}
 		default:
-			return Readiness{metav1.ConditionTrue, "RouteAccepted", fmt.Sprintf(
+			return Readiness{metav1.ConditionTrue, v1alpha1.ReasonRouteAccepted, fmt.Sprintf(
 				"Gateway %s/%s accepted HTTPRoute %s and resolved its backend. This does not verify DNS, certificates or a real request.",
 				parentNS, gw.Name, route.Name)}
 		}
 	}
-	return Readiness{metav1.ConditionUnknown, "AwaitingGateway", fmt.Sprintf(
+	return Readiness{metav1.ConditionUnknown, v1alpha1.ReasonAwaitingGateway, fmt.Sprintf(
 		"No status from Gateway %s/%s for HTTPRoute %s yet: check that the Gateway exists, that its listener's allowedRoutes admit namespace %s, and that its controller runs.",
 		parentNS, gw.Name, route.Name, f.Namespace)}
 }
@@ -81,9 +81,9 @@ func IngressReadiness(ing *networkingv1.Ingress) Readiness {
 		}
 	}
 	if len(addrs) == 0 {
-		return Readiness{metav1.ConditionUnknown, "AwaitingAddress", fmt.Sprintf(
+		return Readiness{metav1.ConditionUnknown, v1alpha1.ReasonAwaitingAddress, fmt.Sprintf(
 			"Ingress %s has no address yet; some controllers never publish one, so this can stay Unknown even when traffic works.", ing.Name)}
 	}
-	return Readiness{metav1.ConditionTrue, "AddressAssigned", fmt.Sprintf(
+	return Readiness{metav1.ConditionTrue, v1alpha1.ReasonAddressAssigned, fmt.Sprintf(
 		"Ingress %s has address %s. This does not verify DNS, certificates or a real request.", ing.Name, strings.Join(addrs, ", "))}
 }

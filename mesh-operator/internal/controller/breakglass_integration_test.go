@@ -119,9 +119,9 @@ func TestBreakGlassWhileNotReadyIntegration(t *testing.T) {
 	for _, n := range []string{"pay", "shop"} {
 		assert.Equal(t, "permissive", paMode(n), "%s: the window relaxes even while the control plane is not Ready", n)
 	}
-	c := meta.FindStatusCondition(m.Status.Conditions, ConditionMaintenanceWindow)
+	c := meta.FindStatusCondition(m.Status.Conditions, string(v1alpha1.ConditionMaintenanceWindow))
 	require.NotNil(t, c)
-	assert.Equal(t, "Open", c.Reason)
+	assert.Equal(t, string(v1alpha1.ReasonWindowOpen), c.Reason)
 	assert.Equal(t, []string{"pay", "shop"}, m.Status.PermissiveNamespaces)
 
 	// The window is closed early and mtls.mode permissive takes over: still relaxed.
@@ -129,7 +129,7 @@ func TestBreakGlassWhileNotReadyIntegration(t *testing.T) {
 	m = reconcile()
 	assert.Equal(t, "permissive", paMode("pay"))
 	assert.Equal(t, []string{"pay", "shop"}, m.Status.PermissiveNamespaces)
-	assert.Equal(t, "NoWindow", meta.FindStatusCondition(m.Status.Conditions, ConditionMaintenanceWindow).Reason)
+	assert.Equal(t, string(v1alpha1.ReasonNoWindow), meta.FindStatusCondition(m.Status.Conditions, string(v1alpha1.ConditionMaintenanceWindow)).Reason)
 
 	// Back to strict while the control plane is still not Ready: tightening waits.
 	setSpec(func(s *v1alpha1.ServiceMeshSpec) { s.MTLS.Mode = v1alpha1.MTLSStrict })

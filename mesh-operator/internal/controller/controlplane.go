@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/detect"
@@ -38,9 +37,10 @@ import (
 // readiness is what the reconcile learned about the control plane.
 type readiness struct {
 	ready          bool
-	reason, msg    string
+	reason         v1alpha1.ConditionReason
+	msg            string
 	controlPlane   *v1alpha1.ControlPlaneStatus
-	blockedReason  string // set when acting found something only the user can fix
+	blockedReason  v1alpha1.ConditionReason // set when acting found something only the user can fix
 	blockedMessage string
 	// paused are the owned Sail CRs left alone for reconcile-paused, as Kind/name.
 	paused []string
@@ -54,20 +54,17 @@ func (r *ServiceMeshReconciler) reconcileControlPlane(ctx context.Context, mesh 
 	o, err := r.observe(ctx, mesh)
 	if err != nil {
 		st.next.Phase = PhaseError
-		st.set(ConditionReady, metav1.ConditionFalse, "DetectionFailed", err.Error())
-		st.summarize("DetectionFailed", err.Error())
+		st.set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonDetectionFailed, err.Error())
+		st.summarize(v1alpha1.ReasonDetectionFailed, err.Error())
 		return ctrl.Result{}, err
 	}
 	plan := detect.Decide(mesh.Spec, o.facts, detect.Options{SailInstallEnabled: r.Config.SailInstall})
+	log := ctrl.LoggerFrom(ctx)
+	log.V(1).Info("detected plan", "action", plan.Action, "provider", plan.Provider, "management", plan.Management,
+		"deferred", plan.Deferred, "blocked", plan.BlockedReason, "precondition", plan.PreconditionReason)
 	env := o.facts.Environment()
 	st.next.Detected = &env
 	st.next.Provider = plan.Provider
-
-	if plan.PreconditionReason != "" {
-		st.set(ConditionPreconditionNotMet, metav1.ConditionTrue, plan.PreconditionReason, plan.PreconditionMessage)
-	} else {
-		st.set(ConditionPreconditionNotMet, metav1.ConditionFalse, "PreconditionsMet", "The cluster can run the requested data plane.")
-	}
 
 	var rd readiness
 	var actErr error
@@ -89,54 +86,11 @@ func (r *ServiceMeshReconciler) reconcileControlPlane(ctx context.Context, mesh 
 	st.next.ControlPlane = rd.controlPlane
 	st.sailPaused = rd.paused
 
-	if rd.ready {
-		st.set(ConditionControlPlaneReady, metav1.ConditionTrue, rd.reason, rd.msg)
-	} else {
-		st.set(ConditionControlPlaneReady, metav1.ConditionFalse, rd.reason, rd.msg)
+	setControlPlaneConditions(st, plan, rd, actErr)
+	log.V(1).Info("control plane", "action", plan.Action, "ready", rd.ready, "reason", rd.reason, "phase", st.next.Phase, "error", actErr)
+	if st.next.Phase == PhaseReady && prevPhase != PhaseReady {
+		r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "ControlPlaneReady", "Reconcile", "%s", rd.msg)
 	}
-	blockedReason, blockedMsg := plan.BlockedReason, plan.BlockedMessage
-	if blockedReason == "" {
-		blockedReason, blockedMsg = rd.blockedReason, rd.blockedMessage
-	}
-	var summaryReason, summaryMsg string
-	switch {
-	case plan.Deferred:
-		st.next.Phase = PhaseDeferred
-		summaryReason, summaryMsg = blockedReason, blockedMsg
-		st.warn("Deferred", blockedMsg)
-	case blockedReason != "":
-		st.next.Phase = PhaseBlocked
-		summaryReason, summaryMsg = blockedReason, blockedMsg
-		st.warn(blockedReason, blockedMsg)
-	case actErr != nil:
-		st.next.Phase = PhaseError
-		summaryReason, summaryMsg = "ReconcileError", actErr.Error()
-		var reasoned *reasonedError
-		if errors.As(actErr, &reasoned) {
-			summaryReason = reasoned.reason
-		}
-		st.warn(summaryReason, summaryMsg)
-	case plan.PreconditionReason != "":
-		st.next.Phase = PhaseBlocked
-		summaryReason, summaryMsg = ConditionPreconditionNotMet, plan.PreconditionMessage
-		st.warn(ConditionPreconditionNotMet, plan.PreconditionMessage)
-	case !rd.ready:
-		st.next.Phase = PhaseProgressing
-		summaryReason, summaryMsg = rd.reason, rd.msg
-	default:
-		st.next.Phase = PhaseReady
-		summaryReason = ConditionControlPlaneReady
-		summaryMsg = "The control plane is Ready; namespaces may be enrolled and STRICT mTLS applied."
-	}
-	if st.next.Phase == PhaseReady {
-		st.set(ConditionReady, metav1.ConditionTrue, summaryReason, summaryMsg)
-		if prevPhase != PhaseReady {
-			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "ControlPlaneReady", "Reconcile", "%s", rd.msg)
-		}
-	} else {
-		st.set(ConditionReady, metav1.ConditionFalse, summaryReason, summaryMsg)
-	}
-	st.summarize(summaryReason, summaryMsg)
 	if rd.controlPlane != nil && rd.controlPlane.Management == v1alpha1.ManagementAdopted &&
 		(mesh.Status.ControlPlane == nil || mesh.Status.ControlPlane.Management != v1alpha1.ManagementAdopted) {
 		r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "Adopted", "Reconcile",
@@ -149,16 +103,80 @@ func (r *ServiceMeshReconciler) reconcileControlPlane(ctx context.Context, mesh 
 	return ctrl.Result{RequeueAfter: settledRecheck}, actErr
 }
 
+// setControlPlaneConditions decides, from the plan and what acting on it
+// found (rd, and the error it returned), the phase, PreconditionNotMet,
+// ControlPlaneReady, Ready, the kstatus pair and the Warning event to
+// raise. It reads nothing but its arguments, so TestSetControlPlaneConditions
+// covers every branch without an API server.
+func setControlPlaneConditions(st *status, plan detect.Plan, rd readiness, actErr error) {
+	setPreconditionCondition(st, plan)
+	if rd.ready {
+		st.set(v1alpha1.ConditionControlPlaneReady, metav1.ConditionTrue, rd.reason, rd.msg)
+	} else {
+		st.set(v1alpha1.ConditionControlPlaneReady, metav1.ConditionFalse, rd.reason, rd.msg)
+	}
+	blockedReason, blockedMsg := plan.BlockedReason, plan.BlockedMessage
+	if blockedReason == "" {
+		blockedReason, blockedMsg = rd.blockedReason, rd.blockedMessage
+	}
+	var summaryReason v1alpha1.ConditionReason
+	var summaryMsg string
+	switch {
+	case plan.Deferred:
+		st.next.Phase = PhaseDeferred
+		summaryReason, summaryMsg = blockedReason, blockedMsg
+		st.warnReason, st.warnMessage = "Deferred", blockedMsg
+	case blockedReason != "":
+		st.next.Phase = PhaseBlocked
+		summaryReason, summaryMsg = blockedReason, blockedMsg
+		st.warn(blockedReason, blockedMsg)
+	case actErr != nil:
+		st.next.Phase = PhaseError
+		summaryReason, summaryMsg = v1alpha1.ReasonReconcileError, actErr.Error()
+		var reasoned *reasonedError
+		if errors.As(actErr, &reasoned) {
+			summaryReason = reasoned.reason
+		}
+		st.warn(summaryReason, summaryMsg)
+	case plan.PreconditionReason != "":
+		st.next.Phase = PhaseBlocked
+		summaryReason, summaryMsg = v1alpha1.ReasonPreconditionNotMet, plan.PreconditionMessage
+		st.warn(v1alpha1.ReasonPreconditionNotMet, plan.PreconditionMessage)
+	case !rd.ready:
+		st.next.Phase = PhaseProgressing
+		summaryReason, summaryMsg = rd.reason, rd.msg
+	default:
+		st.next.Phase = PhaseReady
+		summaryReason = v1alpha1.ReasonControlPlaneReady
+		summaryMsg = "The control plane is Ready; namespaces may be enrolled and STRICT mTLS applied."
+	}
+	if st.next.Phase == PhaseReady {
+		st.set(v1alpha1.ConditionReady, metav1.ConditionTrue, summaryReason, summaryMsg)
+	} else {
+		st.set(v1alpha1.ConditionReady, metav1.ConditionFalse, summaryReason, summaryMsg)
+	}
+	st.summarize(summaryReason, summaryMsg)
+}
+
+// setPreconditionCondition: PreconditionNotMet, a warning the plan raises.
+func setPreconditionCondition(st *status, plan detect.Plan) {
+	if plan.PreconditionReason != "" {
+		st.set(v1alpha1.ConditionPreconditionNotMet, metav1.ConditionTrue, plan.PreconditionReason, plan.PreconditionMessage)
+		return
+	}
+	st.set(v1alpha1.ConditionPreconditionNotMet, metav1.ConditionFalse, v1alpha1.ReasonPreconditionsMet, "The cluster can run the requested data plane.")
+}
+
 // reasonedError carries a condition reason for a failed step.
 type reasonedError struct {
-	reason string
+	reason v1alpha1.ConditionReason
 	err    error
 }
 
 func (e *reasonedError) Error() string { return e.err.Error() }
 func (e *reasonedError) Unwrap() error { return e.err }
 
-func withReason(reason string, err error) error {
+func withReason(reason v1alpha1.ConditionReason, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -170,12 +188,12 @@ func withReason(reason string, err error) error {
 // so an install interrupted at any point is still found and finished (or
 // removed) later.
 func (r *ServiceMeshReconciler) installSail(ctx context.Context, mesh *v1alpha1.ServiceMesh) (readiness, error) {
-	rd := readiness{reason: "SailOperatorInstalling", controlPlane: r.managedControlPlane(mesh, nil)}
+	rd := readiness{reason: v1alpha1.ReasonSailOperatorInstalling, controlPlane: r.managedControlPlane(mesh, nil)}
 	// The chart first: an unreachable repository must leave no trace.
 	ch, err := r.loadChart(ctx)
 	if err != nil {
 		rd.msg = err.Error()
-		return rd, withReason("SailChartUnavailable", err)
+		return rd, withReason(v1alpha1.ReasonSailChartUnavailable, err)
 	}
 	if err := r.ensureFinalizer(ctx, mesh); err != nil {
 		return rd, err
@@ -221,14 +239,14 @@ func (r *ServiceMeshReconciler) installSail(ctx context.Context, mesh *v1alpha1.
 	if rel != nil && !rel.Deployed {
 		// A failed or interrupted install blocks every later one: start over.
 		if err := r.Helm.Uninstall(); err != nil {
-			return rd, withReason("SailInstallFailed", err)
+			return rd, withReason(v1alpha1.ReasonSailInstallFailed, err)
 		}
 		rel = nil
 	}
 	if rel == nil {
 		if err := r.Helm.Install(ctx, ch, r.Config.SailValues); err != nil {
 			rd.msg = err.Error()
-			return rd, withReason("SailInstallFailed", err)
+			return rd, withReason(v1alpha1.ReasonSailInstallFailed, err)
 		}
 		r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "SailOperatorInstalled", "Install",
 			"Installed the Sail Operator chart %s %s into namespace %s.", ch.Metadata.Name, ch.Metadata.Version, ns)
@@ -378,7 +396,7 @@ func (r *ServiceMeshReconciler) applyControlPlane(ctx context.Context, mesh *v1a
 		if err != nil {
 			return rd, err
 		}
-		if live != nil && controlledBy(live, mesh) && enroll.Paused(live) {
+		if live != nil && metav1.IsControlledBy(live, mesh) && enroll.Paused(live) {
 			paused[kind] = true
 			rd.paused = append(rd.paused, kind+"/"+live.GetName())
 		}
@@ -402,8 +420,8 @@ func (r *ServiceMeshReconciler) applyControlPlane(ctx context.Context, mesh *v1a
 		if _, err := applier.Apply(ctx, obj, mesh); err != nil {
 			var conflict *apply.ConflictError
 			if errors.As(err, &conflict) {
-				rd.reason, rd.msg = "ForeignSailResource", err.Error()
-				rd.blockedReason, rd.blockedMessage = "ForeignSailResource", err.Error()+
+				rd.reason, rd.msg = v1alpha1.ReasonForeignSailResource, err.Error()
+				rd.blockedReason, rd.blockedMessage = v1alpha1.ReasonForeignSailResource, err.Error()+
 					". The operator does not take over a Sail resource it did not create: delete it, or use mode adopt."
 				return rd, nil
 			}
@@ -435,7 +453,7 @@ func (r *ServiceMeshReconciler) applyControlPlane(ctx context.Context, mesh *v1a
 		rd.watched = watched
 		return rd, nil
 	}
-	rd.ready, rd.reason = true, "SailResourcesReady"
+	rd.ready, rd.reason = true, v1alpha1.ReasonSailResourcesReady
 	rd.msg = fmt.Sprintf("%s are Ready.", strings.Join(rd.controlPlane.Resources, ", "))
 	return rd, nil
 }
@@ -456,7 +474,7 @@ func (r *ServiceMeshReconciler) joinRecord(ctx context.Context, mesh *v1alpha1.S
 // cluster-wide Pod list is read only while such a ZTunnel exists.
 func (r *ServiceMeshReconciler) ambientInUse(ctx context.Context, mesh *v1alpha1.ServiceMesh) (string, error) {
 	zt, err := r.getSail(ctx, sail.KindZTunnel, sail.ZTunnelName)
-	if err != nil || zt == nil || !controlledBy(zt, mesh) || zt.GetDeletionTimestamp() != nil {
+	if err != nil || zt == nil || !metav1.IsControlledBy(zt, mesh) || zt.GetDeletionTimestamp() != nil {
 		return "", err
 	}
 	nsList := &corev1.NamespaceList{}
@@ -563,16 +581,16 @@ func (r *ServiceMeshReconciler) observeControlPlane(ctx context.Context, mesh *v
 			cp.Resources = append(cp.Resources, "Deployment/"+d.Namespace+"/"+d.Name)
 		}
 		if pick.Available {
-			rd.ready, rd.reason = true, "IstiodAvailable"
+			rd.ready, rd.reason = true, v1alpha1.ReasonIstiodAvailable
 			rd.msg = fmt.Sprintf("istiod %s is Available.", pick.ID())
 		} else {
-			rd.reason, rd.msg = "IstiodUnavailable", fmt.Sprintf("istiod %s is not Available.", pick.ID())
+			rd.reason, rd.msg = v1alpha1.ReasonIstiodUnavailable, fmt.Sprintf("istiod %s is not Available.", pick.ID())
 		}
 	case plan.Management == v1alpha1.ManagementExternal && o.facts.IstioAPI():
-		rd.ready, rd.reason = true, "ExternalControlPlane"
+		rd.ready, rd.reason = true, v1alpha1.ReasonExternalControlPlane
 		rd.msg = "mode external: the control plane is not visible from here and is trusted to be running; the Istio security API is served."
 	case plan.Management == v1alpha1.ManagementExternal:
-		rd.reason = "IstioAPIMissing"
+		rd.reason = v1alpha1.ReasonIstioAPIMissing
 		rd.msg = "mode external: the Istio security API (security.istio.io) is not served in this cluster, so the operator's configuration cannot be emitted; install Istio's CRDs."
 		rd.blockedReason, rd.blockedMessage = rd.reason, rd.msg
 	}
@@ -605,9 +623,9 @@ func pickIstiod(ds []detect.Istiod) detect.Istiod {
 func (r *ServiceMeshReconciler) held(mesh *v1alpha1.ServiceMesh, plan detect.Plan, o *observed) readiness {
 	rd := readiness{reason: plan.BlockedReason, msg: plan.BlockedMessage}
 	if rd.reason == "" {
-		rd.reason, rd.msg = ConditionPreconditionNotMet, "The control plane is held back: "+plan.PreconditionMessage
+		rd.reason, rd.msg = v1alpha1.ReasonPreconditionNotMet, "The control plane is held back: "+plan.PreconditionMessage
 	}
-	if live := o.istios[sail.IstioName]; live != nil && controlledBy(live, mesh) {
+	if live := o.istios[sail.IstioName]; live != nil && metav1.IsControlledBy(live, mesh) {
 		rd.controlPlane = r.managedControlPlane(mesh, live)
 	}
 	return rd
@@ -662,13 +680,5 @@ func (r *ServiceMeshReconciler) ensureNamespace(ctx context.Context, name string
 }
 
 func (r *ServiceMeshReconciler) ensureFinalizer(ctx context.Context, mesh *v1alpha1.ServiceMesh) error {
-	if controllerutil.ContainsFinalizer(mesh, Finalizer) {
-		return nil
-	}
-	orig := mesh.DeepCopy()
-	controllerutil.AddFinalizer(mesh, Finalizer)
-	if err := r.Client.Patch(ctx, mesh, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("adding finalizer %s: %w", Finalizer, err)
-	}
-	return nil
+	return apply.AddFinalizer(ctx, r.Client, mesh, Finalizer)
 }

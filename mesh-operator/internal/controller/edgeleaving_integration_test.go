@@ -97,8 +97,8 @@ func TestEdgeLeavingTheMeshRelaxesFirst(t *testing.T) {
 	require.NoError(t, admin.Update(ctx, gw))
 	_, m = b.reconcile(t)
 	assert.Equal(t, "permissive", paMode("shop"))
-	c := meta.FindStatusCondition(m.Status.Conditions, ConditionMTLSCutover)
+	c := meta.FindStatusCondition(m.Status.Conditions, string(v1alpha1.ConditionMTLSCutover))
 	require.NotNil(t, c)
-	assert.Equal(t, "AwaitingEdge", c.Reason)
+	assert.Equal(t, string(v1alpha1.ReasonAwaitingEdge), c.Reason)
 	assert.Contains(t, c.Message, "shop (edge gateways: Pod gw)")
 }

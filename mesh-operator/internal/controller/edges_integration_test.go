@@ -66,7 +66,7 @@ func TestEdgeAwareCutoverIntegration(t *testing.T) {
 		return enroll.ModeOf(u)
 	}
 	cutover := func(m *v1alpha1.ServiceMesh) *metav1.Condition {
-		return meta.FindStatusCondition(m.Status.Conditions, ConditionMTLSCutover)
+		return meta.FindStatusCondition(m.Status.Conditions, string(v1alpha1.ConditionMTLSCutover))
 	}
 	str := func(s string) *string { return &s }
 
@@ -104,7 +104,7 @@ func TestEdgeAwareCutoverIntegration(t *testing.T) {
 	assert.Equal(t, "permissive", paMode("shop"), "the members are captured, but two declared edges speak plaintext")
 	c := cutover(m)
 	require.NotNil(t, c)
-	assert.Equal(t, "AwaitingEdge", c.Reason)
+	assert.Equal(t, string(v1alpha1.ReasonAwaitingEdge), c.Reason)
 	assert.Contains(t, c.Message, "shop (edge fleet-system: Pod fleet-operator)")
 
 	// The fleet operator gets its proxy; the routing source still holds the cutover.
@@ -118,7 +118,7 @@ func TestEdgeAwareCutoverIntegration(t *testing.T) {
 	pod("gateways", "gw-2", podmesh.Sidecar, nil)
 	m = reconcile()
 	assert.Equal(t, "strict", paMode("shop"), "every edge is meshed")
-	assert.Equal(t, "CutOver", cutover(m).Reason)
+	assert.Equal(t, string(v1alpha1.ReasonCutOver), cutover(m).Reason)
 
 	// A plaintext Pod in an accepted edge does not switch STRICT off: the
 	// namespace's protection is not in the hands of whoever can deploy there.
@@ -135,7 +135,7 @@ func TestEdgeAwareCutoverIntegration(t *testing.T) {
 	deletePod("late-src", "client")
 	m = reconcile()
 	assert.Equal(t, "strict", paMode("shop"))
-	assert.Equal(t, "CutOver", cutover(m).Reason)
+	assert.Equal(t, string(v1alpha1.ReasonCutOver), cutover(m).Reason)
 
 	member0 := func(w *world) map[string]string { return member }
 	sources := map[string]string{"fleet-system": "8081", "gateways": "8080", "late-src": "8080"}

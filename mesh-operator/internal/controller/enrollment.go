@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -33,11 +34,6 @@ import (
 // has stripped its labels from them and deleted its policies.
 const EnrollFinalizer = labels.MeshGroup + "/enrollment"
 
-// ConditionMTLSCutover is True once every enrolled namespace has passed
-// the PERMISSIVE→STRICT cutover; False lists those still waiting and the
-// Pod holding each back.
-const ConditionMTLSCutover = "MTLSCutover"
-
 func cutoverSignal(dp v1alpha1.DataPlane) string {
 	if dp == v1alpha1.DataPlaneAmbient {
 		return "captured by ztunnel (annotation " + labels.IstioAmbientRedirection + "=enabled) or an " + enroll.ProxyContainer + " sidecar"
@@ -52,26 +48,6 @@ func baselineWhy(iso v1alpha1.Isolation) string {
 	return "an allow-nothing ALLOW would drop plaintext"
 }
 
-// ConditionMaintenanceWindow is True while spec.mtls.maintenanceUntil holds
-// enrolled namespaces at PERMISSIVE.
-const ConditionMaintenanceWindow = "MaintenanceWindow"
-
-// ConditionStrictIsolation exists only while spec.isolation is strict: True
-// when every enrolled namespace has its allow-nothing baseline in force,
-// False while some are at PERMISSIVE mTLS and the baseline is withheld there
-// (it would drop plaintext).
-const ConditionStrictIsolation = "StrictIsolation"
-
-// ConditionEnrollmentConflict is True while some namespace cannot be
-// enrolled because an object with the name of one of its policies belongs
-// to someone else; the message names each such object.
-const ConditionEnrollmentConflict = "EnrollmentConflict"
-
-// ConditionDataPlaneMigration is True while a change of spec.dataPlane is
-// being rolled through the enrolled namespaces; the message gives each
-// namespace's progress and what keeps the old data plane.
-const ConditionDataPlaneMigration = "DataPlaneMigration"
-
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=list
 // +kubebuilder:rbac:groups=security.istio.io,resources=peerauthentications;authorizationpolicies,verbs=get;list;create;patch;delete
@@ -79,7 +55,7 @@ const ConditionDataPlaneMigration = "DataPlaneMigration"
 // meshReady: the ServiceMesh is Ready for its current generation, the only
 // state in which namespaces are enrolled or STRICT applied.
 func meshReady(mesh *v1alpha1.ServiceMesh, st *status) bool {
-	c := meta.FindStatusCondition(st.next.Conditions, ConditionReady)
+	c := meta.FindStatusCondition(st.next.Conditions, string(v1alpha1.ConditionReady))
 	return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == mesh.Generation &&
 		st.next.Phase == PhaseReady && st.next.ControlPlane != nil
 }
@@ -96,11 +72,10 @@ func (r *ServiceMeshReconciler) protectedNamespaces(cp *v1alpha1.ControlPlaneSta
 }
 
 // ownedLabels are the namespace label keys the operator's field manager
-// holds through server-side apply.
+// holds through server-side apply (counted by shared/contract, as the fleet
+// operator counts its own).
 func ownedLabels(ns metav1.Object) map[string]bool {
-	return labelsHeld(ns, func(mf metav1.ManagedFieldsEntry) bool {
-		return mf.Manager == FieldManager && mf.Operation == metav1.ManagedFieldsOperationApply
-	})
+	return contract.LabelsAppliedBy(ns, FieldManager)
 }
 
 // requestLabels are the namespace's labels as enrollment reads them: an
@@ -111,38 +86,11 @@ func requestLabels(ns *corev1.Namespace) map[string]string {
 	if ns.Labels[labels.Mesh] != labels.MeshEnabled || !ownedLabels(ns)[labels.Mesh] {
 		return ns.Labels
 	}
-	others := labelsHeld(ns, func(mf metav1.ManagedFieldsEntry) bool {
-		return mf.Manager != FieldManager || mf.Operation != metav1.ManagedFieldsOperationApply
-	})
-	if others[labels.Mesh] {
+	if contract.LabelsHeldByOthers(ns, FieldManager)[labels.Mesh] {
 		return ns.Labels
 	}
 	out := maps.Clone(ns.Labels)
 	delete(out, labels.Mesh)
-	return out
-}
-
-// labelsHeld are the label keys held by the managedFields entries that match.
-func labelsHeld(ns metav1.Object, match func(metav1.ManagedFieldsEntry) bool) map[string]bool {
-	out := map[string]bool{}
-	for _, mf := range ns.GetManagedFields() {
-		if !match(mf) || mf.FieldsV1 == nil {
-			continue
-		}
-		var f struct {
-			Metadata struct {
-				Labels map[string]any `json:"f:labels"`
-			} `json:"f:metadata"`
-		}
-		if json.Unmarshal(mf.FieldsV1.GetRawBytes(), &f) != nil {
-			continue
-		}
-		for k := range f.Metadata.Labels {
-			if key, ok := strings.CutPrefix(k, "f:"); ok {
-				out[key] = true
-			}
-		}
-	}
 	return out
 }
 
@@ -190,7 +138,7 @@ func (r *ServiceMeshReconciler) managedPolicies(ctx context.Context, mesh *v1alp
 		}
 		for i := range list.Items {
 			u := &list.Items[i]
-			if !controlledBy(u, mesh) {
+			if !metav1.IsControlledBy(u, mesh) {
 				continue
 			}
 			if out[u.GetNamespace()] == nil {
@@ -351,90 +299,13 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 	sort.Strings(paused)
 	st.next.EnrolledNamespaces, st.next.PermissiveNamespaces, st.next.PausedObjects = enrolled, permissive, paused
 
-	sort.Strings(waiting)
-	switch {
-	case holdOnly:
-		// Pods are not looked at while held: the cutover stays as reported.
-	case len(waiting) > 0 && !ownWaiting:
-		if len(waiting) > 5 {
-			waiting = append(waiting[:5], fmt.Sprintf("and %d more", len(waiting)-5))
-		}
-		st.set(ConditionMTLSCutover, metav1.ConditionFalse, "AwaitingEdge", fmt.Sprintf(
-			"Held at PERMISSIVE: the workloads are meshed, but a declared edge namespace (allow-from label) still has a Pod that would call in plaintext, which STRICT would reject; mesh these callers (enroll their namespace, or give them a sidecar): %s.",
-			strings.Join(waiting, ", ")))
-	case len(waiting) > 0:
-		if len(waiting) > 5 {
-			waiting = append(waiting[:5], fmt.Sprintf("and %d more", len(waiting)-5))
-		}
-		st.set(ConditionMTLSCutover, metav1.ConditionFalse, "AwaitingCutover", fmt.Sprintf(
-			"Held at PERMISSIVE until every running Pod can take STRICT mTLS (%s); roll these workloads into the mesh: %s.",
-			cutoverSignal(mesh.Spec.DataPlane), strings.Join(waiting, ", ")))
-	default:
-		st.set(ConditionMTLSCutover, metav1.ConditionTrue, "CutOver", "Every enrolled namespace has passed the PERMISSIVE→STRICT cutover.")
-	}
-
-	sort.Strings(migrating)
-	switch {
-	case len(migrating) > 0:
-		if len(migrating) > 10 {
-			migrating = append(migrating[:10], fmt.Sprintf("and %d more", len(migrating)-10))
-		}
-		msg := fmt.Sprintf("Moving the enrolled namespaces to dataPlane %s: %s.", mesh.Spec.DataPlane, strings.Join(migrating, "; "))
-		if st.oldDataPlane != "" {
-			msg += " " + st.oldDataPlane
-		}
-		st.set(ConditionDataPlaneMigration, metav1.ConditionTrue, "Migrating", msg)
-	case st.oldDataPlane != "":
-		st.set(ConditionDataPlaneMigration, metav1.ConditionTrue, "ReleasingOldDataPlane", fmt.Sprintf(
-			"Every enrolled namespace is on dataPlane %s. %s", mesh.Spec.DataPlane, st.oldDataPlane))
-	case !holdOnly:
-		st.set(ConditionDataPlaneMigration, metav1.ConditionFalse, "Settled", fmt.Sprintf(
-			"No data-plane migration in progress: every enrolled namespace is configured for %s.", mesh.Spec.DataPlane))
-	}
-
-	sort.Strings(conflicts)
-	switch {
-	case len(conflicts) > 0:
-		st.set(ConditionEnrollmentConflict, metav1.ConditionTrue, "PolicyConflict", fmt.Sprintf(
-			"These objects have the names of the operator's per-namespace policies but belong to someone else, so their namespaces are not enrolled (their data-plane label was not applied, or was rolled back): %s. Rename or delete them, or opt the namespace out.",
-			strings.Join(conflicts, ", ")))
-	case !holdOnly:
-		st.set(ConditionEnrollmentConflict, metav1.ConditionFalse, "NoConflict", "No object of someone else stands in the way of an enrolled namespace's policies.")
-	}
-
-	sort.Strings(withheld)
-	switch {
-	case mesh.Spec.Isolation != v1alpha1.IsolationStrict:
-		meta.RemoveStatusCondition(&st.next.Conditions, ConditionStrictIsolation)
-	case len(withheld) > 0:
-		if len(withheld) > 5 {
-			withheld = append(withheld[:5], fmt.Sprintf("and %d more", len(withheld)-5))
-		}
-		st.set(ConditionStrictIsolation, metav1.ConditionFalse, "BaselineWithheld", fmt.Sprintf(
-			"The allow-nothing baseline %s exists only at STRICT mTLS (it would drop plaintext); these namespaces are at PERMISSIVE and have namespace isolation only: %s.",
-			enroll.BaselinePolicyName, strings.Join(withheld, ", ")))
-	default:
-		st.set(ConditionStrictIsolation, metav1.ConditionTrue, "BaselineInForce", fmt.Sprintf(
-			"Every enrolled namespace is STRICT with the allow-nothing baseline %s: a workload admits only what its own ALLOW policies admit.",
-			enroll.BaselinePolicyName))
-	}
-
-	var wait time.Duration
-	st.next.MaintenanceUntil = nil
-	switch open, left := enroll.Window(mesh.Spec.MTLS, now); {
-	case open:
-		st.next.MaintenanceUntil = mesh.Spec.MTLS.MaintenanceUntil.DeepCopy()
-		st.set(ConditionMaintenanceWindow, metav1.ConditionTrue, "Open", fmt.Sprintf(
-			"spec.mtls.maintenanceUntil holds enrolled namespaces at PERMISSIVE until %s; STRICT is restored then without further action.",
-			mesh.Spec.MTLS.MaintenanceUntil.UTC().Format(time.RFC3339)))
-		wait = left
-	case mesh.Spec.MTLS.MaintenanceUntil != nil:
-		st.set(ConditionMaintenanceWindow, metav1.ConditionFalse, "Ended", fmt.Sprintf(
-			"The maintenance window ended at %s; STRICT is restored where the workloads are ready for it.",
-			mesh.Spec.MTLS.MaintenanceUntil.UTC().Format(time.RFC3339)))
-	default:
-		st.set(ConditionMaintenanceWindow, metav1.ConditionFalse, "NoWindow", "No maintenance window is set.")
-	}
+	ctrl.LoggerFrom(ctx).V(1).Info("enrollment", "holdOnly", holdOnly, "enrolled", len(enrolled), "permissive", len(permissive),
+		"awaitingCutover", len(waiting), "migrating", len(migrating), "conflicts", len(conflicts), "baselineWithheld", len(withheld),
+		"paused", len(paused), "errors", len(errs))
+	wait := setEnrollmentConditions(st, mesh.Spec, enrollmentTally{
+		holdOnly: holdOnly, waiting: waiting, ownWaiting: ownWaiting,
+		migrating: migrating, conflicts: conflicts, withheld: withheld,
+	})
 	if pending && (wait == 0 || wait > convergingRecheck) {
 		wait = convergingRecheck
 	}
@@ -444,6 +315,131 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 		return wait, err
 	}
 	return wait, nil
+}
+
+// enrollmentTally is what one pass over the namespaces found, as the
+// enrollment conditions need it.
+type enrollmentTally struct {
+	// holdOnly: the mesh is not Ready; Pods were not looked at and nothing
+	// was enrolled, so the conditions that describe them stay as they were.
+	holdOnly bool
+	// waiting: namespaces held at PERMISSIVE, each with what holds it
+	// ("ns (Pod p)", or "ns (edge ...)"); ownWaiting: at least one of them
+	// is held by its own Pods rather than only by a declared edge.
+	waiting    []string
+	ownWaiting bool
+	// migrating: per-namespace progress of a dataPlane change.
+	migrating []string
+	// conflicts: objects of someone else with a policy's name ("Kind ns/name").
+	conflicts []string
+	// withheld: namespaces without the strict baseline ("ns (mtls reason)").
+	withheld []string
+}
+
+// setEnrollmentConditions decides MTLSCutover, DataPlaneMigration,
+// EnrollmentConflict, StrictIsolation and MaintenanceWindow (and
+// status.maintenanceUntil) from the spec and the tally, and returns how
+// soon a maintenance window asks to look again (0: it does not). It reads
+// nothing but its arguments (st.now, st.oldDataPlane included).
+func setEnrollmentConditions(st *status, spec v1alpha1.ServiceMeshSpec, t enrollmentTally) time.Duration {
+	setMTLSCutoverCondition(st, spec, t)
+	setDataPlaneMigrationCondition(st, spec, t)
+	setEnrollmentConflictCondition(st, t)
+	setStrictIsolationCondition(st, spec, t)
+	return setMaintenanceWindowCondition(st, spec)
+}
+
+// truncated keeps the first n entries and says how many more there are.
+func truncated(list []string, n int) []string {
+	if len(list) <= n {
+		return list
+	}
+	return append(list[:n:n], fmt.Sprintf("and %d more", len(list)-n))
+}
+
+func setMTLSCutoverCondition(st *status, spec v1alpha1.ServiceMeshSpec, t enrollmentTally) {
+	waiting := slices.Sorted(slices.Values(t.waiting))
+	switch {
+	case t.holdOnly:
+		// Pods are not looked at while held: the cutover stays as reported.
+	case len(waiting) > 0 && !t.ownWaiting:
+		st.set(v1alpha1.ConditionMTLSCutover, metav1.ConditionFalse, v1alpha1.ReasonAwaitingEdge, fmt.Sprintf(
+			"Held at PERMISSIVE: the workloads are meshed, but a declared edge namespace (allow-from label) still has a Pod that would call in plaintext, which STRICT would reject; mesh these callers (enroll their namespace, or give them a sidecar): %s.",
+			strings.Join(truncated(waiting, 5), ", ")))
+	case len(waiting) > 0:
+		st.set(v1alpha1.ConditionMTLSCutover, metav1.ConditionFalse, v1alpha1.ReasonAwaitingCutover, fmt.Sprintf(
+			"Held at PERMISSIVE until every running Pod can take STRICT mTLS (%s); roll these workloads into the mesh: %s.",
+			cutoverSignal(spec.DataPlane), strings.Join(truncated(waiting, 5), ", ")))
+	default:
+		st.set(v1alpha1.ConditionMTLSCutover, metav1.ConditionTrue, v1alpha1.ReasonCutOver, "Every enrolled namespace has passed the PERMISSIVE→STRICT cutover.")
+	}
+}
+
+func setDataPlaneMigrationCondition(st *status, spec v1alpha1.ServiceMeshSpec, t enrollmentTally) {
+	migrating := slices.Sorted(slices.Values(t.migrating))
+	switch {
+	case len(migrating) > 0:
+		msg := fmt.Sprintf("Moving the enrolled namespaces to dataPlane %s: %s.", spec.DataPlane, strings.Join(truncated(migrating, 10), "; "))
+		if st.oldDataPlane != "" {
+			msg += " " + st.oldDataPlane
+		}
+		st.set(v1alpha1.ConditionDataPlaneMigration, metav1.ConditionTrue, v1alpha1.ReasonMigrating, msg)
+	case st.oldDataPlane != "":
+		st.set(v1alpha1.ConditionDataPlaneMigration, metav1.ConditionTrue, v1alpha1.ReasonReleasingOldDataPlane, fmt.Sprintf(
+			"Every enrolled namespace is on dataPlane %s. %s", spec.DataPlane, st.oldDataPlane))
+	case !t.holdOnly:
+		st.set(v1alpha1.ConditionDataPlaneMigration, metav1.ConditionFalse, v1alpha1.ReasonSettled, fmt.Sprintf(
+			"No data-plane migration in progress: every enrolled namespace is configured for %s.", spec.DataPlane))
+	}
+}
+
+func setEnrollmentConflictCondition(st *status, t enrollmentTally) {
+	conflicts := slices.Sorted(slices.Values(t.conflicts))
+	switch {
+	case len(conflicts) > 0:
+		st.set(v1alpha1.ConditionEnrollmentConflict, metav1.ConditionTrue, v1alpha1.ReasonPolicyConflict, fmt.Sprintf(
+			"These objects have the names of the operator's per-namespace policies but belong to someone else, so their namespaces are not enrolled (their data-plane label was not applied, or was rolled back): %s. Rename or delete them, or opt the namespace out.",
+			strings.Join(conflicts, ", ")))
+	case !t.holdOnly:
+		st.set(v1alpha1.ConditionEnrollmentConflict, metav1.ConditionFalse, v1alpha1.ReasonNoConflict, "No object of someone else stands in the way of an enrolled namespace's policies.")
+	}
+}
+
+func setStrictIsolationCondition(st *status, spec v1alpha1.ServiceMeshSpec, t enrollmentTally) {
+	withheld := slices.Sorted(slices.Values(t.withheld))
+	switch {
+	case spec.Isolation != v1alpha1.IsolationStrict:
+		meta.RemoveStatusCondition(&st.next.Conditions, string(v1alpha1.ConditionStrictIsolation))
+	case len(withheld) > 0:
+		st.set(v1alpha1.ConditionStrictIsolation, metav1.ConditionFalse, v1alpha1.ReasonBaselineWithheld, fmt.Sprintf(
+			"The allow-nothing baseline %s exists only at STRICT mTLS (it would drop plaintext); these namespaces are at PERMISSIVE and have namespace isolation only: %s.",
+			enroll.BaselinePolicyName, strings.Join(truncated(withheld, 5), ", ")))
+	default:
+		st.set(v1alpha1.ConditionStrictIsolation, metav1.ConditionTrue, v1alpha1.ReasonBaselineInForce, fmt.Sprintf(
+			"Every enrolled namespace is STRICT with the allow-nothing baseline %s: a workload admits only what its own ALLOW policies admit.",
+			enroll.BaselinePolicyName))
+	}
+}
+
+// setMaintenanceWindowCondition sets MaintenanceWindow and
+// status.maintenanceUntil, and returns how long the window still holds.
+func setMaintenanceWindowCondition(st *status, spec v1alpha1.ServiceMeshSpec) time.Duration {
+	st.next.MaintenanceUntil = nil
+	switch open, left := enroll.Window(spec.MTLS, st.now); {
+	case open:
+		st.next.MaintenanceUntil = spec.MTLS.MaintenanceUntil.DeepCopy()
+		st.set(v1alpha1.ConditionMaintenanceWindow, metav1.ConditionTrue, v1alpha1.ReasonWindowOpen, fmt.Sprintf(
+			"spec.mtls.maintenanceUntil holds enrolled namespaces at PERMISSIVE until %s; STRICT is restored then without further action.",
+			spec.MTLS.MaintenanceUntil.UTC().Format(time.RFC3339)))
+		return left
+	case spec.MTLS.MaintenanceUntil != nil:
+		st.set(v1alpha1.ConditionMaintenanceWindow, metav1.ConditionFalse, v1alpha1.ReasonWindowEnded, fmt.Sprintf(
+			"The maintenance window ended at %s; STRICT is restored where the workloads are ready for it.",
+			spec.MTLS.MaintenanceUntil.UTC().Format(time.RFC3339)))
+	default:
+		st.set(v1alpha1.ConditionMaintenanceWindow, metav1.ConditionFalse, v1alpha1.ReasonNoWindow, "No maintenance window is set.")
+	}
+	return 0
 }
 
 // enrollNamespace configures one enrolled namespace: its policies first
@@ -616,7 +612,7 @@ func (r *ServiceMeshReconciler) namespacePolicies(ctx context.Context, mesh *v1a
 		if err != nil {
 			return nil, fmt.Errorf("reading %s %s/%s: %w", kind, namespace, name, err)
 		}
-		if controlledBy(u, mesh) {
+		if metav1.IsControlledBy(u, mesh) {
 			out[k] = u
 		}
 	}
@@ -748,8 +744,8 @@ func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha
 	}
 	res.mode = enroll.DecideMTLS(enroll.MTLSInputs{Spec: mesh.Spec.MTLS, Now: now, Ready: ready, Live: liveMode, CutOver: strictReady != "",
 		EdgeHolds: edgeHolds, Migrating: migrating})
-	res.pending = ready && (res.mode.Reason == "AwaitingCutover" || res.mode.Reason == "AwaitingEdge" || res.mode.Reason == "Migrating")
-	res.edgeHeld = res.mode.Reason == "AwaitingEdge"
+	res.pending = ready && (res.mode.Reason == enroll.MTLSAwaitingCutover || res.mode.Reason == enroll.MTLSAwaitingEdge || res.mode.Reason == enroll.MTLSMigrating)
+	res.edgeHeld = res.mode.Reason == enroll.MTLSAwaitingEdge
 	if ready && res.mode.Mode == contract.MTLSStrict {
 		// Every declared edge was meshed (or accepted before) now, and a
 		// migration is over for this namespace.
@@ -779,7 +775,7 @@ func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha
 		res.paused = append(res.paused, fmt.Sprintf("%s/%s/%s", enroll.KindPeerAuthentication, ns.Name, pa.GetName()))
 		mtlsInForce = enroll.ModeOf(pa)
 		if mtlsInForce != res.mode.Mode {
-			res.mode.Reason = "Paused" // the paused policy, not the decision, is in force
+			res.mode.Reason = enroll.MTLSPaused
 		}
 		res.mode.Mode = mtlsInForce
 	}
@@ -787,7 +783,15 @@ func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha
 	// it goes before the PeerAuthentication turns PERMISSIVE and comes
 	// after it is STRICT, so it never drops plaintext that PERMISSIVE is
 	// meant to let through.
-	wantBaseline := enroll.BaselinePolicy(ns.Name, mesh.Spec.Isolation, mtlsInForce, owner)
+	want := enroll.PolicySet(enroll.PolicyInputs{
+		Namespace: ns.Name, Isolation: mesh.Spec.Isolation, Mode: mtlsInForce,
+		StrictReady: strictReady, AcceptedEdges: accepted, MigratingFrom: migratingFrom,
+		// Isolation admits the control plane and the edges workload
+		// operators declared.
+		Allowed: enroll.AllowedSources(ns.Name, []string{cp.Namespace}, state.Edges),
+		Owner:   owner,
+	})
+	wantBaseline := want.Baseline
 	res.baselineWithheld = mesh.Spec.Isolation == v1alpha1.IsolationStrict && wantBaseline == nil
 	baselinePaused := baseline != nil && enroll.Paused(baseline)
 	if baselinePaused {
@@ -804,16 +808,7 @@ func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha
 		}
 	}
 	if !paPaused {
-		desiredPA := enroll.PeerAuthentication(ns.Name, res.mode.Mode, strictReady, owner, accepted...)
-		if migratingFrom != "" {
-			ann := desiredPA.GetAnnotations()
-			if ann == nil {
-				ann = map[string]string{}
-			}
-			ann[labels.MeshMigratingFrom] = migratingFrom
-			desiredPA.SetAnnotations(ann)
-		}
-		if _, err := r.applyPolicy(ctx, mesh, pa, desiredPA); err != nil {
+		if _, err := r.applyPolicy(ctx, mesh, pa, want.PeerAuthentication); err != nil {
 			return res, mtlsInForce, err
 		}
 	}
@@ -824,9 +819,8 @@ func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha
 	}
 
 	// Isolation, admitting the edges workload operators declared.
-	allowed := enroll.AllowedSources(ns.Name, []string{cp.Namespace}, state.Edges)
 	ap := live[policyKey(enroll.KindAuthorizationPolicy, enroll.IsolationPolicyName)]
-	desired := enroll.IsolationPolicy(ns.Name, mesh.Spec.Isolation, allowed, owner)
+	desired := want.Isolation
 	switch {
 	case ap != nil && enroll.Paused(ap):
 		res.paused = append(res.paused, fmt.Sprintf("%s/%s/%s", enroll.KindAuthorizationPolicy, ns.Name, ap.GetName()))
@@ -882,7 +876,7 @@ func (r *ServiceMeshReconciler) migrationPending(ctx context.Context, mesh *v1al
 // gets the desired spec back whole (a JSON patch replacing spec, guarded by
 // its resourceVersion), then the apply runs as usual.
 func (r *ServiceMeshReconciler) applyPolicy(ctx context.Context, mesh *v1alpha1.ServiceMesh, live, desired *unstructured.Unstructured) (apply.Result, error) {
-	if live != nil && controlledBy(live, mesh) && !enroll.Paused(live) && !sameJSON(live.Object["spec"], desired.Object["spec"]) {
+	if live != nil && metav1.IsControlledBy(live, mesh) && !enroll.Paused(live) && !sameJSON(live.Object["spec"], desired.Object["spec"]) {
 		patch, err := json.Marshal([]map[string]any{
 			{"op": "test", "path": "/metadata/resourceVersion", "value": live.GetResourceVersion()},
 			{"op": "replace", "path": "/spec", "value": desired.Object["spec"]},
@@ -969,27 +963,17 @@ func (r *ServiceMeshReconciler) teardownEnrollment(ctx context.Context, mesh *v1
 		}
 	}
 	st.next.EnrolledNamespaces, st.next.PermissiveNamespaces, st.next.PausedObjects, st.next.MaintenanceUntil = nil, nil, nil, nil
-	meta.RemoveStatusCondition(&st.next.Conditions, ConditionMaintenanceWindow)
-	meta.RemoveStatusCondition(&st.next.Conditions, ConditionMTLSCutover)
-	meta.RemoveStatusCondition(&st.next.Conditions, ConditionStrictIsolation)
-	meta.RemoveStatusCondition(&st.next.Conditions, ConditionEnrollmentConflict)
-	meta.RemoveStatusCondition(&st.next.Conditions, ConditionDataPlaneMigration)
-	orig := mesh.DeepCopy()
-	controllerutil.RemoveFinalizer(mesh, EnrollFinalizer)
-	if err := r.Client.Patch(ctx, mesh, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return client.IgnoreNotFound(err)
+	meta.RemoveStatusCondition(&st.next.Conditions, string(v1alpha1.ConditionMaintenanceWindow))
+	meta.RemoveStatusCondition(&st.next.Conditions, string(v1alpha1.ConditionMTLSCutover))
+	meta.RemoveStatusCondition(&st.next.Conditions, string(v1alpha1.ConditionStrictIsolation))
+	meta.RemoveStatusCondition(&st.next.Conditions, string(v1alpha1.ConditionEnrollmentConflict))
+	meta.RemoveStatusCondition(&st.next.Conditions, string(v1alpha1.ConditionDataPlaneMigration))
+	if err := apply.RemoveFinalizer(ctx, r.Client, mesh, EnrollFinalizer); !apierrors.IsNotFound(err) {
+		return err
 	}
 	return nil
 }
 
 func (r *ServiceMeshReconciler) ensureNamedFinalizer(ctx context.Context, mesh *v1alpha1.ServiceMesh, name string) error {
-	if controllerutil.ContainsFinalizer(mesh, name) {
-		return nil
-	}
-	orig := mesh.DeepCopy()
-	controllerutil.AddFinalizer(mesh, name)
-	if err := r.Client.Patch(ctx, mesh, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("adding finalizer %s: %w", name, err)
-	}
-	return nil
+	return apply.AddFinalizer(ctx, r.Client, mesh, name)
 }

@@ -234,14 +234,14 @@ func TestEnrollmentIntegration(t *testing.T) {
 		createPod("by-spec", "meshed", true)
 		_, m := reconcile()
 		assert.Equal(t, "PERMISSIVE", paMode("by-spec"), "one Pod still has no proxy")
-		c := meta.FindStatusCondition(m.Status.Conditions, ConditionMTLSCutover)
+		c := meta.FindStatusCondition(m.Status.Conditions, string(v1alpha1.ConditionMTLSCutover))
 		require.NotNil(t, c)
-		assert.Equal(t, "AwaitingCutover", c.Reason)
+		assert.Equal(t, string(v1alpha1.ReasonAwaitingCutover), c.Reason)
 		assert.Contains(t, c.Message, "by-spec (Pod legacy)")
 		deletePod("by-spec", "legacy")
 		res, m := reconcile()
 		assert.Equal(t, "STRICT", paMode("by-spec"))
-		assert.True(t, meta.IsStatusConditionTrue(m.Status.Conditions, ConditionMTLSCutover))
+		assert.True(t, meta.IsStatusConditionTrue(m.Status.Conditions, string(v1alpha1.ConditionMTLSCutover)))
 		assert.Equal(t, "strict", ns("by-spec").Labels[labels.MeshMTLS], "the label follows the policy")
 		assert.NotEmpty(t, policy(enroll.KindPeerAuthentication, "by-spec").GetAnnotations()[labels.MeshStrictReady])
 		assert.Empty(t, m.Status.PermissiveNamespaces)
@@ -291,7 +291,7 @@ func TestEnrollmentIntegration(t *testing.T) {
 			assert.Equal(t, "PERMISSIVE", paMode(n), n)
 			assert.Equal(t, "permissive", ns(n).Labels[labels.MeshMTLS], n)
 		}
-		c := meta.FindStatusCondition(m.Status.Conditions, ConditionMaintenanceWindow)
+		c := meta.FindStatusCondition(m.Status.Conditions, string(v1alpha1.ConditionMaintenanceWindow))
 		require.NotNil(t, c)
 		assert.Equal(t, metav1.ConditionTrue, c.Status)
 		require.NotNil(t, m.Status.MaintenanceUntil)
@@ -309,9 +309,9 @@ func TestEnrollmentIntegration(t *testing.T) {
 			assert.Equal(t, "STRICT", paMode(n), n)
 			assert.Equal(t, "strict", ns(n).Labels[labels.MeshMTLS], n)
 		}
-		c = meta.FindStatusCondition(m.Status.Conditions, ConditionMaintenanceWindow)
+		c = meta.FindStatusCondition(m.Status.Conditions, string(v1alpha1.ConditionMaintenanceWindow))
 		assert.Equal(t, metav1.ConditionFalse, c.Status)
-		assert.Equal(t, "Ended", c.Reason)
+		assert.Equal(t, string(v1alpha1.ReasonWindowEnded), c.Reason)
 		assert.Nil(t, m.Status.MaintenanceUntil)
 		assert.Empty(t, m.Status.PermissiveNamespaces)
 	})
@@ -498,8 +498,8 @@ func TestEnrollmentIntegration(t *testing.T) {
 		})
 		assert.False(t, time.Now().Before(until.Time), "not before the deadline")
 		eventually(t, 10*time.Second, "MaintenanceWindow Ended", func() bool {
-			c := meta.FindStatusCondition(get().Status.Conditions, ConditionMaintenanceWindow)
-			return c != nil && c.Reason == "Ended" && get().Status.MaintenanceUntil == nil
+			c := meta.FindStatusCondition(get().Status.Conditions, string(v1alpha1.ConditionMaintenanceWindow))
+			return c != nil && c.Reason == string(v1alpha1.ReasonWindowEnded) && get().Status.MaintenanceUntil == nil
 		})
 
 		require.NoError(t, admin.Delete(ctx, get()))

@@ -22,7 +22,9 @@ import (
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/sail"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/sailinstall"
+	"github.com/ericdev/fleetmesh/shared/apply"
 	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/podmesh"
 )
 
 // The rights installing and uninstalling the Sail Operator take are
@@ -48,8 +50,8 @@ func (r *ServiceMeshReconciler) finalize(ctx context.Context, mesh *v1alpha1.Ser
 	}
 	st := newStatus(mesh, r.Now())
 	st.next.Phase = PhaseDeleting
-	progress := func(reason, msg string) (ctrl.Result, error) {
-		st.set(ConditionReady, metav1.ConditionFalse, "Deleting", "The ServiceMesh is being deleted: "+msg)
+	progress := func(reason v1alpha1.ConditionReason, msg string) (ctrl.Result, error) {
+		st.set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonDeleting, "The ServiceMesh is being deleted: "+msg)
 		st.summarize(reason, msg)
 		return ctrl.Result{RequeueAfter: convergingRecheck}, r.writeStatus(ctx, mesh, st.next, "", "")
 	}
@@ -64,7 +66,7 @@ func (r *ServiceMeshReconciler) finalize(ctx context.Context, mesh *v1alpha1.Ser
 			return ctrl.Result{}, err
 		}
 		if msg != "" {
-			return progress(ReasonWaitingForCNIRelease, msg)
+			return progress(v1alpha1.ReasonWaitingForCNIRelease, msg)
 		}
 		var waiting []string
 		// ZTunnel and IstioCNI first: they follow the Istio.
@@ -78,7 +80,7 @@ func (r *ServiceMeshReconciler) finalize(ctx context.Context, mesh *v1alpha1.Ser
 			}
 		}
 		if len(waiting) > 0 {
-			return progress("WaitingForSail", fmt.Sprintf("waiting for the Sail Operator to remove %s (finalizer %s).", strings.Join(waiting, ", "), sail.Finalizer))
+			return progress(v1alpha1.ReasonWaitingForSail, fmt.Sprintf("waiting for the Sail Operator to remove %s (finalizer %s).", strings.Join(waiting, ", "), sail.Finalizer))
 		}
 	}
 	for _, ns := range []string{sail.ZTunnelNamespace, sail.CNINamespace, sail.IstioNamespace} {
@@ -90,7 +92,7 @@ func (r *ServiceMeshReconciler) finalize(ctx context.Context, mesh *v1alpha1.Ser
 	if err != nil {
 		var reasoned *reasonedError
 		if errors.As(err, &reasoned) {
-			st.set(ConditionSailTeardown, metav1.ConditionFalse, reasoned.reason, err.Error())
+			st.set(v1alpha1.ConditionSailTeardown, metav1.ConditionFalse, reasoned.reason, err.Error())
 			_, _ = progress(reasoned.reason, err.Error())
 		}
 		return ctrl.Result{}, err
@@ -98,24 +100,18 @@ func (r *ServiceMeshReconciler) finalize(ctx context.Context, mesh *v1alpha1.Ser
 	if reason != "" {
 		// The last word on the Sail installation, written before the
 		// finalizer goes (and with it, usually, the object).
-		st.set(ConditionSailTeardown, metav1.ConditionTrue, reason, msg)
-		st.set(ConditionReady, metav1.ConditionFalse, "Deleting", "The ServiceMesh is being deleted: "+msg)
+		st.set(v1alpha1.ConditionSailTeardown, metav1.ConditionTrue, reason, msg)
+		st.set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonDeleting, "The ServiceMesh is being deleted: "+msg)
 		if err := r.patchStatus(ctx, mesh, st.next); err != nil {
 			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
 	}
 
-	orig := mesh.DeepCopy()
-	controllerutil.RemoveFinalizer(mesh, Finalizer)
-	if err := r.Client.Patch(ctx, mesh, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+	if err := apply.RemoveFinalizer(ctx, r.Client, mesh, Finalizer); !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, nil
 }
-
-// ReasonWaitingForCNIRelease: the teardown holds ZTunnel and IstioCNI
-// while istio-cni still redirects Pods of namespaces that left the mesh.
-const ReasonWaitingForCNIRelease = "WaitingForCNIRelease"
 
 // maxListed bounds how many Pods a message names.
 const maxListed = 10
@@ -136,7 +132,7 @@ func (r *ServiceMeshReconciler) awaitCNIRelease(ctx context.Context, mesh *v1alp
 		if err != nil && !apierrors.IsNotFound(err) {
 			return "", fmt.Errorf("reading %s default: %w", kind, err)
 		}
-		held = held || (err == nil && controlledBy(u, mesh) && u.DeletionTimestamp == nil)
+		held = held || (err == nil && metav1.IsControlledBy(u, mesh) && u.DeletionTimestamp == nil)
 	}
 	if !held {
 		return "", nil
@@ -181,7 +177,7 @@ func (r *ServiceMeshReconciler) strandedPods(ctx context.Context) ([]string, err
 	}
 	var out []string
 	for _, p := range pods.Items {
-		if p.Annotations[labels.IstioAmbientRedirection] != "enabled" || ambient[p.Namespace] ||
+		if !podmesh.Redirected(&p) || ambient[p.Namespace] ||
 			p.Labels[labels.IstioDataPlaneMode] == string(v1alpha1.DataPlaneAmbient) {
 			continue
 		}
@@ -210,7 +206,7 @@ func (r *ServiceMeshReconciler) deleteOwnedSail(ctx context.Context, mesh *v1alp
 	if err != nil {
 		return false, fmt.Errorf("reading %s default: %w", kind, err)
 	}
-	if !controlledBy(u, mesh) {
+	if !metav1.IsControlledBy(u, mesh) {
 		return true, nil
 	}
 	if u.GetDeletionTimestamp() == nil {
@@ -225,7 +221,7 @@ func (r *ServiceMeshReconciler) deleteOwnedSail(ctx context.Context, mesh *v1alp
 func (r *ServiceMeshReconciler) deleteOwnedNamespace(ctx context.Context, name string, mesh *v1alpha1.ServiceMesh) error {
 	ns := &corev1.Namespace{}
 	err := r.Reader.Get(ctx, types.NamespacedName{Name: name}, ns)
-	if apierrors.IsNotFound(err) || (err == nil && (!controlledBy(ns, mesh) || ns.DeletionTimestamp != nil)) {
+	if apierrors.IsNotFound(err) || (err == nil && (!metav1.IsControlledBy(ns, mesh) || ns.DeletionTimestamp != nil)) {
 		return nil
 	}
 	if err != nil {
@@ -235,17 +231,6 @@ func (r *ServiceMeshReconciler) deleteOwnedNamespace(ctx context.Context, name s
 	return client.IgnoreNotFound(r.Client.Delete(ctx, ns, client.Preconditions{UID: &uid}))
 }
 
-// Reasons of ConditionSailTeardown.
-const (
-	ReasonSailOperatorKept        = "SailOperatorKept"
-	ReasonSailInUse               = "SailInUse"
-	ReasonSailOperatorUninstalled = "SailOperatorUninstalled"
-	ReasonUntrustedCRDsIgnored    = "UntrustedCRDsIgnored"
-	// ReasonSailUninstallDisabled: the holders record names the operator,
-	// but with --sail-install=false it has no rights to uninstall.
-	ReasonSailUninstallDisabled = "SailUninstallDisabled"
-)
-
 // releaseSail leaves the Sail holders record. The last holder out
 // uninstalls, unless Sail resources the operator does not own still need
 // the Sail Operator: the Helm release, then the CRDs the install created,
@@ -253,7 +238,7 @@ const (
 // Each step is idempotent and the record goes last, so an interrupted
 // teardown resumes. It returns the SailTeardown reason and message to
 // report ("" when the operator held no part of the installation).
-func (r *ServiceMeshReconciler) releaseSail(ctx context.Context, mesh *v1alpha1.ServiceMesh) (string, string, error) {
+func (r *ServiceMeshReconciler) releaseSail(ctx context.Context, mesh *v1alpha1.ServiceMesh) (v1alpha1.ConditionReason, string, error) {
 	ns := r.Config.SailNamespace
 	rec, err := r.records().Get(ctx, ns)
 	if err != nil || rec == nil || !rec.Holds(sailinstall.HolderKey) {
@@ -266,8 +251,8 @@ func (r *ServiceMeshReconciler) releaseSail(ctx context.Context, mesh *v1alpha1.
 		msg := fmt.Sprintf("The holders record %s/%s names this operator, but with sail.install=false (--sail-install=false) it holds no rights to leave it or uninstall the Sail Operator: "+
 			"the installation is left as it is. Uninstall it yourself (helm uninstall -n %s %s, then delete the record), or set sail.install=true before deleting the ServiceMesh.",
 			ns, sailinstall.RecordName, ns, rec.Release)
-		r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, ReasonSailUninstallDisabled, "Delete", "%s", msg)
-		return ReasonSailUninstallDisabled, msg, nil
+		r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, string(v1alpha1.ReasonSailUninstallDisabled), "Delete", "%s", msg)
+		return v1alpha1.ReasonSailUninstallDisabled, msg, nil
 	}
 	var others []string
 	for _, h := range rec.Holders {
@@ -280,8 +265,8 @@ func (r *ServiceMeshReconciler) releaseSail(ctx context.Context, mesh *v1alpha1.
 			return "", "", err
 		}
 		msg := fmt.Sprintf("Left the Sail Operator installed in %s: still held by %s.", ns, strings.Join(others, ", "))
-		r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, ReasonSailOperatorKept, "Delete", "%s", msg)
-		return ReasonSailOperatorKept, msg, nil
+		r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.ReasonSailOperatorKept), "Delete", "%s", msg)
+		return v1alpha1.ReasonSailOperatorKept, msg, nil
 	}
 	// A user's own Istio (or IstioCNI, ZTunnel) next to ours runs on the
 	// same Sail Operator: uninstalling it would strand that mesh, and
@@ -295,15 +280,15 @@ func (r *ServiceMeshReconciler) releaseSail(ctx context.Context, mesh *v1alpha1.
 		msg := fmt.Sprintf("Kept the Sail Operator in %s and its CRDs: %s, which this ServiceMesh does not own, still use it. "+
 			"The holders record %s/%s keeps the operator's key, so the next ServiceMesh to be deleted after they are gone uninstalls it.",
 			ns, strings.Join(users, ", "), ns, sailinstall.RecordName)
-		r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, ReasonSailInUse, "Delete", "%s", msg)
-		return ReasonSailInUse, msg, nil
+		r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, string(v1alpha1.ReasonSailInUse), "Delete", "%s", msg)
+		return v1alpha1.ReasonSailInUse, msg, nil
 	}
 	// The record says which CRDs the install created, but anyone who may
 	// write ConfigMaps in its namespace may edit it: only the chart's own
 	// CRDs of the Sail API groups, created after the record, are deleted.
 	ch, err := r.loadChart(ctx)
 	if err != nil {
-		return "", "", withReason("SailChartUnavailable", fmt.Errorf("the Sail chart is needed to check which CRDs the holders record may name, so the uninstall waits: %w", err))
+		return "", "", withReason(v1alpha1.ReasonSailChartUnavailable, fmt.Errorf("the Sail chart is needed to check which CRDs the holders record may name, so the uninstall waits: %w", err))
 	}
 	chartCRDs, err := sailinstall.CRDNames(ch)
 	if err != nil {
@@ -349,16 +334,16 @@ func (r *ServiceMeshReconciler) releaseSail(ctx context.Context, mesh *v1alpha1.
 		return "", "", err
 	}
 	msg := fmt.Sprintf("Uninstalled the Sail Operator from %s and removed %d CRDs it had created.", ns, removed)
-	r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, ReasonSailOperatorUninstalled, "Delete", "%s", msg)
+	r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.ReasonSailOperatorUninstalled), "Delete", "%s", msg)
 	if len(ignored) > 0 {
 		sort.Strings(ignored)
 		warn := fmt.Sprintf("Did not delete CRDs %s named in the holders record %s/%s: they are not CRDs of the Sail API groups that the Sail chart ships, "+
 			"created by its install. Anyone who may write ConfigMaps in %s can edit that record; check who added them.",
 			strings.Join(ignored, ", "), ns, sailinstall.RecordName, ns)
-		r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, ReasonUntrustedCRDsIgnored, "Delete", "%s", warn)
-		return ReasonUntrustedCRDsIgnored, msg + " " + warn, nil
+		r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, string(v1alpha1.ReasonUntrustedCRDsIgnored), "Delete", "%s", warn)
+		return v1alpha1.ReasonUntrustedCRDsIgnored, msg + " " + warn, nil
 	}
-	return ReasonSailOperatorUninstalled, msg, nil
+	return v1alpha1.ReasonSailOperatorUninstalled, msg, nil
 }
 
 // foreignSailResources lists the Istio, IstioCNI and ZTunnel resources this
@@ -382,7 +367,7 @@ func (r *ServiceMeshReconciler) foreignSailResources(ctx context.Context, mesh *
 			return nil, fmt.Errorf("listing Sail %s resources: %w", kind, err)
 		}
 		for i := range list.Items {
-			if !controlledBy(&list.Items[i], mesh) {
+			if !metav1.IsControlledBy(&list.Items[i], mesh) {
 				out = append(out, kind+"/"+list.Items[i].Name)
 			}
 		}

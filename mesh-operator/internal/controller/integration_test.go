@@ -156,9 +156,9 @@ func TestIntegration(t *testing.T) {
 		require.NoError(t, err)
 		return m
 	}
-	cond := func(m *v1alpha1.ServiceMesh, typ string) metav1.Condition {
+	cond := func(m *v1alpha1.ServiceMesh, typ v1alpha1.ConditionType) metav1.Condition {
 		t.Helper()
-		c := meta.FindStatusCondition(m.Status.Conditions, typ)
+		c := meta.FindStatusCondition(m.Status.Conditions, string(typ))
 		require.NotNil(t, c, "condition %s", typ)
 		assert.Equal(t, m.Generation, c.ObservedGeneration, "condition %s observedGeneration", typ)
 		return *c
@@ -208,7 +208,7 @@ func TestIntegration(t *testing.T) {
 		require.NoError(t, admin.Create(ctx, &v1alpha1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: "other"}}))
 		m := reconcile("other")
 		assert.Equal(t, PhaseRefused, m.Status.Phase)
-		assert.Equal(t, metav1.ConditionTrue, cond(m, ConditionRefused).Status)
+		assert.Equal(t, metav1.ConditionTrue, cond(m, v1alpha1.ConditionRefused).Status)
 		assert.Empty(t, m.Finalizers)
 		deleteMesh("other")
 	})
@@ -227,7 +227,7 @@ func TestIntegration(t *testing.T) {
 		Spec: v1alpha1.ServiceMeshSpec{Version: "1.30"}}))
 	t.Run("no license Secret: PreviewLocked", func(t *testing.T) {
 		m := reconcile("cluster")
-		assert.Equal(t, string(license.ReasonMissing), cond(m, ConditionPreviewLocked).Reason)
+		assert.Equal(t, string(license.ReasonMissing), cond(m, v1alpha1.ConditionPreviewLocked).Reason)
 		assert.Equal(t, PhasePreviewLocked, m.Status.Phase)
 		n, err := testutil.GatherAndCount(reg, metrics.LicenseExpiryDays)
 		require.NoError(t, err)
@@ -253,12 +253,12 @@ func TestIntegration(t *testing.T) {
 				secret.Data["license"] = tc.data
 				require.NoError(t, admin.Update(ctx, secret))
 				m := reconcile("cluster")
-				c := cond(m, ConditionPreviewLocked)
+				c := cond(m, v1alpha1.ConditionPreviewLocked)
 				assert.Equal(t, metav1.ConditionTrue, c.Status)
 				assert.Equal(t, string(tc.reason), c.Reason)
 				assert.Equal(t, PhasePreviewLocked, m.Status.Phase)
-				assert.Equal(t, metav1.ConditionFalse, cond(m, ConditionReady).Status)
-				assert.Nil(t, meta.FindStatusCondition(m.Status.Conditions, ConditionControlPlaneReady))
+				assert.Equal(t, metav1.ConditionFalse, cond(m, v1alpha1.ConditionReady).Status)
+				assert.Nil(t, meta.FindStatusCondition(m.Status.Conditions, string(v1alpha1.ConditionControlPlaneReady)))
 				assert.Empty(t, m.Finalizers)
 				assert.False(t, exists(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "sail-operator"}}), "nothing installed")
 			})
@@ -272,7 +272,7 @@ func TestIntegration(t *testing.T) {
 		secret.Data["license"] = sign(priv, []string{"preview"}, hourAgo, time.Now().Add(36*time.Hour))
 		require.NoError(t, admin.Update(ctx, secret))
 		m := reconcile("cluster")
-		c := cond(m, ConditionPreviewLocked)
+		c := cond(m, v1alpha1.ConditionPreviewLocked)
 		assert.Equal(t, metav1.ConditionFalse, c.Status)
 		assert.Equal(t, string(license.ReasonValid), c.Reason)
 		days := testutil.ToFloat64(prometheus.CollectorFunc(func(ch chan<- prometheus.Metric) {
@@ -289,7 +289,7 @@ func TestIntegration(t *testing.T) {
 
 		// External with no Istio API: blocked, and nothing written.
 		assert.Equal(t, PhaseBlocked, m.Status.Phase)
-		assert.Equal(t, "IstioAPIMissing", cond(m, ConditionReady).Reason)
+		assert.Equal(t, string(v1alpha1.ReasonIstioAPIMissing), cond(m, v1alpha1.ConditionReady).Reason)
 		assert.Equal(t, v1alpha1.ManagementExternal, m.Status.ControlPlane.Management)
 		assert.Empty(t, m.Finalizers)
 		assert.False(t, exists(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "sail-operator"}}))
@@ -310,8 +310,8 @@ func TestIntegration(t *testing.T) {
 		m := &v1alpha1.ServiceMesh{}
 		require.NoError(t, admin.Get(ctx, client.ObjectKey{Name: "cluster"}, m))
 		assert.Equal(t, PhaseError, m.Status.Phase)
-		assert.Equal(t, "SailChartUnavailable", cond(m, ConditionReady).Reason)
-		assert.Equal(t, metav1.ConditionTrue, cond(m, ConditionStalled).Status)
+		assert.Equal(t, string(v1alpha1.ReasonSailChartUnavailable), cond(m, v1alpha1.ConditionReady).Reason)
+		assert.Equal(t, metav1.ConditionTrue, cond(m, v1alpha1.ConditionStalled).Status)
 		assert.Empty(t, m.Finalizers)
 		assert.False(t, exists(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "sail-operator"}}))
 		assert.True(t, sawEvent(recorder, "SailChartUnavailable"))
@@ -320,7 +320,7 @@ func TestIntegration(t *testing.T) {
 	t.Run("managed: installs the Sail Operator from the chart repository, then owns the control plane", func(t *testing.T) {
 		m := reconcile("cluster")
 		assert.Equal(t, PhaseProgressing, m.Status.Phase)
-		assert.Equal(t, "SailOperatorInstalling", cond(m, ConditionControlPlaneReady).Reason)
+		assert.Equal(t, string(v1alpha1.ReasonSailOperatorInstalling), cond(m, v1alpha1.ConditionControlPlaneReady).Reason)
 		assert.Contains(t, m.Finalizers, Finalizer)
 		assert.Equal(t, int32(1), repo.count("/index.yaml"))
 		assert.Equal(t, int32(1), repo.count("/charts/sail-operator-1.30.0.tgz"))
@@ -364,22 +364,22 @@ func TestIntegration(t *testing.T) {
 
 	t.Run("readiness gating: Ready only when every Sail CR is Ready for its current generation", func(t *testing.T) {
 		m := reconcile("cluster")
-		assert.Equal(t, metav1.ConditionFalse, cond(m, ConditionReady).Status)
-		assert.Equal(t, "IstioProgressing", cond(m, ConditionControlPlaneReady).Reason, "no status from Sail yet")
+		assert.Equal(t, metav1.ConditionFalse, cond(m, v1alpha1.ConditionReady).Status)
+		assert.Equal(t, string(v1alpha1.ReasonIstioProgressing), cond(m, v1alpha1.ConditionControlPlaneReady).Reason, "no status from Sail yet")
 
 		fake.sync(sail.KindIstio, sail.KindIstioCNI)
 		m = reconcile("cluster")
-		assert.Equal(t, metav1.ConditionFalse, cond(m, ConditionControlPlaneReady).Status)
-		assert.Equal(t, "ZTunnelNotReady", cond(m, ConditionControlPlaneReady).Reason)
+		assert.Equal(t, metav1.ConditionFalse, cond(m, v1alpha1.ConditionControlPlaneReady).Status)
+		assert.Equal(t, string(v1alpha1.ReasonZTunnelNotReady), cond(m, v1alpha1.ConditionControlPlaneReady).Reason)
 		assert.Equal(t, PhaseProgressing, m.Status.Phase)
-		assert.Equal(t, metav1.ConditionTrue, cond(m, ConditionReconciling).Status)
+		assert.Equal(t, metav1.ConditionTrue, cond(m, v1alpha1.ConditionReconciling).Status)
 
 		fake.sync(sail.KindIstio, sail.KindIstioCNI, sail.KindZTunnel)
 		m = reconcile("cluster")
 		assert.Equal(t, PhaseReady, m.Status.Phase)
-		assert.Equal(t, metav1.ConditionTrue, cond(m, ConditionControlPlaneReady).Status)
-		assert.Equal(t, metav1.ConditionTrue, cond(m, ConditionReady).Status)
-		assert.Equal(t, metav1.ConditionFalse, cond(m, ConditionStalled).Status)
+		assert.Equal(t, metav1.ConditionTrue, cond(m, v1alpha1.ConditionControlPlaneReady).Status)
+		assert.Equal(t, metav1.ConditionTrue, cond(m, v1alpha1.ConditionReady).Status)
+		assert.Equal(t, metav1.ConditionFalse, cond(m, v1alpha1.ConditionStalled).Status)
 		assert.Equal(t, &v1alpha1.ControlPlaneStatus{Management: v1alpha1.ManagementManaged, Namespace: "istio-system", Revision: "default",
 			Version: "v1.30-latest", DataPlane: v1alpha1.DataPlaneAmbient, Resources: []string{"Istio/default", "IstioCNI/default", "ZTunnel/default"}}, m.Status.ControlPlane)
 
@@ -394,8 +394,8 @@ func TestIntegration(t *testing.T) {
 		setSpec("cluster", func(s *v1alpha1.ServiceMeshSpec) { s.Version = "1.30.1" })
 		m = reconcile("cluster")
 		assert.Equal(t, "v1.30.1", getSail(sail.KindIstio).Object["spec"].(map[string]any)["version"])
-		assert.Equal(t, metav1.ConditionFalse, cond(m, ConditionReady).Status)
-		assert.Equal(t, "IstioProgressing", cond(m, ConditionControlPlaneReady).Reason)
+		assert.Equal(t, metav1.ConditionFalse, cond(m, v1alpha1.ConditionReady).Status)
+		assert.Equal(t, string(v1alpha1.ReasonIstioProgressing), cond(m, v1alpha1.ConditionControlPlaneReady).Reason)
 		fake.sync(sail.KindIstio, sail.KindIstioCNI, sail.KindZTunnel)
 		assert.Equal(t, PhaseReady, reconcile("cluster").Status.Phase)
 	})
@@ -408,19 +408,19 @@ func TestIntegration(t *testing.T) {
 		require.NoError(t, admin.Create(ctx, ds))
 		before := getSail(sail.KindIstio).GetResourceVersion()
 		m := reconcile("cluster")
-		c := cond(m, ConditionPreconditionNotMet)
+		c := cond(m, v1alpha1.ConditionPreconditionNotMet)
 		assert.Equal(t, metav1.ConditionTrue, c.Status)
-		assert.Equal(t, "CiliumAmbient", c.Reason)
+		assert.Equal(t, string(v1alpha1.ReasonCiliumAmbient), c.Reason)
 		assert.Contains(t, c.Message, "dataPlane: sidecar")
 		assert.Equal(t, PhaseBlocked, m.Status.Phase)
-		assert.Equal(t, ConditionPreconditionNotMet, cond(m, ConditionReady).Reason)
-		assert.Equal(t, metav1.ConditionTrue, cond(m, ConditionStalled).Status)
+		assert.Equal(t, string(v1alpha1.ReasonPreconditionNotMet), cond(m, v1alpha1.ConditionReady).Reason)
+		assert.Equal(t, metav1.ConditionTrue, cond(m, v1alpha1.ConditionStalled).Status)
 		assert.True(t, m.Status.Detected.Cilium)
 		assert.Equal(t, before, getSail(sail.KindIstio).GetResourceVersion(), "held: nothing changed")
 
 		setSpec("cluster", func(s *v1alpha1.ServiceMeshSpec) { s.DataPlane = v1alpha1.DataPlaneSidecar })
 		m = reconcile("cluster")
-		assert.Equal(t, metav1.ConditionFalse, cond(m, ConditionPreconditionNotMet).Status)
+		assert.Equal(t, metav1.ConditionFalse, cond(m, v1alpha1.ConditionPreconditionNotMet).Status)
 		assert.NotNil(t, getSail(sail.KindZTunnel).GetDeletionTimestamp(), "ambient components are removed")
 		assert.NotNil(t, getSail(sail.KindIstioCNI).GetDeletionTimestamp())
 		_, hasValues := getSail(sail.KindIstio).Object["spec"].(map[string]any)["values"]
@@ -441,7 +441,7 @@ func TestIntegration(t *testing.T) {
 		m := reconcile("cluster")
 		require.NotNil(t, m, "the finalizer waits for Sail")
 		assert.Equal(t, PhaseDeleting, m.Status.Phase)
-		assert.Equal(t, "WaitingForSail", cond(m, ConditionReconciling).Reason)
+		assert.Equal(t, string(v1alpha1.ReasonWaitingForSail), cond(m, v1alpha1.ConditionReconciling).Reason)
 		assert.NotNil(t, getSail(sail.KindIstio).GetDeletionTimestamp())
 		fake.sync()
 		assert.Nil(t, reconcile("cluster"), "the ServiceMesh is gone")
@@ -515,7 +515,7 @@ func TestIntegration(t *testing.T) {
 		// Ambient on an adopted mesh without ztunnel is not ready for it.
 		setSpec("cluster", func(s *v1alpha1.ServiceMeshSpec) { s.DataPlane = v1alpha1.DataPlaneAmbient })
 		m = reconcile("cluster")
-		assert.Equal(t, "ZTunnelMissing", cond(m, ConditionControlPlaneReady).Reason)
+		assert.Equal(t, string(v1alpha1.ReasonZTunnelMissing), cond(m, v1alpha1.ConditionControlPlaneReady).Reason)
 
 		deleteMesh("cluster")
 		assert.Nil(t, reconcile("cluster"))
@@ -549,7 +549,7 @@ func TestIntegration(t *testing.T) {
 		require.NoError(t, admin.Create(ctx, &v1alpha1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: "cluster"},
 			Spec: v1alpha1.ServiceMeshSpec{Mode: v1alpha1.ModeAdopt, Provider: v1alpha1.ProviderIstio, DataPlane: v1alpha1.DataPlaneSidecar}}))
 		m := reconcile("cluster")
-		assert.Equal(t, "IstiodUnavailable", cond(m, ConditionControlPlaneReady).Reason)
+		assert.Equal(t, string(v1alpha1.ReasonIstiodUnavailable), cond(m, v1alpha1.ConditionControlPlaneReady).Reason)
 		assert.Equal(t, []string{"istio-plain/istiod-canary@canary"}, m.Status.Detected.Istiods)
 
 		dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: 1, AvailableReplicas: 1, ReadyReplicas: 1,
@@ -558,7 +558,7 @@ func TestIntegration(t *testing.T) {
 		m = reconcile("cluster")
 		assert.Equal(t, PhaseReady, m.Status.Phase)
 		assert.Equal(t, "istio", m.Status.Provider)
-		assert.Equal(t, "IstiodAvailable", cond(m, ConditionControlPlaneReady).Reason)
+		assert.Equal(t, string(v1alpha1.ReasonIstiodAvailable), cond(m, v1alpha1.ConditionControlPlaneReady).Reason)
 		assert.Equal(t, "canary", m.Status.ControlPlane.Revision)
 		assert.Equal(t, "1.29.2", m.Status.ControlPlane.Version)
 		deleteMesh("cluster")
@@ -584,8 +584,8 @@ func TestIntegration(t *testing.T) {
 			Spec: v1alpha1.ServiceMeshSpec{DataPlane: v1alpha1.DataPlaneSidecar}}))
 		m := reconcile("cluster")
 		assert.Equal(t, PhaseDeferred, m.Status.Phase)
-		c := cond(m, ConditionReady)
-		assert.Equal(t, "MaistraDetected", c.Reason)
+		c := cond(m, v1alpha1.ConditionReady)
+		assert.Equal(t, string(v1alpha1.ReasonMaistraDetected), c.Reason)
 		for _, want := range []string{"istio-maistra/basic", "adopt", "OpenShift Service Mesh 3", "Sail"} {
 			assert.Contains(t, c.Message, want)
 		}

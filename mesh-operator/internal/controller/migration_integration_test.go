@@ -157,7 +157,7 @@ func TestDataPlaneMigrationIntegration(t *testing.T) {
 		}
 	}
 	migration := func(m *v1alpha1.ServiceMesh) *metav1.Condition {
-		return meta.FindStatusCondition(m.Status.Conditions, ConditionDataPlaneMigration)
+		return meta.FindStatusCondition(m.Status.Conditions, string(v1alpha1.ConditionDataPlaneMigration))
 	}
 
 	for _, n := range []string{"shop", "pay"} {
@@ -224,7 +224,7 @@ func TestDataPlaneMigrationIntegration(t *testing.T) {
 		c := migration(m)
 		require.NotNil(t, c)
 		assert.Equal(t, metav1.ConditionFalse, c.Status)
-		assert.Equal(t, "Settled", c.Reason)
+		assert.Equal(t, string(v1alpha1.ReasonSettled), c.Reason)
 		t.Logf("DataPlaneMigration as observed:\n%s", joinLines(sawMigrating))
 		require.NotEmpty(t, sawMigrating, "the migration was observable")
 		assert.Contains(t, joinLines(sawMigrating), "shop")
@@ -259,7 +259,7 @@ func TestDataPlaneMigrationIntegration(t *testing.T) {
 		}
 		c := migration(m)
 		require.NotNil(t, c)
-		assert.Equal(t, "Settled", c.Reason)
+		assert.Equal(t, string(v1alpha1.ReasonSettled), c.Reason)
 		t.Logf("DataPlaneMigration as observed:\n%s", joinLines(sawMigrating))
 		require.NotEmpty(t, sawMigrating)
 	})

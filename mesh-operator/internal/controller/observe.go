@@ -201,10 +201,5 @@ func sailIstioOf(i *sail.Istio, mesh *v1alpha1.ServiceMesh) detect.SailIstio {
 	if rev == "" {
 		rev = i.Name
 	}
-	return detect.SailIstio{Name: i.Name, Namespace: ns, Version: i.Spec.Version, Revision: rev, Ours: controlledBy(i, mesh)}
-}
-
-func controlledBy(obj metav1.Object, mesh *v1alpha1.ServiceMesh) bool {
-	ref := metav1.GetControllerOfNoCopy(obj)
-	return ref != nil && ref.UID == mesh.UID
+	return detect.SailIstio{Name: i.Name, Namespace: ns, Version: i.Spec.Version, Revision: rev, Ours: metav1.IsControlledBy(i, mesh)}
 }

@@ -152,9 +152,9 @@ func TestRBACModesIntegration(t *testing.T) {
 			}
 		}
 		require.Equal(t, []string{testHold}, m.Finalizers, "%+v", m.Status.Conditions)
-		c := meta.FindStatusCondition(m.Status.Conditions, ConditionSailTeardown)
+		c := meta.FindStatusCondition(m.Status.Conditions, string(v1alpha1.ConditionSailTeardown))
 		require.NotNil(t, c, "%+v", m.Status.Conditions)
-		assert.Equal(t, ReasonSailUninstallDisabled, c.Reason)
+		assert.Equal(t, string(v1alpha1.ReasonSailUninstallDisabled), c.Reason)
 		assert.Contains(t, c.Message, "sail.install")
 		assert.Equal(t, []string{"other-tool", sailinstall.HolderKey}, sortedKeys(record().Data), "the record is left as it was")
 		for _, n := range []string{"istios.sailoperator.io", "istiocnis.sailoperator.io", "ztunnels.sailoperator.io"} {
@@ -162,7 +162,7 @@ func TestRBACModesIntegration(t *testing.T) {
 			require.NoError(t, admin.Get(ctx, client.ObjectKey{Name: n}, crd))
 			assert.Nil(t, crd.DeletionTimestamp, "CRD %s stays", n)
 		}
-		assert.NotEmpty(t, log.find(ReasonSailUninstallDisabled))
+		assert.NotEmpty(t, log.find(string(v1alpha1.ReasonSailUninstallDisabled)))
 	})
 
 	t.Run("sail.install=true binds the installer's ClusterRole as well", func(t *testing.T) {

@@ -180,8 +180,8 @@ func TestSailTeardownIntegration(t *testing.T) {
 	}
 	teardownCond := func(m *v1alpha1.ServiceMesh) metav1.Condition {
 		t.Helper()
-		c := meta.FindStatusCondition(m.Status.Conditions, ConditionSailTeardown)
-		require.NotNil(t, c, "condition %s in %+v", ConditionSailTeardown, m.Status.Conditions)
+		c := meta.FindStatusCondition(m.Status.Conditions, string(v1alpha1.ConditionSailTeardown))
+		require.NotNil(t, c, "condition %s in %+v", v1alpha1.ConditionSailTeardown, m.Status.Conditions)
 		return *c
 	}
 
@@ -195,9 +195,9 @@ func TestSailTeardownIntegration(t *testing.T) {
 		require.Error(t, err)
 		m := &v1alpha1.ServiceMesh{}
 		require.NoError(t, admin.Get(ctx, client.ObjectKey{Name: "cluster"}, m))
-		c := meta.FindStatusCondition(m.Status.Conditions, ConditionReady)
+		c := meta.FindStatusCondition(m.Status.Conditions, string(v1alpha1.ConditionReady))
 		require.NotNil(t, c)
-		assert.Equal(t, "SailChartUnavailable", c.Reason)
+		assert.Equal(t, string(v1alpha1.ReasonSailChartUnavailable), c.Reason)
 		assert.Contains(t, c.Message, "https")
 		assert.Contains(t, c.Message, "--sail-chart-insecure-http")
 		assert.Zero(t, repo.count("/index.yaml"), "nothing was requested over http")
@@ -251,12 +251,12 @@ func TestSailTeardownIntegration(t *testing.T) {
 		require.NotNil(t, rec, "the record stays, so a later last holder can still uninstall")
 		assert.Equal(t, []string{sailinstall.HolderKey}, keys(rec.Data))
 		c := teardownCond(m)
-		assert.Equal(t, "SailInUse", c.Reason)
+		assert.Equal(t, string(v1alpha1.ReasonSailInUse), c.Reason)
 		assert.Contains(t, c.Message, "Istio/user-mesh")
-		kept := log.find("SailInUse")
+		kept := log.find(string(v1alpha1.ReasonSailInUse))
 		require.NotEmpty(t, kept)
 		assert.Contains(t, kept[0], "Istio/user-mesh")
-		assert.Empty(t, log.find("SailOperatorUninstalled"))
+		assert.Empty(t, log.find(string(v1alpha1.ReasonSailOperatorUninstalled)))
 		release()
 
 		// The user's Istio goes; a new ServiceMesh joins the install again.
@@ -313,11 +313,11 @@ func TestSailTeardownIntegration(t *testing.T) {
 			assert.False(t, crdGone(n), "planted CRD %s survives", n)
 		}
 		c := teardownCond(m)
-		assert.Equal(t, "UntrustedCRDsIgnored", c.Reason)
+		assert.Equal(t, string(v1alpha1.ReasonUntrustedCRDsIgnored), c.Reason)
 		for _, n := range planted {
 			assert.Contains(t, c.Message, n)
 		}
-		warned := log.find("UntrustedCRDsIgnored")
+		warned := log.find(string(v1alpha1.ReasonUntrustedCRDsIgnored))
 		require.NotEmpty(t, warned)
 		assert.True(t, strings.HasPrefix(warned[0], corev1.EventTypeWarning), warned[0])
 		assert.Contains(t, warned[0], "widgets.example.com")
@@ -357,7 +357,7 @@ func TestSailTeardownIntegration(t *testing.T) {
 			assert.False(t, crdGone(n), "CRD %s, older than the record, survives", n)
 		}
 		c := teardownCond(m)
-		assert.Equal(t, "UntrustedCRDsIgnored", c.Reason)
+		assert.Equal(t, string(v1alpha1.ReasonUntrustedCRDsIgnored), c.Reason)
 		assert.Contains(t, c.Message, "istios.sailoperator.io")
 		release()
 		// Clean up by hand, so the next step installs afresh.
@@ -408,7 +408,7 @@ func TestSailTeardownIntegration(t *testing.T) {
 		m := tornDown()
 		assert.True(t, exists(victim), "the planted ConfigMap survives")
 		assert.False(t, sailDeployment(), "the release itself is uninstalled")
-		assert.Equal(t, "SailOperatorUninstalled", teardownCond(m).Reason)
+		assert.Equal(t, string(v1alpha1.ReasonSailOperatorUninstalled), teardownCond(m).Reason)
 		release()
 	})
 }

@@ -169,7 +169,7 @@ func TestSailWatchAndRestIntegration(t *testing.T) {
 	fake := fakeSail{t: t, c: admin}
 	fake.sync() // finalizers, and Ready=False for the current generation
 	eventually(t, 20*time.Second, "ServiceMesh Progressing on the Sail resources", func() bool {
-		c := meta.FindStatusCondition(get().Status.Conditions, ConditionControlPlaneReady)
+		c := meta.FindStatusCondition(get().Status.Conditions, string(v1alpha1.ConditionControlPlaneReady))
 		return c != nil && c.Status == metav1.ConditionFalse && get().Status.Phase == PhaseProgressing
 	})
 	// Wait until the operator is quiet (its own status write's reconcile
@@ -208,7 +208,7 @@ func TestSailWatchAndRestIntegration(t *testing.T) {
 	var rest time.Time
 	eventually(t, 30*time.Second, "status lists every namespace enrolled, cut over", func() bool {
 		m := get()
-		c := meta.FindStatusCondition(m.Status.Conditions, ConditionMTLSCutover)
+		c := meta.FindStatusCondition(m.Status.Conditions, string(v1alpha1.ConditionMTLSCutover))
 		rest = time.Now()
 		return len(m.Status.EnrolledNamespaces) == namespaces && c != nil && c.Status == metav1.ConditionTrue && m.Status.Phase == PhaseReady
 	})

@@ -38,30 +38,6 @@ import (
 	"github.com/ericdev/fleetmesh/shared/labels"
 )
 
-// Condition types of a ServiceMesh.
-const (
-	// ConditionReady is the summary: True only when the mesh may be relied
-	// on (licensed, control plane Ready, no precondition warning). Namespace
-	// enrollment and STRICT mTLS wait for it.
-	ConditionReady = "Ready"
-	// ConditionControlPlaneReady: the Istio control plane (Sail CRs' Ready
-	// conditions, or istiod's Deployments) is ready.
-	ConditionControlPlaneReady = "ControlPlaneReady"
-	// ConditionPreconditionNotMet is True (a warning) when the cluster cannot
-	// run the requested data plane as it is configured (Cilium + ambient).
-	ConditionPreconditionNotMet = "PreconditionNotMet"
-	ConditionPreviewLocked      = "PreviewLocked"
-	ConditionRefused            = "Refused"
-	// ConditionSailTeardown reports, while the ServiceMesh is deleted, what
-	// became of the Sail Operator installation it held: uninstalled, kept
-	// (other holders, or Sail resources the operator does not own), and
-	// which recorded CRD names it refused to delete.
-	ConditionSailTeardown = "SailTeardown"
-	// ConditionReconciling and ConditionStalled follow kstatus.
-	ConditionReconciling = "Reconciling"
-	ConditionStalled     = "Stalled"
-)
-
 // Phases shown by kubectl get.
 const (
 	PhaseRefused       = "Refused"
@@ -267,8 +243,8 @@ func (r *ServiceMeshReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 
 	if mesh.Name != v1alpha1.SingletonName {
 		msg := fmt.Sprintf("ServiceMesh is a cluster singleton and must be named %q; %q is ignored and changes nothing.", v1alpha1.SingletonName, mesh.Name)
-		st.set(ConditionRefused, metav1.ConditionTrue, "NotSingleton", msg)
-		st.set(ConditionReady, metav1.ConditionFalse, "Refused", msg)
+		st.set(v1alpha1.ConditionRefused, metav1.ConditionTrue, v1alpha1.ReasonNotSingleton, msg)
+		st.set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonRefused, msg)
 		st.forgetControlPlane()
 		st.next.Phase = PhaseRefused
 		return ctrl.Result{}, r.writeStatus(ctx, mesh, st.next, "Refused", msg)
@@ -277,9 +253,9 @@ func (r *ServiceMeshReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	lic, err := r.verifyLicense(ctx, now)
 	r.Metrics.Observe(license.SignedLicense(lic, err).ExpiresAt())
 	if err != nil {
-		reason := string(license.ReasonOf(err))
-		st.set(ConditionPreviewLocked, metav1.ConditionTrue, reason, err.Error())
-		st.set(ConditionReady, metav1.ConditionFalse, ConditionPreviewLocked, "The mesh is locked by its license; nothing is changed in the cluster. See the PreviewLocked condition.")
+		reason := license.ReasonOf(err)
+		st.set(v1alpha1.ConditionPreviewLocked, metav1.ConditionTrue, reason, err.Error())
+		st.set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonPreviewLocked, "The mesh is locked by its license; nothing is changed in the cluster. See the PreviewLocked condition.")
 		st.forgetControlPlane()
 		st.next.Phase = PhasePreviewLocked
 		wait := min(license.NextCheck(license.SignedLicense(nil, err), now), lockedRecheck)
@@ -290,7 +266,7 @@ func (r *ServiceMeshReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 		return ctrl.Result{RequeueAfter: wait}, terr
 	}
-	st.set(ConditionPreviewLocked, metav1.ConditionFalse, string(license.ReasonValid),
+	st.set(v1alpha1.ConditionPreviewLocked, metav1.ConditionFalse, license.ReasonValid,
 		fmt.Sprintf("Licensed to %s until %s.", lic.Licensee, lic.NotAfter.UTC().Format(time.RFC3339)))
 	licenseWait := license.NextCheck(lic, now)
 
@@ -363,7 +339,7 @@ func sameWarning(prev, next v1alpha1.ServiceMeshStatus) bool {
 	if prev.Phase != next.Phase {
 		return false
 	}
-	p, n := meta.FindStatusCondition(prev.Conditions, ConditionReady), meta.FindStatusCondition(next.Conditions, ConditionReady)
+	p, n := meta.FindStatusCondition(prev.Conditions, string(v1alpha1.ConditionReady)), meta.FindStatusCondition(next.Conditions, string(v1alpha1.ConditionReady))
 	return p != nil && n != nil && p.Reason == n.Reason
 }
 

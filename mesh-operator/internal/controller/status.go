@@ -55,20 +55,20 @@ func newStatus(mesh *v1alpha1.ServiceMesh, now time.Time) *status {
 
 // set writes a condition; meta.SetStatusCondition keeps LastTransitionTime
 // when the status did not flip, so an unchanged reconcile writes nothing.
-func (s *status) set(t string, st metav1.ConditionStatus, reason, msg string) {
-	meta.SetStatusCondition(&s.next.Conditions, metav1.Condition{Type: t, Status: st, Reason: reason, Message: msg,
+func (s *status) set(t v1alpha1.ConditionType, st metav1.ConditionStatus, reason v1alpha1.ConditionReason, msg string) {
+	meta.SetStatusCondition(&s.next.Conditions, metav1.Condition{Type: string(t), Status: st, Reason: string(reason), Message: msg,
 		ObservedGeneration: s.gen, LastTransitionTime: metav1.NewTime(s.now)})
 }
 
-func (s *status) warn(reason, msg string) {
-	s.warnReason, s.warnMessage = reason, msg
+func (s *status) warn(reason v1alpha1.ConditionReason, msg string) {
+	s.warnReason, s.warnMessage = string(reason), msg
 }
 
 // forgetControlPlane drops what a refused or locked mesh did not observe,
 // so no one acts on a stale ControlPlaneReady.
 func (s *status) forgetControlPlane() {
-	for _, t := range []string{ConditionControlPlaneReady, ConditionPreconditionNotMet, ConditionReconciling, ConditionStalled} {
-		meta.RemoveStatusCondition(&s.next.Conditions, t)
+	for _, t := range []v1alpha1.ConditionType{v1alpha1.ConditionControlPlaneReady, v1alpha1.ConditionPreconditionNotMet, v1alpha1.ConditionReconciling, v1alpha1.ConditionStalled} {
+		meta.RemoveStatusCondition(&s.next.Conditions, string(t))
 	}
 	s.next.ControlPlane = nil
 	s.next.Detected = nil
@@ -77,16 +77,16 @@ func (s *status) forgetControlPlane() {
 }
 
 // summarize sets Reconciling and Stalled (kstatus) from the phase.
-func (s *status) summarize(reason, msg string) {
+func (s *status) summarize(reason v1alpha1.ConditionReason, msg string) {
 	switch s.next.Phase {
 	case PhaseProgressing, PhaseDeleting:
-		s.set(ConditionReconciling, metav1.ConditionTrue, reason, msg)
-		s.set(ConditionStalled, metav1.ConditionFalse, "NotStalled", "")
+		s.set(v1alpha1.ConditionReconciling, metav1.ConditionTrue, reason, msg)
+		s.set(v1alpha1.ConditionStalled, metav1.ConditionFalse, v1alpha1.ReasonNotStalled, "")
 	case PhaseBlocked, PhaseDeferred, PhaseError:
-		s.set(ConditionReconciling, metav1.ConditionFalse, "NotReconciling", "")
-		s.set(ConditionStalled, metav1.ConditionTrue, reason, msg)
+		s.set(v1alpha1.ConditionReconciling, metav1.ConditionFalse, v1alpha1.ReasonNotReconciling, "")
+		s.set(v1alpha1.ConditionStalled, metav1.ConditionTrue, reason, msg)
 	default:
-		s.set(ConditionReconciling, metav1.ConditionFalse, "NotReconciling", "")
-		s.set(ConditionStalled, metav1.ConditionFalse, "NotStalled", "")
+		s.set(v1alpha1.ConditionReconciling, metav1.ConditionFalse, v1alpha1.ReasonNotReconciling, "")
+		s.set(v1alpha1.ConditionStalled, metav1.ConditionFalse, v1alpha1.ReasonNotStalled, "")
 	}
 }

@@ -134,7 +134,7 @@ func TestStrictIsolationIntegration(t *testing.T) {
 		require.NoError(t, admin.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(body))))
 	}
 	strictCond := func(m *v1alpha1.ServiceMesh) *metav1.Condition {
-		return meta.FindStatusCondition(m.Status.Conditions, ConditionStrictIsolation)
+		return meta.FindStatusCondition(m.Status.Conditions, string(v1alpha1.ConditionStrictIsolation))
 	}
 
 	// An adopted plain istiod of the named revision "canary": its
@@ -190,7 +190,7 @@ func TestStrictIsolationIntegration(t *testing.T) {
 		c := strictCond(m)
 		require.NotNil(t, c)
 		assert.Equal(t, metav1.ConditionFalse, c.Status)
-		assert.Equal(t, "BaselineWithheld", c.Reason)
+		assert.Equal(t, string(v1alpha1.ReasonBaselineWithheld), c.Reason)
 		assert.Contains(t, c.Message, "strict-app (AwaitingCutover)")
 		assert.NotContains(t, c.Message, "rev-app")
 
@@ -206,7 +206,7 @@ func TestStrictIsolationIntegration(t *testing.T) {
 		c = strictCond(m)
 		require.NotNil(t, c)
 		assert.Equal(t, metav1.ConditionTrue, c.Status)
-		assert.Equal(t, "BaselineInForce", c.Reason)
+		assert.Equal(t, string(v1alpha1.ReasonBaselineInForce), c.Reason)
 
 		// Settled: nothing is written again.
 		rv := baseline("strict-app").GetResourceVersion()
@@ -259,7 +259,7 @@ func TestStrictIsolationIntegration(t *testing.T) {
 		_, m = reconcile()
 		assert.Equal(t, "STRICT", paMode("strict-app"))
 		assert.NotNil(t, baseline("strict-app"))
-		assert.Equal(t, "BaselineInForce", strictCond(m).Reason)
+		assert.Equal(t, string(v1alpha1.ReasonBaselineInForce), strictCond(m).Reason)
 	})
 
 	t.Run("maintenance window: the baseline goes with STRICT and comes back on its own at the deadline", func(t *testing.T) {
@@ -274,7 +274,7 @@ func TestStrictIsolationIntegration(t *testing.T) {
 		assert.Equal(t, 2, evs.count("BaselineWithdrawn", "strict-app/mesh-baseline"), "for the paused mesh-mtls and the window")
 		c := strictCond(m)
 		require.NotNil(t, c)
-		assert.Equal(t, "BaselineWithheld", c.Reason)
+		assert.Equal(t, string(v1alpha1.ReasonBaselineWithheld), c.Reason)
 		assert.Contains(t, c.Message, "rev-app (Maintenance), strict-app (Maintenance)")
 		require.Positive(t, res.RequeueAfter)
 		assert.LessOrEqual(t, res.RequeueAfter, until.Sub(clock.Now()))
@@ -287,7 +287,7 @@ func TestStrictIsolationIntegration(t *testing.T) {
 			assert.NotNil(t, baseline(n), n)
 		}
 		assert.Equal(t, 3, evs.count("BaselineApplied", "strict-app/mesh-baseline"), "after the cutover, the paused mesh-mtls and the window")
-		assert.Equal(t, "BaselineInForce", strictCond(m).Reason)
+		assert.Equal(t, string(v1alpha1.ReasonBaselineInForce), strictCond(m).Reason)
 		setSpec(func(s *v1alpha1.ServiceMeshSpec) { s.MTLS.MaintenanceUntil = nil })
 	})
 
@@ -320,7 +320,7 @@ func TestStrictIsolationIntegration(t *testing.T) {
 		assert.Equal(t, []string{"PeerAuthentication/mesh-mtls"}, policiesIn("rev-app"))
 		setSpec(func(s *v1alpha1.ServiceMeshSpec) { s.Isolation = v1alpha1.IsolationStrict })
 		_, m = reconcile()
-		assert.Equal(t, "BaselineInForce", strictCond(m).Reason)
+		assert.Equal(t, string(v1alpha1.ReasonBaselineInForce), strictCond(m).Reason)
 	})
 
 	t.Run("teardown removes the baseline and the revision label; user labels and the adopted istiod stay", func(t *testing.T) {

@@ -157,10 +157,12 @@ type Plan struct {
 	// Deferred: OpenShift Service Mesh 2.x; the operator stands aside.
 	Deferred bool
 	// Blocked says why nothing can happen until the user acts (Reason is CamelCase).
-	BlockedReason, BlockedMessage string
+	BlockedReason  v1alpha1.ConditionReason
+	BlockedMessage string
 	// Precondition is a warning that holds the control plane back: the
 	// condition PreconditionNotMet. Empty when every precondition holds.
-	PreconditionReason, PreconditionMessage string
+	PreconditionReason  v1alpha1.ConditionReason
+	PreconditionMessage string
 }
 
 // Options are operator-wide settings Decide needs.
@@ -180,7 +182,7 @@ func Decide(spec v1alpha1.ServiceMeshSpec, f Facts, opt Options) Plan {
 
 	// Provider names the user chose must match the cluster.
 	if spec.Provider == v1alpha1.ProviderOpenShift && !openshift {
-		return blocked(p, "ProviderNotDetected", "spec.provider is openshift but this is not OpenShift (neither the route.openshift.io API nor a config.openshift.io ClusterVersion is served); use provider auto.")
+		return blocked(p, v1alpha1.ReasonProviderNotDetected, "spec.provider is openshift but this is not OpenShift (neither the route.openshift.io API nor a config.openshift.io ClusterVersion is served); use provider auto.")
 	}
 
 	if spec.Mode == v1alpha1.ModeExternal {
@@ -199,7 +201,7 @@ func Decide(spec v1alpha1.ServiceMeshSpec, f Facts, opt Options) Plan {
 	if f.MaistraRunning() && len(f.Istios) == 0 {
 		p.Deferred = true
 		p.Provider = "maistra"
-		return blocked(p, "MaistraDetected", fmt.Sprintf("OpenShift Service Mesh 2.x (Maistra) runs a control plane (ServiceMeshControlPlane %s). "+
+		return blocked(p, v1alpha1.ReasonMaistraDetected, fmt.Sprintf("OpenShift Service Mesh 2.x (Maistra) runs a control plane (ServiceMeshControlPlane %s). "+
 			"The operator neither manages OSSM 2 nor installs a second control plane next to it. "+
 			"Either adopt an existing mesh: upgrade to OpenShift Service Mesh 3 / Sail (operator package servicemeshoperator3) and the operator adopts its Istio, "+
 			"or set spec.mode: external to keep Maistra and have the operator emit only its configuration.", strings.Join(f.MaistraControlPlanes, ", ")))
@@ -211,7 +213,7 @@ func Decide(spec v1alpha1.ServiceMeshSpec, f Facts, opt Options) Plan {
 	case v1alpha1.ProviderSail, v1alpha1.ProviderOpenShift:
 		// Only a Sail Istio counts as that provider's mesh.
 		if len(foreign) == 0 && len(istiods) > 0 && len(ours) == 0 {
-			return blocked(p, "ProviderMismatch", fmt.Sprintf("spec.provider is %s, but istiod runs without a Sail Istio (%s); "+
+			return blocked(p, v1alpha1.ReasonProviderMismatch, fmt.Sprintf("spec.provider is %s, but istiod runs without a Sail Istio (%s); "+
 				"set provider auto or istio to adopt it, rather than installing a second control plane next to it.", spec.Provider, ids(istiods)))
 		}
 		existing = len(foreign) > 0
@@ -221,7 +223,7 @@ func Decide(spec v1alpha1.ServiceMeshSpec, f Facts, opt Options) Plan {
 
 	if spec.Mode == v1alpha1.ModeAdopt || (len(ours) == 0 && existing) {
 		if !existing {
-			return blocked(p, "NoMeshFound", "spec.mode is adopt but no Istio control plane was found (no sailoperator.io Istio, no istiod Deployment labelled app=istiod). "+
+			return blocked(p, v1alpha1.ReasonNoMeshFound, "spec.mode is adopt but no Istio control plane was found (no sailoperator.io Istio, no istiod Deployment labelled app=istiod). "+
 				"Install Istio (or OpenShift Service Mesh 3) first, or use mode managed to have the operator install it.")
 		}
 		p.Action, p.Management = ActionObserve, v1alpha1.ManagementAdopted
@@ -242,7 +244,7 @@ func Decide(spec v1alpha1.ServiceMeshSpec, f Facts, opt Options) Plan {
 		p.Provider = "openshift"
 	}
 	if spec.Provider == v1alpha1.ProviderIstio {
-		return blocked(p, "ProviderCannotInstall", "spec.provider is istio, which the operator only adopts (an existing istiod) and never installs; none was found. "+
+		return blocked(p, v1alpha1.ReasonProviderCannotInstall, "spec.provider is istio, which the operator only adopts (an existing istiod) and never installs; none was found. "+
 			"Use provider auto or sail to have the operator install Istio through the Sail Operator.")
 	}
 	if p.PreconditionReason != "" && len(ours) == 0 {
@@ -254,10 +256,10 @@ func Decide(spec v1alpha1.ServiceMeshSpec, f Facts, opt Options) Plan {
 	case f.SailAPI():
 		p.Action = ActionApply
 	case openshift:
-		return blocked(p, "SailOperatorMissing", "On OpenShift the operator does not install the Sail Operator itself: install OpenShift Service Mesh 3 "+
+		return blocked(p, v1alpha1.ReasonSailOperatorMissing, "On OpenShift the operator does not install the Sail Operator itself: install OpenShift Service Mesh 3 "+
 			"(OLM package servicemeshoperator3 in openshift-operators); the operator then creates the control plane.")
 	case !opt.SailInstallEnabled:
-		return blocked(p, "SailOperatorMissing", "The Sail Operator (sailoperator.io API) is not installed and this operator runs with --sail-install=false: "+
+		return blocked(p, v1alpha1.ReasonSailOperatorMissing, "The Sail Operator (sailoperator.io API) is not installed and this operator runs with --sail-install=false: "+
 			"install the Sail Operator (Helm chart sail-operator), or enable sail.install in the mesh-operator chart.")
 	default:
 		p.Action = ActionInstallSail
@@ -273,7 +275,7 @@ func Decide(spec v1alpha1.ServiceMeshSpec, f Facts, opt Options) Plan {
 // redirection conflicts with Cilium's socket load balancing and its
 // exclusive CNI config unless both are configured for it. A cluster whose
 // cilium-config shows both settings passes.
-func preconditions(spec v1alpha1.ServiceMeshSpec, f Facts) (string, string) {
+func preconditions(spec v1alpha1.ServiceMeshSpec, f Facts) (v1alpha1.ConditionReason, string) {
 	if spec.DataPlane != v1alpha1.DataPlaneAmbient || !f.Cilium() {
 		return "", ""
 	}
@@ -287,11 +289,11 @@ func preconditions(spec v1alpha1.ServiceMeshSpec, f Facts) (string, string) {
 	if len(missing) == 0 {
 		return "", ""
 	}
-	return "CiliumAmbient", "Cilium is installed and spec.dataPlane is ambient: ambient mode on Cilium needs " + strings.Join(missing, " and ") +
+	return v1alpha1.ReasonCiliumAmbient, "Cilium is installed and spec.dataPlane is ambient: ambient mode on Cilium needs " + strings.Join(missing, " and ") +
 		" in kube-system/cilium-config, which is not set. Recommended: set spec.dataPlane: sidecar. The control plane is held back (nothing is installed or changed) until one of the two is done; workloads keep running without mTLS."
 }
 
-func blocked(p Plan, reason, msg string) Plan {
+func blocked(p Plan, reason v1alpha1.ConditionReason, msg string) Plan {
 	p.Action, p.BlockedReason, p.BlockedMessage = ActionHold, reason, msg
 	return p
 }

@@ -129,10 +129,28 @@ func WorkloadsReady(dp v1alpha1.DataPlane, pods []corev1.Pod) (bool, string) {
 type MTLSDecision struct {
 	// Mode is contract.MTLSStrict or contract.MTLSPermissive.
 	Mode string
-	// Reason: Strict, Configured (mtls.mode permissive), Maintenance, or
-	// AwaitingCutover.
-	Reason string
+	// Reason says why (one of the MTLS* reasons).
+	Reason MTLSReason
 }
+
+// MTLSReason says why a namespace has the mTLS mode it has. It is not a
+// condition reason itself: StrictIsolation's BaselineWithheld message lists
+// it per namespace (docs/troubleshooting.md explains each value there); the
+// three that hold a cutover back are also the reasons of MTLSCutover and
+// DataPlaneMigration, hence their values come from the API.
+type MTLSReason string
+
+const (
+	MTLSStrict          MTLSReason = "Strict"
+	MTLSConfigured      MTLSReason = "Configured" // spec.mtls.mode permissive
+	MTLSMaintenance     MTLSReason = "Maintenance"
+	MTLSMigrating                  = MTLSReason(v1alpha1.ReasonMigrating)
+	MTLSAwaitingCutover            = MTLSReason(v1alpha1.ReasonAwaitingCutover)
+	MTLSAwaitingEdge               = MTLSReason(v1alpha1.ReasonAwaitingEdge)
+	MTLSAwaitingReady   MTLSReason = "AwaitingReady"
+	// MTLSPaused: a paused mesh-mtls policy, not the decision, is in force.
+	MTLSPaused MTLSReason = "Paused"
+)
 
 // Window reports whether the maintenance window holds PERMISSIVE at now,
 // and for how long still.
@@ -180,19 +198,19 @@ type MTLSInputs struct {
 func DecideMTLS(in MTLSInputs) MTLSDecision {
 	switch open, _ := Window(in.Spec, in.Now); {
 	case in.Spec.Mode == v1alpha1.MTLSPermissive:
-		return MTLSDecision{contract.MTLSPermissive, "Configured"}
+		return MTLSDecision{contract.MTLSPermissive, MTLSConfigured}
 	case open:
-		return MTLSDecision{contract.MTLSPermissive, "Maintenance"}
+		return MTLSDecision{contract.MTLSPermissive, MTLSMaintenance}
 	case in.Migrating:
-		return MTLSDecision{contract.MTLSPermissive, "Migrating"}
+		return MTLSDecision{contract.MTLSPermissive, MTLSMigrating}
 	case !in.CutOver:
-		return MTLSDecision{contract.MTLSPermissive, "AwaitingCutover"}
+		return MTLSDecision{contract.MTLSPermissive, MTLSAwaitingCutover}
 	case in.EdgeHolds:
-		return MTLSDecision{contract.MTLSPermissive, "AwaitingEdge"}
+		return MTLSDecision{contract.MTLSPermissive, MTLSAwaitingEdge}
 	case !in.Ready && in.Live != contract.MTLSStrict:
-		return MTLSDecision{contract.MTLSPermissive, "AwaitingReady"}
+		return MTLSDecision{contract.MTLSPermissive, MTLSAwaitingReady}
 	}
-	return MTLSDecision{contract.MTLSStrict, "Strict"}
+	return MTLSDecision{contract.MTLSStrict, MTLSStrict}
 }
 
 // NewEdges are the declared edges (sorted) that were not accepted when the
@@ -394,20 +412,62 @@ func BaselinePolicy(namespace string, isolation v1alpha1.Isolation, mtlsInForce 
 	return policy.AuthorizationPolicy(object(namespace, BaselinePolicyName, owner), nil, policy.Allow)
 }
 
-// PolicySet is the whole per-namespace policy set for a mode in force:
-// PeerAuthentication, then the isolation DENY and the strict baseline when
-// they exist, in the order they are applied.
-func PolicySet(namespace string, isolation v1alpha1.Isolation, mode, strictReady string, allowed []string, owner metav1.OwnerReference) []*unstructured.Unstructured {
-	out := []*unstructured.Unstructured{PeerAuthentication(namespace, mode, strictReady, owner)}
-	for _, u := range []*unstructured.Unstructured{
-		IsolationPolicy(namespace, isolation, allowed, owner),
-		BaselinePolicy(namespace, isolation, mode, owner),
-	} {
+// PolicyInputs is everything one namespace's policies depend on.
+type PolicyInputs struct {
+	Namespace string
+	Isolation v1alpha1.Isolation
+	// Mode is the mTLS mode in force (a contract value).
+	Mode string
+	// StrictReady, AcceptedEdges: the cutover record on the
+	// PeerAuthentication (see PeerAuthentication).
+	StrictReady   string
+	AcceptedEdges []string
+	// MigratingFrom: the data plane a namespace is leaving ("" when none),
+	// recorded on the PeerAuthentication until STRICT returns.
+	MigratingFrom string
+	// Allowed: the sources isolation admits (AllowedSources).
+	Allowed []string
+	Owner   metav1.OwnerReference
+}
+
+// Policies is one namespace's policy set; Isolation and Baseline are nil
+// where they must not exist.
+type Policies struct {
+	PeerAuthentication *unstructured.Unstructured
+	Isolation          *unstructured.Unstructured
+	Baseline           *unstructured.Unstructured
+}
+
+// All lists the set in the order it is applied: PeerAuthentication, then
+// the isolation DENY and the strict baseline when they exist.
+func (p Policies) All() []*unstructured.Unstructured {
+	out := []*unstructured.Unstructured{p.PeerAuthentication}
+	for _, u := range []*unstructured.Unstructured{p.Isolation, p.Baseline} {
 		if u != nil {
 			out = append(out, u)
 		}
 	}
 	return out
+}
+
+// PolicySet is the whole per-namespace policy set for a mode in force. The
+// controller applies what it returns, and the truth tables and golden
+// files judge the same function.
+func PolicySet(in PolicyInputs) Policies {
+	pa := PeerAuthentication(in.Namespace, in.Mode, in.StrictReady, in.Owner, in.AcceptedEdges...)
+	if in.MigratingFrom != "" {
+		ann := pa.GetAnnotations()
+		if ann == nil {
+			ann = map[string]string{}
+		}
+		ann[labels.MeshMigratingFrom] = in.MigratingFrom
+		pa.SetAnnotations(ann)
+	}
+	return Policies{
+		PeerAuthentication: pa,
+		Isolation:          IsolationPolicy(in.Namespace, in.Isolation, in.Allowed, in.Owner),
+		Baseline:           BaselinePolicy(in.Namespace, in.Isolation, in.Mode, in.Owner),
+	}
 }
 
 // Paused reports whether a managed object carries the reconcile-paused

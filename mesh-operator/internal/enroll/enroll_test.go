@@ -42,7 +42,8 @@ func TestPolicySetGolden(t *testing.T) {
 						strictReady = "2026-01-02T03:04:05Z"
 					}
 					objs := []any{map[string]any{"namespaceLabels": nsLabels}}
-					set := PolicySet("team-a", iso, mode, strictReady, AllowedSources("team-a", []string{"istio-system"}, []string{"fleet-system", "ingress"}), owner)
+					set := PolicySet(PolicyInputs{Namespace: "team-a", Isolation: iso, Mode: mode, StrictReady: strictReady,
+						Allowed: AllowedSources("team-a", []string{"istio-system"}, []string{"fleet-system", "ingress"}), Owner: owner}).All()
 					for _, u := range set {
 						objs = append(objs, u)
 					}
@@ -287,4 +288,19 @@ func TestEdgeHolderReleasedNamespace(t *testing.T) {
 	if marked.Annotations[labels.IstioAmbientRedirection] == "" {
 		t.Fatal("EdgeHolder changed the caller's Pod")
 	}
+}
+
+// TestPolicySetCarriesTheCutoverRecord: the set the controller applies
+// records the accepted edges and a migration on the PeerAuthentication, so
+// the truth tables judge what is applied, annotations included.
+func TestPolicySetCarriesTheCutoverRecord(t *testing.T) {
+	set := PolicySet(PolicyInputs{Namespace: "team-a", Isolation: v1alpha1.IsolationStrict, Mode: contract.MTLSPermissive,
+		StrictReady: "2026-01-02T03:04:05Z", AcceptedEdges: []string{"ingress"}, MigratingFrom: "sidecar",
+		Allowed: AllowedSources("team-a", []string{"istio-system"}, nil), Owner: Owner(testMesh)})
+	ann := set.PeerAuthentication.GetAnnotations()
+	assert.Equal(t, "ingress", ann[labels.MeshStrictEdges])
+	assert.Equal(t, "sidecar", ann[labels.MeshMigratingFrom])
+	assert.Nil(t, set.Baseline, "no baseline at PERMISSIVE")
+	assert.NotNil(t, set.Isolation)
+	assert.Len(t, set.All(), 2)
 }

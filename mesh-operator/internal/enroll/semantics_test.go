@@ -56,7 +56,8 @@ var owner = *metav1.NewControllerRef(&v1alpha1.ServiceMesh{ObjectMeta: metav1.Ob
 // apply to a workload with podLabels.
 func meshPolicies(t *testing.T, mode string, iso v1alpha1.Isolation, podLabels map[string]string, edges ...string) (string, []Policy) {
 	t.Helper()
-	set := enroll.PolicySet("team-a", iso, mode, "", enroll.AllowedSources("team-a", []string{"istio-system"}, edges), owner)
+	set := enroll.PolicySet(enroll.PolicyInputs{Namespace: "team-a", Isolation: iso, Mode: mode,
+		Allowed: enroll.AllowedSources("team-a", []string{"istio-system"}, edges), Owner: owner}).All()
 	require.Equal(t, enroll.KindPeerAuthentication, set[0].GetKind())
 	// The namespace-wide PeerAuthentication sets one mode for every port.
 	istioMode := MTLSMode([]unstructured.Unstructured{*set[0]}, podLabels, 8080)

@@ -6,30 +6,23 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
 )
 
-// Reason says why a license does not unlock the mesh. The values are
-// CamelCase so they can be used directly as a metav1.Condition reason
-// (on PreviewLocked, and on a False Licensed or Ready condition).
-type Reason string
+// Reason says why a license does not unlock the mesh: one of the
+// ServiceMesh's PreviewLocked condition reasons, declared (and documented)
+// with the rest of its vocabulary in the API package.
+type Reason = v1alpha1.ConditionReason
 
 const (
-	// ReasonValid: the license is signed, current and grants the mesh.
-	ReasonValid Reason = "LicenseValid"
-	// ReasonMissing: no license Secret, or the Secret lacks the license key.
-	ReasonMissing Reason = "LicenseMissing"
-	// ReasonMalformed: the data is not a license file this operator reads
-	// (not JSON, too large, wrong or unknown format version, bad fields).
-	ReasonMalformed Reason = "LicenseMalformed"
-	// ReasonBadSignature: the signature does not verify against any key this
-	// build trusts (modified, or signed with another key).
-	ReasonBadSignature Reason = "LicenseBadSignature"
-	// ReasonExpired: the license's notAfter has passed.
-	ReasonExpired Reason = "LicenseExpired"
-	// ReasonNotYetValid: the license's notBefore is still in the future.
-	ReasonNotYetValid Reason = "LicenseNotYetValid"
-	// ReasonFeatureMissing: the license grants neither service-mesh nor preview.
-	ReasonFeatureMissing Reason = "LicenseFeatureMissing"
+	ReasonValid          = v1alpha1.ReasonLicenseValid
+	ReasonMissing        = v1alpha1.ReasonLicenseMissing
+	ReasonMalformed      = v1alpha1.ReasonLicenseMalformed
+	ReasonBadSignature   = v1alpha1.ReasonLicenseBadSignature
+	ReasonExpired        = v1alpha1.ReasonLicenseExpired
+	ReasonNotYetValid    = v1alpha1.ReasonLicenseNotYetValid
+	ReasonFeatureMissing = v1alpha1.ReasonLicenseFeatureMissing
 )
 
 // Error is why a license was refused. Its message is written for the person

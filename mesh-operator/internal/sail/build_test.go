@@ -75,15 +75,15 @@ func TestReadinessOf(t *testing.T) {
 	for name, tc := range map[string]struct {
 		obj    Object
 		ready  bool
-		reason string
+		reason v1alpha1.ConditionReason
 	}{
-		"missing":              {nil, false, "IstioMissing"},
-		"no status yet":        {obj(1, 0, false), false, "IstioProgressing"},
-		"stale ready":          {obj(2, 1, false, ready), false, "IstioProgressing"},
-		"no ready condition":   {obj(1, 1, false, Condition{Type: ConditionReconciled, Status: "True"}), false, "IstioNotReady"},
-		"not ready":            {obj(1, 1, false, Condition{Type: ConditionReady, Status: "False", Reason: "IstiodNotReady", Message: "istiod is starting"}), false, "IstioNotReady"},
-		"ready":                {obj(3, 3, false, ready), true, "IstioReady"},
-		"deleting while ready": {obj(1, 1, true, ready), false, "IstioDeleting"},
+		"missing":              {nil, false, v1alpha1.ReasonIstioMissing},
+		"no status yet":        {obj(1, 0, false), false, v1alpha1.ReasonIstioProgressing},
+		"stale ready":          {obj(2, 1, false, ready), false, v1alpha1.ReasonIstioProgressing},
+		"no ready condition":   {obj(1, 1, false, Condition{Type: ConditionReconciled, Status: "True"}), false, v1alpha1.ReasonIstioNotReady},
+		"not ready":            {obj(1, 1, false, Condition{Type: ConditionReady, Status: "False", Reason: "IstiodNotReady", Message: "istiod is starting"}), false, v1alpha1.ReasonIstioNotReady},
+		"ready":                {obj(3, 3, false, ready), true, v1alpha1.ReasonIstioReady},
+		"deleting while ready": {obj(1, 1, true, ready), false, v1alpha1.ReasonIstioDeleting},
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := ReadinessOf(KindIstio, "default", tc.obj)
@@ -92,6 +92,9 @@ func TestReadinessOf(t *testing.T) {
 			assert.NotEmpty(t, r.Message)
 		})
 	}
+	// The other kinds are named from the API's vocabulary too.
+	assert.Equal(t, v1alpha1.ReasonIstioCNINotReady, ReadinessOf(KindIstioCNI, "default", obj(1, 1, false)).Reason)
+	assert.Equal(t, v1alpha1.ReasonZTunnelMissing, ReadinessOf(KindZTunnel, "default", nil).Reason)
 }
 
 func TestFromUnstructuredRoundTrip(t *testing.T) {

@@ -1,0 +1,255 @@
+package controller
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/mesh"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/roll"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/state"
+)
+
+// statusFleet is a three-member fleet at generation 2.
+func statusFleet() *v1alpha1.CelldFleet {
+	return &v1alpha1.CelldFleet{
+		ObjectMeta: metav1.ObjectMeta{Name: "shop", Namespace: "apps", Generation: 2},
+		Spec:       v1alpha1.CelldFleetSpec{Replicas: ptr.To[int32](3)},
+	}
+}
+
+// member is a member Pod on revision rev, Ready or not.
+func member(i int, rev string, ready bool) corev1.Pod {
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	return corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("shop-%d", i), Namespace: "apps", Labels: map[string]string{revisionLabel: rev}},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}},
+	}
+}
+
+// healthyFleet observes three Ready, healthy members on revision r2.
+func healthyFleet() *observed {
+	obs := &observed{
+		sts:     &appsv1.StatefulSet{Status: appsv1.StatefulSetStatus{CurrentRevision: "r2", UpdateRevision: "r2"}},
+		reports: map[string]state.Result{},
+	}
+	for i := range 3 {
+		obs.pods = append(obs.pods, member(i, "r2", true))
+		obs.reports[fmt.Sprintf("shop-%d", i)] = state.Result{Report: &state.Report{Healthy: true, Phase: "serving"}}
+	}
+	return obs
+}
+
+type wantCondition struct {
+	status metav1.ConditionStatus
+	reason v1alpha1.ConditionReason
+}
+
+// TestComputeStatus: each observation gives the phase and the conditions a
+// user (and a kstatus health check) reads; those not named are not checked.
+func TestComputeStatus(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	T, F := metav1.ConditionTrue, metav1.ConditionFalse
+	tests := []struct {
+		name  string
+		fleet func(*v1alpha1.CelldFleet)
+		obs   func(*observed)
+		phase string
+		want  map[v1alpha1.ConditionType]wantCondition
+		// absent conditions must not be in status.
+		absent []v1alpha1.ConditionType
+	}{
+		{
+			name: "every member ready", phase: PhaseReady,
+			want: map[v1alpha1.ConditionType]wantCondition{
+				v1alpha1.ConditionReady:                 {T, v1alpha1.ReasonMembersReady},
+				v1alpha1.ConditionProvisioning:          {F, v1alpha1.ReasonProvisioned},
+				v1alpha1.ConditionInfrastructureBlocked: {F, v1alpha1.ReasonNotBlocked},
+				v1alpha1.ConditionReconciled:            {T, v1alpha1.ReasonAllStepsRan},
+				v1alpha1.ConditionReconciling:           {F, v1alpha1.ReasonNotReconciling},
+				v1alpha1.ConditionStalled:               {F, v1alpha1.ReasonNotStalled},
+			},
+			absent: []v1alpha1.ConditionType{v1alpha1.ConditionMeshReady, v1alpha1.ConditionDisksResized, v1alpha1.ConditionRoutingReady},
+		},
+		{
+			name: "blocked by an unconfirmed NetworkPolicy", phase: PhaseBlocked,
+			obs: func(o *observed) {
+				*o = observed{blocked: &blockage{reason: v1alpha1.ReasonNetworkPolicyNotConfirmed, message: "confirm it"}}
+			},
+			want: map[v1alpha1.ConditionType]wantCondition{
+				v1alpha1.ConditionInfrastructureBlocked: {T, v1alpha1.ReasonNetworkPolicyNotConfirmed},
+				v1alpha1.ConditionProvisioning:          {T, v1alpha1.ReasonNetworkPolicyNotConfirmed},
+				v1alpha1.ConditionReady:                 {F, v1alpha1.ReasonNetworkPolicyNotConfirmed},
+				v1alpha1.ConditionStalled:               {T, v1alpha1.ReasonNetworkPolicyNotConfirmed},
+				v1alpha1.ConditionReconciling:           {F, v1alpha1.ReasonNotReconciling},
+			},
+		},
+		{
+			name: "members still being created", phase: PhaseProvisioning,
+			obs: func(o *observed) { o.pods = o.pods[:2] },
+			want: map[v1alpha1.ConditionType]wantCondition{
+				v1alpha1.ConditionProvisioning: {T, v1alpha1.ReasonCreatingMembers},
+				v1alpha1.ConditionReady:        {F, v1alpha1.ReasonMembersNotReady},
+				v1alpha1.ConditionReconciling:  {T, v1alpha1.ReasonCreatingMembers},
+				v1alpha1.ConditionStalled:      {F, v1alpha1.ReasonNotStalled},
+			},
+		},
+		{
+			name: "a member not ready", phase: PhaseProvisioning,
+			obs: func(o *observed) { o.pods[1] = member(1, "r2", false) },
+			want: map[v1alpha1.ConditionType]wantCondition{
+				v1alpha1.ConditionProvisioning: {T, v1alpha1.ReasonWaitingForMembers},
+				v1alpha1.ConditionReady:        {F, v1alpha1.ReasonMembersNotReady},
+				v1alpha1.ConditionReconciling:  {T, v1alpha1.ReasonWaitingForMembers},
+			},
+		},
+		{
+			name: "a member restarted and is not ready: degraded", phase: PhaseDegraded,
+			obs: func(o *observed) {
+				o.pods[1] = member(1, "r2", false)
+				o.pods[1].Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "celld", RestartCount: 2}}
+			},
+			want: map[v1alpha1.ConditionType]wantCondition{
+				v1alpha1.ConditionProvisioning: {T, v1alpha1.ReasonWaitingForMembers},
+				v1alpha1.ConditionReconciling:  {T, v1alpha1.ReasonWaitingForMembers},
+			},
+		},
+		{
+			name: "rolling", phase: PhaseRolling,
+			obs: func(o *observed) {
+				o.sts.Status.UpdateRevision = "r3"
+				o.decision = roll.Decision{Outdated: 3, Replace: "shop-2"}
+			},
+			want: map[v1alpha1.ConditionType]wantCondition{
+				v1alpha1.ConditionProvisioning: {T, v1alpha1.ReasonRolling},
+				v1alpha1.ConditionReady:        {F, v1alpha1.ReasonMembersNotReady},
+				v1alpha1.ConditionReconciling:  {T, v1alpha1.ReasonRolling},
+			},
+		},
+		{
+			name:  "a roll held by the maintenance pause",
+			fleet: func(f *v1alpha1.CelldFleet) { f.Spec.Maintenance.Paused = true }, phase: PhaseRolling,
+			obs: func(o *observed) {
+				o.sts.Status.UpdateRevision = "r3"
+				o.decision = roll.Decision{Outdated: 3, Waiting: "maintenance is paused"}
+			},
+			want: map[v1alpha1.ConditionType]wantCondition{
+				v1alpha1.ConditionProvisioning: {T, v1alpha1.ReasonRollPaused},
+				v1alpha1.ConditionReconciling:  {F, v1alpha1.ReasonRollPaused},
+				v1alpha1.ConditionStalled:      {F, v1alpha1.ReasonNotStalled},
+			},
+		},
+		{
+			name:  "member changes held by the maintenance pause",
+			fleet: func(f *v1alpha1.CelldFleet) { f.Spec.Maintenance.Paused = true }, phase: PhasePaused,
+			obs: func(o *observed) { o.pausedChanges = true },
+			want: map[v1alpha1.ConditionType]wantCondition{
+				v1alpha1.ConditionProvisioning: {T, v1alpha1.ReasonMaintenancePaused},
+				v1alpha1.ConditionReady:        {T, v1alpha1.ReasonMembersReady},
+				v1alpha1.ConditionReconciling:  {F, v1alpha1.ReasonMaintenancePaused},
+			},
+		},
+		{
+			name: "the StatefulSet controller has not seen the template", phase: PhaseProvisioning,
+			obs: func(o *observed) { o.stsSettling = true },
+			want: map[v1alpha1.ConditionType]wantCondition{
+				v1alpha1.ConditionProvisioning: {T, v1alpha1.ReasonApplyingTemplate},
+				v1alpha1.ConditionReady:        {F, v1alpha1.ReasonMembersNotReady},
+			},
+		},
+		{
+			name: "a meshed member without its proxy", phase: PhaseProvisioning,
+			obs: func(o *observed) { o.mesh = mesh.State{Phase: mesh.Joining, MissingProxy: []string{"shop-1"}} },
+			want: map[v1alpha1.ConditionType]wantCondition{
+				v1alpha1.ConditionProvisioning: {T, v1alpha1.ReasonProxyMissing},
+				v1alpha1.ConditionReady:        {F, v1alpha1.ReasonProxyMissing},
+				v1alpha1.ConditionMeshReady:    {F, v1alpha1.ReasonProxyMissing},
+				v1alpha1.ConditionReconciling:  {T, v1alpha1.ReasonProxyMissing},
+			},
+		},
+		{
+			name:  "storage: a resize rejected",
+			fleet: func(f *v1alpha1.CelldFleet) { f.Spec.Storage = &v1alpha1.Storage{} }, phase: PhaseReady,
+			obs: func(o *observed) { o.diskResize = "the storage class does not allow expansion" },
+			want: map[v1alpha1.ConditionType]wantCondition{
+				v1alpha1.ConditionDisksResized: {F, v1alpha1.ReasonResizeRejected},
+				v1alpha1.ConditionReady:        {T, v1alpha1.ReasonMembersReady},
+			},
+		},
+		{
+			name:  "storage: every claim requests the size",
+			fleet: func(f *v1alpha1.CelldFleet) { f.Spec.Storage = &v1alpha1.Storage{} }, phase: PhaseReady,
+			want: map[v1alpha1.ConditionType]wantCondition{v1alpha1.ConditionDisksResized: {T, v1alpha1.ReasonSizeRequested}},
+		},
+		{
+			name: "a failed step before the members were read keeps the last known phase", phase: PhaseRolling,
+			fleet: func(f *v1alpha1.CelldFleet) {
+				f.Status.Phase = PhaseRolling
+				f.Status.ObservedGeneration = 1
+			},
+			obs: func(o *observed) {
+				*o = observed{failed: &stepError{step: "applying the StatefulSet", err: errors.New("etcd is away")}, routing: routingOutcome{keep: true}}
+			},
+			want: map[v1alpha1.ConditionType]wantCondition{
+				v1alpha1.ConditionReconciled:  {F, v1alpha1.ReasonStepFailed},
+				v1alpha1.ConditionReconciling: {T, v1alpha1.ReasonStepFailed},
+				v1alpha1.ConditionStalled:     {F, v1alpha1.ReasonNotStalled},
+			},
+			absent: []v1alpha1.ConditionType{v1alpha1.ConditionReady},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := statusFleet()
+			if tc.fleet != nil {
+				tc.fleet(f)
+			}
+			obs := healthyFleet()
+			if tc.obs != nil {
+				tc.obs(obs)
+			}
+			st := computeStatus(f, obs, now)
+			assert.Equal(t, tc.phase, st.Phase)
+			for typ, w := range tc.want {
+				c := meta.FindStatusCondition(st.Conditions, string(typ))
+				require.NotNil(t, c, "%s", typ)
+				assert.Equal(t, w.status, c.Status, "%s: %s", typ, c.Message)
+				assert.Equal(t, string(w.reason), c.Reason, "%s: %s", typ, c.Message)
+				if c.Status == metav1.ConditionTrue && typ != v1alpha1.ConditionReady && typ != v1alpha1.ConditionReconciled {
+					assert.NotEmpty(t, c.Message, "%s says why", typ)
+				}
+			}
+			for _, typ := range tc.absent {
+				assert.Nil(t, meta.FindStatusCondition(st.Conditions, string(typ)), "%s", typ)
+			}
+			if obs.failed != nil {
+				assert.Equal(t, f.Status.ObservedGeneration, st.ObservedGeneration, "a failed reconcile does not claim the spec was observed")
+			} else {
+				assert.Equal(t, f.Generation, st.ObservedGeneration)
+			}
+		})
+	}
+}
+
+// TestComputeStatusIsStable: computing again from the status it produced
+// changes nothing, not even a timestamp, so an unchanged fleet is not
+// written.
+func TestComputeStatusIsStable(t *testing.T) {
+	f := statusFleet()
+	first := computeStatus(f, healthyFleet(), time.Unix(100, 0))
+	f.Status = first
+	assert.Equal(t, first, computeStatus(f, healthyFleet(), time.Unix(200, 0)))
+}

@@ -1,0 +1,203 @@
+package v1alpha1
+
+// ConditionType names a condition in the ServiceMesh's status.conditions.
+type ConditionType string
+
+// ConditionReason is the CamelCase reason of a ServiceMesh condition. Every
+// value has a row in docs/troubleshooting.md; a test in shared/conditions
+// fails when one has not.
+type ConditionReason string
+
+// Condition types of a ServiceMesh.
+const (
+	// ConditionReady is the summary: True only when the mesh may be relied
+	// on (licensed, control plane Ready, no precondition warning). Namespace
+	// enrollment and STRICT mTLS wait for it.
+	ConditionReady ConditionType = "Ready"
+	// ConditionControlPlaneReady: the Istio control plane (Sail CRs' Ready
+	// conditions, or istiod's Deployments) is ready.
+	ConditionControlPlaneReady ConditionType = "ControlPlaneReady"
+	// ConditionPreconditionNotMet is True (a warning) when the cluster cannot
+	// run the requested data plane as it is configured (Cilium + ambient).
+	ConditionPreconditionNotMet ConditionType = "PreconditionNotMet"
+	// ConditionPreviewLocked is True while the license does not unlock the mesh.
+	ConditionPreviewLocked ConditionType = "PreviewLocked"
+	// ConditionRefused is True on a ServiceMesh not named cluster.
+	ConditionRefused ConditionType = "Refused"
+	// ConditionSailTeardown reports, while the ServiceMesh is deleted, what
+	// became of the Sail Operator installation it held: uninstalled, kept
+	// (other holders, or Sail resources the operator does not own), and
+	// which recorded CRD names it refused to delete.
+	ConditionSailTeardown ConditionType = "SailTeardown"
+	// ConditionReconciling and ConditionStalled follow kstatus, as the
+	// CelldFleet's do.
+	ConditionReconciling ConditionType = "Reconciling"
+	ConditionStalled     ConditionType = "Stalled"
+	// ConditionMTLSCutover is True once every enrolled namespace has passed
+	// the PERMISSIVE→STRICT cutover; False lists those still waiting and the
+	// Pod holding each back.
+	ConditionMTLSCutover ConditionType = "MTLSCutover"
+	// ConditionMaintenanceWindow is True while spec.mtls.maintenanceUntil
+	// holds enrolled namespaces at PERMISSIVE.
+	ConditionMaintenanceWindow ConditionType = "MaintenanceWindow"
+	// ConditionStrictIsolation exists only while spec.isolation is strict:
+	// True when every enrolled namespace has its allow-nothing baseline in
+	// force, False while some are at PERMISSIVE mTLS and the baseline is
+	// withheld there (it would drop plaintext).
+	ConditionStrictIsolation ConditionType = "StrictIsolation"
+	// ConditionEnrollmentConflict is True while some namespace cannot be
+	// enrolled because an object with the name of one of its policies
+	// belongs to someone else; the message names each such object.
+	ConditionEnrollmentConflict ConditionType = "EnrollmentConflict"
+	// ConditionDataPlaneMigration is True while a change of spec.dataPlane
+	// is being rolled through the enrolled namespaces; the message gives
+	// each namespace's progress and what keeps the old data plane.
+	ConditionDataPlaneMigration ConditionType = "DataPlaneMigration"
+)
+
+// Reasons of Refused, PreviewLocked and Ready on a mesh that changes nothing.
+const (
+	ReasonNotSingleton ConditionReason = "NotSingleton"
+	ReasonRefused      ConditionReason = "Refused"
+	// ReasonPreviewLocked: Ready=False while PreviewLocked is True.
+	ReasonPreviewLocked ConditionReason = "PreviewLocked"
+)
+
+// Reasons of PreviewLocked: why a license does not unlock the mesh.
+const (
+	// ReasonLicenseValid: the license is signed, current and grants the mesh.
+	ReasonLicenseValid ConditionReason = "LicenseValid"
+	// ReasonLicenseMissing: no license Secret, or the Secret lacks the key.
+	ReasonLicenseMissing ConditionReason = "LicenseMissing"
+	// ReasonLicenseMalformed: the data is not a license file this operator
+	// reads (not JSON, too large, wrong or unknown format version, bad fields).
+	ReasonLicenseMalformed ConditionReason = "LicenseMalformed"
+	// ReasonLicenseBadSignature: the signature does not verify against any
+	// key this build trusts (modified, or signed with another key).
+	ReasonLicenseBadSignature ConditionReason = "LicenseBadSignature"
+	// ReasonLicenseExpired: the license's notAfter has passed.
+	ReasonLicenseExpired ConditionReason = "LicenseExpired"
+	// ReasonLicenseNotYetValid: the license's notBefore is still ahead.
+	ReasonLicenseNotYetValid ConditionReason = "LicenseNotYetValid"
+	// ReasonLicenseFeatureMissing: the license grants neither service-mesh
+	// nor preview.
+	ReasonLicenseFeatureMissing ConditionReason = "LicenseFeatureMissing"
+)
+
+// Reasons of PreconditionNotMet.
+const (
+	ReasonPreconditionsMet ConditionReason = "PreconditionsMet"
+	// ReasonCiliumAmbient: ambient on Cilium without the settings it needs.
+	ReasonCiliumAmbient ConditionReason = "CiliumAmbient"
+	// ReasonPreconditionNotMet: Ready=False (phase Blocked) while
+	// PreconditionNotMet is True.
+	ReasonPreconditionNotMet ConditionReason = "PreconditionNotMet"
+)
+
+// Reasons of Ready (and Stalled) when detection blocks or defers the mesh.
+const (
+	ReasonProviderNotDetected   ConditionReason = "ProviderNotDetected"
+	ReasonMaistraDetected       ConditionReason = "MaistraDetected"
+	ReasonProviderMismatch      ConditionReason = "ProviderMismatch"
+	ReasonNoMeshFound           ConditionReason = "NoMeshFound"
+	ReasonProviderCannotInstall ConditionReason = "ProviderCannotInstall"
+	ReasonSailOperatorMissing   ConditionReason = "SailOperatorMissing"
+	ReasonForeignSailResource   ConditionReason = "ForeignSailResource"
+	ReasonIstioAPIMissing       ConditionReason = "IstioAPIMissing"
+)
+
+// Reasons of Ready (and Stalled) when a step failed.
+const (
+	ReasonDetectionFailed      ConditionReason = "DetectionFailed"
+	ReasonReconcileError       ConditionReason = "ReconcileError"
+	ReasonSailChartUnavailable ConditionReason = "SailChartUnavailable"
+	ReasonSailInstallFailed    ConditionReason = "SailInstallFailed"
+)
+
+// Reasons of ControlPlaneReady (and of Ready and Reconciling while it is
+// False and nothing blocks).
+const (
+	// ReasonControlPlaneReady: Ready=True.
+	ReasonControlPlaneReady      ConditionReason = "ControlPlaneReady"
+	ReasonSailOperatorInstalling ConditionReason = "SailOperatorInstalling"
+	ReasonSailResourcesReady     ConditionReason = "SailResourcesReady"
+	ReasonIstiodAvailable        ConditionReason = "IstiodAvailable"
+	ReasonIstiodUnavailable      ConditionReason = "IstiodUnavailable"
+	ReasonExternalControlPlane   ConditionReason = "ExternalControlPlane"
+
+	// What a Sail CR (Istio, IstioCNI, ZTunnel) says about its component:
+	// missing, being deleted, its generation not yet processed by the Sail
+	// Operator, Ready, or not Ready.
+	ReasonIstioMissing        ConditionReason = "IstioMissing"
+	ReasonIstioDeleting       ConditionReason = "IstioDeleting"
+	ReasonIstioProgressing    ConditionReason = "IstioProgressing"
+	ReasonIstioReady          ConditionReason = "IstioReady"
+	ReasonIstioNotReady       ConditionReason = "IstioNotReady"
+	ReasonIstioCNIMissing     ConditionReason = "IstioCNIMissing"
+	ReasonIstioCNIDeleting    ConditionReason = "IstioCNIDeleting"
+	ReasonIstioCNIProgressing ConditionReason = "IstioCNIProgressing"
+	ReasonIstioCNIReady       ConditionReason = "IstioCNIReady"
+	ReasonIstioCNINotReady    ConditionReason = "IstioCNINotReady"
+	ReasonZTunnelMissing      ConditionReason = "ZTunnelMissing"
+	ReasonZTunnelDeleting     ConditionReason = "ZTunnelDeleting"
+	ReasonZTunnelProgressing  ConditionReason = "ZTunnelProgressing"
+	ReasonZTunnelReady        ConditionReason = "ZTunnelReady"
+	ReasonZTunnelNotReady     ConditionReason = "ZTunnelNotReady"
+)
+
+// Reasons of Reconciling and Stalled when the other reason does not apply.
+const (
+	ReasonNotReconciling ConditionReason = "NotReconciling"
+	ReasonNotStalled     ConditionReason = "NotStalled"
+)
+
+// Reasons while the ServiceMesh is deleted (Ready, Reconciling, SailTeardown).
+const (
+	ReasonDeleting ConditionReason = "Deleting"
+	// ReasonWaitingForSail: the Sail Operator has not yet removed the Sail
+	// CRs the ServiceMesh owned.
+	ReasonWaitingForSail ConditionReason = "WaitingForSail"
+	// ReasonWaitingForCNIRelease: the teardown holds ZTunnel and IstioCNI
+	// while istio-cni still redirects Pods of namespaces that left the mesh.
+	ReasonWaitingForCNIRelease    ConditionReason = "WaitingForCNIRelease"
+	ReasonSailOperatorKept        ConditionReason = "SailOperatorKept"
+	ReasonSailInUse               ConditionReason = "SailInUse"
+	ReasonSailOperatorUninstalled ConditionReason = "SailOperatorUninstalled"
+	ReasonUntrustedCRDsIgnored    ConditionReason = "UntrustedCRDsIgnored"
+	// ReasonSailUninstallDisabled: the holders record names the operator but
+	// it runs with sail.install=false, so it leaves the installation alone.
+	ReasonSailUninstallDisabled ConditionReason = "SailUninstallDisabled"
+)
+
+// Reasons of MTLSCutover.
+const (
+	ReasonAwaitingCutover ConditionReason = "AwaitingCutover"
+	ReasonAwaitingEdge    ConditionReason = "AwaitingEdge"
+	ReasonCutOver         ConditionReason = "CutOver"
+)
+
+// Reasons of DataPlaneMigration.
+const (
+	ReasonMigrating             ConditionReason = "Migrating"
+	ReasonReleasingOldDataPlane ConditionReason = "ReleasingOldDataPlane"
+	ReasonSettled               ConditionReason = "Settled"
+)
+
+// Reasons of EnrollmentConflict.
+const (
+	ReasonPolicyConflict ConditionReason = "PolicyConflict"
+	ReasonNoConflict     ConditionReason = "NoConflict"
+)
+
+// Reasons of StrictIsolation.
+const (
+	ReasonBaselineWithheld ConditionReason = "BaselineWithheld"
+	ReasonBaselineInForce  ConditionReason = "BaselineInForce"
+)
+
+// Reasons of MaintenanceWindow.
+const (
+	ReasonWindowOpen  ConditionReason = "Open"
+	ReasonWindowEnded ConditionReason = "Ended"
+	ReasonNoWindow    ConditionReason = "NoWindow"
+)
