@@ -181,13 +181,52 @@ func standby(t *testing.T, f *fleetv1.CelldFleet) bool {
 	return false
 }
 
+// peerRuleRelaxed: the peer-port rule admits plaintext, either with no
+// source at all (the sidecar form) or with a notPrincipals ["*"] source
+// (the ambient form a joining fleet takes while a member without its
+// sidecar may be captured, mesh.Intent.MayBeCaptured). Whether plaintext
+// gets that far is the fleet's PeerAuthentication's to say, checked beside
+// it.
 func peerRuleRelaxed(ap *unstructured.Unstructured) bool {
 	rules, _, _ := unstructured.NestedSlice(ap.Object, "spec", "rules")
 	if len(rules) == 0 {
 		return false
 	}
-	_, hasFrom := rules[0].(map[string]any)["from"]
-	return !hasFrom
+	from, hasFrom := rules[0].(map[string]any)["from"]
+	if !hasFrom {
+		return true
+	}
+	sources, _ := from.([]any)
+	for _, src := range sources {
+		np, _, _ := unstructured.NestedStringSlice(src.(map[string]any), "source", "notPrincipals")
+		if len(np) == 1 && np[0] == "*" {
+			return true
+		}
+	}
+	return false
+}
+
+// peerPortIdentitiesOnly: no mesh identity reaches 8081 but the fleet's and
+// the operator's. The ambient form's plaintext source does not count: with
+// no relaxing NAME-mesh PeerAuthentication (checked beside it) STRICT
+// refuses plaintext first.
+func peerPortIdentitiesOnly(ap *unstructured.Unstructured) bool {
+	rules, _, _ := unstructured.NestedSlice(ap.Object, "spec", "rules")
+	if len(rules) == 0 {
+		return false
+	}
+	from, _, _ := unstructured.NestedSlice(rules[0].(map[string]any), "from")
+	if len(from) == 0 {
+		return false
+	}
+	for _, src := range from {
+		principals, _, _ := unstructured.NestedStringSlice(src.(map[string]any), "source", "principals")
+		np, _, _ := unstructured.NestedStringSlice(src.(map[string]any), "source", "notPrincipals")
+		if len(principals) == 0 && !(len(np) == 1 && np[0] == "*") {
+			return false
+		}
+	}
+	return true
 }
 
 func hasProxy(p *corev1.Pod) bool {

@@ -118,7 +118,8 @@ func TestSamples(t *testing.T) {
 		// port only, so 8080 stays closed until a policy of the user's allows it.
 		ap := meshAP(f)
 		require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(ap), ap))
-		assert.False(t, peerRuleRelaxed(ap), "8081 only from the fleet's and the operator's identities")
+		assert.True(t, peerPortIdentitiesOnly(ap), "8081 only from the fleet's and the operator's identities")
+		assert.False(t, exists(t, meshPA(f)), "and 8081 not relaxed: STRICT refuses plaintext")
 		ports := authzPorts(ap)
 		assert.Contains(t, ports, "8081")
 		assert.NotContains(t, ports, "8080", "Policies leaves 8080 to the user's own AuthorizationPolicy")
