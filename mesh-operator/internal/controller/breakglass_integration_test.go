@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
-	"github.com/ericdev/fleetmesh/mesh-operator/internal/enroll"
 	"github.com/ericdev/fleetmesh/shared/authzeval"
 	"github.com/ericdev/fleetmesh/shared/labels"
 	"github.com/ericdev/fleetmesh/shared/podmesh"
@@ -63,13 +62,7 @@ func TestBreakGlassWhileNotReadyIntegration(t *testing.T) {
 			return admin.Update(ctx, m)
 		}))
 	}
-	paMode := func(namespace string) string {
-		t.Helper()
-		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(enroll.SecurityGroupVersion.WithKind(enroll.KindPeerAuthentication))
-		require.NoError(t, admin.Get(ctx, client.ObjectKey{Namespace: namespace, Name: enroll.PeerAuthenticationName}, u))
-		return enroll.ModeOf(u)
-	}
+	paMode := func(namespace string) string { t.Helper(); return meshMTLSMode(t, admin, namespace) }
 
 	require.NoError(t, admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "istio-system"}}))
 	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "istio-system", Name: "istiod", Labels: map[string]string{"app": "istiod"}},

@@ -11,12 +11,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
-	"github.com/ericdev/fleetmesh/mesh-operator/internal/enroll"
 	"github.com/ericdev/fleetmesh/shared/labels"
 )
 
@@ -45,13 +43,7 @@ func TestEdgeLeavingTheMeshRelaxesFirst(t *testing.T) {
 		p.Spec.Containers = []corev1.Container{{Name: "app", Image: "example.invalid/app"}}
 		require.NoError(t, admin.Create(ctx, p))
 	}
-	paMode := func(namespace string) string {
-		t.Helper()
-		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(enroll.SecurityGroupVersion.WithKind(enroll.KindPeerAuthentication))
-		require.NoError(t, admin.Get(ctx, client.ObjectKey{Namespace: namespace, Name: enroll.PeerAuthenticationName}, u))
-		return enroll.ModeOf(u)
-	}
+	paMode := func(namespace string) string { t.Helper(); return meshMTLSMode(t, admin, namespace) }
 	dataPlaneLabel := func(namespace string) string {
 		ns := &corev1.Namespace{}
 		require.NoError(t, admin.Get(ctx, client.ObjectKey{Name: namespace}, ns))

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -57,13 +56,7 @@ func TestEdgeAwareCutoverIntegration(t *testing.T) {
 		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{key: value}}})
 		require.NoError(t, admin.Patch(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, client.RawPatch(types.MergePatchType, patch)))
 	}
-	paMode := func(namespace string) string {
-		t.Helper()
-		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(enroll.SecurityGroupVersion.WithKind(enroll.KindPeerAuthentication))
-		require.NoError(t, admin.Get(ctx, client.ObjectKey{Namespace: namespace, Name: enroll.PeerAuthenticationName}, u))
-		return enroll.ModeOf(u)
-	}
+	paMode := func(namespace string) string { t.Helper(); return meshMTLSMode(t, admin, namespace) }
 	cutover := func(m *v1alpha1.ServiceMesh) *metav1.Condition {
 		return meta.FindStatusCondition(m.Status.Conditions, string(v1alpha1.ConditionMTLSCutover))
 	}

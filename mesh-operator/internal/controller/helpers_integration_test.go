@@ -31,6 +31,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ericdev/fleetmesh/mesh-operator/internal/enroll"
+
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/sail"
 )
 
@@ -232,4 +234,14 @@ func readyIstiod(t *testing.T, admin client.Client) {
 	dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: 1, AvailableReplicas: 1, ReadyReplicas: 1,
 		Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, Reason: "Test"}}}
 	require.NoError(t, admin.Status().Update(ctx, dep))
+}
+
+// meshMTLSMode is the mode of the namespace's mesh-mtls PeerAuthentication,
+// which must exist.
+func meshMTLSMode(t *testing.T, admin client.Client, namespace string) string {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(enroll.SecurityGroupVersion.WithKind(enroll.KindPeerAuthentication))
+	require.NoError(t, admin.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: enroll.PeerAuthenticationName}, u))
+	return enroll.ModeOf(u)
 }

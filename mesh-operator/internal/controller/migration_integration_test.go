@@ -21,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
-	"github.com/ericdev/fleetmesh/mesh-operator/internal/enroll"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/sail"
 	"github.com/ericdev/fleetmesh/shared/labels"
 	"github.com/ericdev/fleetmesh/shared/podmesh"
@@ -90,13 +89,7 @@ func TestDataPlaneMigrationIntegration(t *testing.T) {
 		require.NoError(t, admin.Get(ctx, client.ObjectKey{Name: name}, n))
 		return n.Labels
 	}
-	paMode := func(namespace string) string {
-		t.Helper()
-		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(enroll.SecurityGroupVersion.WithKind(enroll.KindPeerAuthentication))
-		require.NoError(t, admin.Get(ctx, client.ObjectKey{Namespace: namespace, Name: enroll.PeerAuthenticationName}, u))
-		return enroll.ModeOf(u)
-	}
+	paMode := func(namespace string) string { t.Helper(); return meshMTLSMode(t, admin, namespace) }
 	pods := func(namespace string) []corev1.Pod {
 		t.Helper()
 		l := &corev1.PodList{}
