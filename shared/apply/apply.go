@@ -83,41 +83,58 @@ type Applier struct {
 // owner, when set, must be desired's controller: a live object without that
 // controller UID is a ConflictError and is never written.
 func (a *Applier) Apply(ctx context.Context, desired client.Object, owner metav1.Object) (Result, error) {
+	res, _, err := a.ApplyOver(ctx, desired, owner, nil)
+	return res, err
+}
+
+// ApplyOver is Apply for a caller that holds the live object already: it
+// listed its own objects a moment ago. That object is compared with instead
+// of reading it once more. A nil live is read as Apply reads it, so an
+// object of someone else with desired's name is still found and refused.
+// It also returns the object as it stands afterwards: the live one when
+// nothing was written, else the apply's answer, so a caller that decides
+// again in the same pass need not read it back.
+func (a *Applier) ApplyOver(ctx context.Context, desired client.Object, owner metav1.Object, known *unstructured.Unstructured) (Result, *unstructured.Unstructured, error) {
 	gvk := desired.GetObjectKind().GroupVersionKind()
 	if gvk.Kind == "" {
-		return "", fmt.Errorf("apply %T %s: TypeMeta must be set for server-side apply", desired, desired.GetName())
+		return "", nil, fmt.Errorf("apply %T %s: TypeMeta must be set for server-side apply", desired, desired.GetName())
 	}
 	desiredMap, err := runtime.DefaultUnstructuredConverter.ToUnstructured(desired)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	pruneNulls(desiredMap)
 	delete(desiredMap, "status")
 	hash, err := hashOf(desiredMap)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	setAnnotation(desiredMap, a.HashAnnotation, hash)
 
-	live, err := a.live(ctx, gvk, client.ObjectKeyFromObject(desired))
+	live, err := known, error(nil)
+	if live == nil {
+		live, err = a.live(ctx, gvk, client.ObjectKeyFromObject(desired))
+	}
 	exists := err == nil
 	if err != nil && !apierrors.IsNotFound(err) {
-		return "", err
+		return "", nil, err
 	}
 	if exists && owner != nil && !metav1.IsControlledBy(live, owner) {
-		return "", &ConflictError{Kind: gvk.Kind, Namespace: desired.GetNamespace(), Name: desired.GetName(), Owner: fmt.Sprintf("%s (uid %s)", owner.GetName(), owner.GetUID()), Holder: HolderOf(live)}
+		return "", nil, &ConflictError{Kind: gvk.Kind, Namespace: desired.GetNamespace(), Name: desired.GetName(), Owner: fmt.Sprintf("%s (uid %s)", owner.GetName(), owner.GetUID()), Holder: HolderOf(live)}
 	}
 	if exists && live.GetAnnotations()[a.HashAnnotation] == hash && Subset(desiredMap, live.Object) {
-		return Unchanged, nil
+		return Unchanged, live, nil
 	}
-	ac := client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: desiredMap})
-	if err := a.Client.Apply(ctx, ac, client.FieldOwner(a.FieldManager), client.ForceOwnership); err != nil {
-		return "", fmt.Errorf("applying %s %s/%s: %w", gvk.Kind, desired.GetNamespace(), desired.GetName(), err)
+	// The client decodes the API server's answer into the apply
+	// configuration's object.
+	answer := &unstructured.Unstructured{Object: desiredMap}
+	if err := a.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(answer), client.FieldOwner(a.FieldManager), client.ForceOwnership); err != nil {
+		return "", nil, fmt.Errorf("applying %s %s/%s: %w", gvk.Kind, desired.GetNamespace(), desired.GetName(), err)
 	}
 	if exists {
-		return Updated, nil
+		return Updated, answer, nil
 	}
-	return Created, nil
+	return Created, answer, nil
 }
 
 // Observed reads the object of kind gvk from Cache when it serves the kind,

@@ -11,8 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
-	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ericdev/fleetmesh/shared/labels"
@@ -190,7 +191,7 @@ const maxAttempts = 5
 //     (an uncached reader) and the decision is made anew.
 //
 // ns is the namespace as the caller observed it; on return it holds the
-// latest state this call saw.
+// latest state this call saw (after a write, the apply's answer).
 func ApplyLabels(ctx context.Context, c client.Client, fresh client.Reader, w Writer, fieldManager string, ns *corev1.Namespace, want map[string]string) (Outcome, error) {
 	for k, v := range want {
 		if err := Permit(w, k, v); err != nil {
@@ -204,18 +205,29 @@ func ApplyLabels(ctx context.Context, c client.Client, fresh client.Reader, w Wr
 		if standing(ns.Labels, held, apply) {
 			return out, nil
 		}
-		ac := corev1ac.Namespace(ns.Name).WithResourceVersion(ns.ResourceVersion)
+		// Unstructured, so that the apply's answer comes back whole, managed
+		// fields included: the caller's copy has the old resourceVersion, and
+		// the answer replaces it for any later decision (no read-back: at a
+		// thousand namespaces that was a request per write).
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion("v1")
+		u.SetKind("Namespace")
+		u.SetName(ns.Name)
+		u.SetResourceVersion(ns.ResourceVersion)
 		if len(apply) > 0 {
-			ac.WithLabels(apply)
+			u.SetLabels(apply)
 		}
-		err := c.Apply(ctx, ac, client.FieldOwner(fieldManager), client.ForceOwnership)
+		err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(fieldManager), client.ForceOwnership)
 		if err == nil {
 			out.Wrote = true
-			// The caller's copy has the old resourceVersion: read back what
-			// the API server made of it for any later decision.
-			if err := fresh.Get(ctx, client.ObjectKeyFromObject(ns), ns); err != nil {
-				return out, fmt.Errorf("reading namespace %s: %w", ns.Name, err)
+			applied := &corev1.Namespace{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, applied); err != nil {
+				return out, fmt.Errorf("namespace %s as applied: %w", ns.Name, err)
 			}
+			if applied.ResourceVersion == "" {
+				return out, fmt.Errorf("namespace %s as applied: the answer has no resourceVersion", ns.Name)
+			}
+			*ns = *applied
 			return out, nil
 		}
 		if !apierrors.IsConflict(err) || attempt == maxAttempts {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -102,7 +103,8 @@ func requestLabels(ns *corev1.Namespace) map[string]string {
 // core.navique.com/mesh=disabled is never replaced by the enrollment
 // request written for spec.enrollNamespaces (even one set between the read
 // and the write), and nothing is written when the labels already stand. ns
-// is read back afterwards for the next apply of this reconcile.
+// becomes the namespace as the apply answered, for the next apply of this
+// reconcile.
 func (r *ServiceMeshReconciler) applyNamespaceLabels(ctx context.Context, ns *corev1.Namespace, want map[string]string) error {
 	_, err := contract.ApplyLabels(ctx, r.Client, r.Reader, contract.MeshOperator, FieldManager, ns, want)
 	return err
@@ -150,6 +152,39 @@ func (r *ServiceMeshReconciler) managedPolicies(ctx context.Context, mesh *v1alp
 	return out, nil
 }
 
+// enrollWorkers is how many namespaces one enrollment pass works on at
+// once. Enrolling is a handful of requests per namespace with nothing to
+// compute, so a pass over many namespaces is bound by round trips; 8 is
+// what the benchmark's floor uses (docs/benchmark.md).
+const enrollWorkers = 8
+
+// forEach calls f(0..n-1) on at most workers goroutines and returns when
+// all calls have.
+func forEach(n, workers int, f func(i int)) {
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < min(n, workers); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				f(i)
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+}
+
+// nsOutcome is one namespace's enrollment result and error.
+type nsOutcome struct {
+	res nsResult
+	err error
+}
+
 // nsResult is what enrolling one namespace came to.
 type nsResult struct {
 	mode    enroll.MTLSDecision
@@ -165,6 +200,10 @@ type nsResult struct {
 	// baselineWithheld: isolation strict, but the mode in force is
 	// PERMISSIVE, so the allow-nothing baseline is absent.
 	baselineWithheld bool
+	// policies are the namespace's policies of this ServiceMesh as they
+	// stand after applyPolicies (by policyKey), for a second look in the
+	// same pass without reading them again.
+	policies map[string]*unstructured.Unstructured
 }
 
 // reconcileEnrollment enrolls the namespaces asked for and releases the
@@ -225,13 +264,11 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 	for _, ns := range leaving {
 		leavingNames = append(leavingNames, ns.Name)
 	}
+	// The namespaces to enroll (or, held, to relax), in name order.
+	var todo []*corev1.Namespace
 	for i := range nsList.Items {
 		ns := &nsList.Items[i]
-		if ns.DeletionTimestamp != nil {
-			continue
-		}
-		d := decisions[ns.Name]
-		if !d.Enroll {
+		if ns.DeletionTimestamp != nil || !decisions[ns.Name].Enroll {
 			continue
 		}
 		if holdOnly {
@@ -244,10 +281,26 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 			if policies[ns.Name][policyKey(enroll.KindPeerAuthentication, enroll.PeerAuthenticationName)] == nil {
 				continue
 			}
-		} else if err := r.ensureNamedFinalizer(ctx, mesh, EnrollFinalizer); err != nil {
+		}
+		todo = append(todo, ns)
+	}
+	if !holdOnly && len(todo) > 0 {
+		if err := r.ensureNamedFinalizer(ctx, mesh, EnrollFinalizer); err != nil {
 			return 0, err
 		}
-		res, err := r.enrollNamespace(ctx, mesh, cp, ns, d, policies[ns.Name], now, !holdOnly, leavingNames)
+	}
+	// Namespaces are enrolled concurrently: each one's writes depend only on
+	// its own objects and on reads of its declared edges, and a dependant
+	// that reads an edge mid-change only holds its STRICT back longer. The
+	// leaving namespaces are still released after all of them (below).
+	outcomes := make([]nsOutcome, len(todo))
+	forEach(len(todo), enrollWorkers, func(i int) {
+		ns := todo[i]
+		res, err := r.enrollNamespace(ctx, mesh, cp, ns, decisions[ns.Name], policies[ns.Name], now, !holdOnly, leavingNames)
+		outcomes[i] = nsOutcome{res: res, err: err}
+	})
+	for i, ns := range todo {
+		d, res, err := decisions[ns.Name], outcomes[i].res, outcomes[i].err
 		paused = append(paused, res.paused...)
 		if enroll.Paused(ns) {
 			paused = append(paused, "Namespace/"+ns.Name)
@@ -524,12 +577,8 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 	// The data-plane label has just gone on: look at the Pods again, now
 	// that they tell the truth, so a namespace that is ready for STRICT
 	// does not wait for the next poll.
-	fresh, err := r.namespacePolicies(ctx, mesh, ns.Name)
-	if err != nil {
-		return res, err
-	}
 	migration := res.migration
-	res, mtlsInForce, err = r.applyPolicies(ctx, mesh, cp, ns, fresh, now, true, true, leaving)
+	res, mtlsInForce, err = r.applyPolicies(ctx, mesh, cp, ns, res.policies, now, true, true, leaving)
 	if err != nil {
 		return res, err
 	}
@@ -598,27 +647,6 @@ func (r *ServiceMeshReconciler) applyEnrollmentLabels(ctx context.Context, mesh 
 	return r.applyEnrolledLabels(ctx, ns, want)
 }
 
-// namespacePolicies reads the operator's policies of one namespace by name.
-func (r *ServiceMeshReconciler) namespacePolicies(ctx context.Context, mesh *v1alpha1.ServiceMesh, namespace string) (map[string]*unstructured.Unstructured, error) {
-	out := map[string]*unstructured.Unstructured{}
-	for _, k := range ownPolicyKeys() {
-		kind, name, _ := strings.Cut(k, "/")
-		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(enroll.SecurityGroupVersion.WithKind(kind))
-		err := r.Reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, u)
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("reading %s %s/%s: %w", kind, namespace, name, err)
-		}
-		if metav1.IsControlledBy(u, mesh) {
-			out[k] = u
-		}
-	}
-	return out, nil
-}
-
 // ownPolicyKeys are the operator's per-namespace policies, in the order
 // they are removed: the baseline first (it would drop plaintext without
 // STRICT), the PeerAuthentication last.
@@ -660,7 +688,10 @@ func (r *ServiceMeshReconciler) rollbackNamespace(ctx context.Context, mesh *v1a
 // false only relaxing changes are made.
 func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha1.ServiceMesh, cp *v1alpha1.ControlPlaneStatus,
 	ns *corev1.Namespace, live map[string]*unstructured.Unstructured, now time.Time, ready, evaluate bool, leaving []string) (nsResult, string, error) {
-	var res nsResult
+	res := nsResult{policies: maps.Clone(live)}
+	if res.policies == nil {
+		res.policies = map[string]*unstructured.Unstructured{}
+	}
 	dp := mesh.Spec.DataPlane
 	// mTLS, PERMISSIVE until the workloads show they can take STRICT.
 	owner := enroll.Owner(mesh)
@@ -801,6 +832,7 @@ func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha
 		if err != nil {
 			return res, mtlsInForce, err
 		}
+		delete(res.policies, policyKey(enroll.KindAuthorizationPolicy, enroll.BaselinePolicyName))
 		if deleted {
 			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "BaselineWithdrawn", "Reconcile",
 				"Removed AuthorizationPolicy %s/%s: %s (%s mTLS in force, %s).", ns.Name, enroll.BaselinePolicyName,
@@ -808,9 +840,11 @@ func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha
 		}
 	}
 	if !paPaused {
-		if _, err := r.applyPolicy(ctx, mesh, pa, want.PeerAuthentication); err != nil {
+		_, after, err := r.applyPolicy(ctx, mesh, pa, want.PeerAuthentication)
+		if err != nil {
 			return res, mtlsInForce, err
 		}
+		res.policies[policyKey(enroll.KindPeerAuthentication, enroll.PeerAuthenticationName)] = after
 	}
 	if !ready {
 		// Held: isolation and the baseline stay as they are (withdrawing the
@@ -828,18 +862,22 @@ func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha
 		if _, err := r.applier().Delete(ctx, ap, mesh); err != nil {
 			return res, mtlsInForce, err
 		}
+		delete(res.policies, policyKey(enroll.KindAuthorizationPolicy, enroll.IsolationPolicyName))
 	case desired != nil:
-		if _, err := r.applyPolicy(ctx, mesh, ap, desired); err != nil {
+		_, after, err := r.applyPolicy(ctx, mesh, ap, desired)
+		if err != nil {
 			return res, mtlsInForce, err
 		}
+		res.policies[policyKey(enroll.KindAuthorizationPolicy, enroll.IsolationPolicyName)] = after
 	}
 
 	// Isolation strict's baseline, once STRICT is in force.
 	if wantBaseline != nil && !baselinePaused {
-		result, err := r.applyPolicy(ctx, mesh, baseline, wantBaseline)
+		result, after, err := r.applyPolicy(ctx, mesh, baseline, wantBaseline)
 		if err != nil {
 			return res, mtlsInForce, err
 		}
+		res.policies[policyKey(enroll.KindAuthorizationPolicy, enroll.BaselinePolicyName)] = after
 		if result == apply.Created {
 			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "BaselineApplied", "Reconcile",
 				"Applied the allow-nothing AuthorizationPolicy %s/%s (isolation strict, STRICT mTLS in force): workloads admit only what their own ALLOW policies admit.",
@@ -872,23 +910,27 @@ func (r *ServiceMeshReconciler) migrationPending(ctx context.Context, mesh *v1al
 // a field someone added by hand (it belongs to their field manager): a rule
 // added to the allow-nothing baseline, or a selector that narrows a
 // namespace-wide policy, would silently widen what is admitted. So a live
-// policy of ours whose spec differs from the desired one in any way first
-// gets the desired spec back whole (a JSON patch replacing spec, guarded by
-// its resourceVersion), then the apply runs as usual.
-func (r *ServiceMeshReconciler) applyPolicy(ctx context.Context, mesh *v1alpha1.ServiceMesh, live, desired *unstructured.Unstructured) (apply.Result, error) {
-	if live != nil && metav1.IsControlledBy(live, mesh) && !enroll.Paused(live) && !sameJSON(live.Object["spec"], desired.Object["spec"]) {
+// policy of ours whose spec differs from the desired one while another
+// writer holds part of it first gets the desired spec back whole (a JSON
+// patch replacing spec, guarded by its resourceVersion), then the apply
+// runs as usual. A spec only the operator's applies hold (its own
+// PERMISSIVE → STRICT) needs no patch: the apply alone replaces it.
+func (r *ServiceMeshReconciler) applyPolicy(ctx context.Context, mesh *v1alpha1.ServiceMesh, live, desired *unstructured.Unstructured) (apply.Result, *unstructured.Unstructured, error) {
+	if live != nil && metav1.IsControlledBy(live, mesh) && !enroll.Paused(live) && !sameJSON(live.Object["spec"], desired.Object["spec"]) &&
+		apply.OthersHold(live, FieldManager, "spec") {
 		patch, err := json.Marshal([]map[string]any{
 			{"op": "test", "path": "/metadata/resourceVersion", "value": live.GetResourceVersion()},
 			{"op": "replace", "path": "/spec", "value": desired.Object["spec"]},
 		})
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 		if err := r.Client.Patch(ctx, live.DeepCopy(), client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(FieldManager)); err != nil {
-			return "", fmt.Errorf("restoring the spec of %s %s/%s: %w", live.GetKind(), live.GetNamespace(), live.GetName(), err)
+			return "", nil, fmt.Errorf("restoring the spec of %s %s/%s: %w", live.GetKind(), live.GetNamespace(), live.GetName(), err)
 		}
 	}
-	return r.applier().Apply(ctx, desired, mesh)
+	// The live policy, when there is one, was read in this pass already.
+	return r.applier().ApplyOver(ctx, desired, mesh, live)
 }
 
 func sameJSON(a, b any) bool {
