@@ -243,7 +243,8 @@ type bench struct {
 	bed             *harness.Bed
 	k8s             client.Client
 	dyn             dynamic.Interface
-	http            *http.Client
+	http            *http.Client // the members' /state
+	metrics         *http.Client // the operators' metrics endpoints
 	n               int
 	steady          time.Duration
 	res             *Result
@@ -299,7 +300,11 @@ func startBed(root string, nodes int) (*bench, string, error) {
 	cfg := rest.CopyConfig(bed.Cluster.REST)
 	cfg.QPS = -1 // like the operator (controller-runtime's default): no client-side limit
 	b := &bench{bed: bed, fleetMetrics: fleetAddr, meshMetricsAddr: meshAddr, auditLog: auditLog,
-		http: &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 2}}}
+		http: &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 2}},
+		// An operator busy with a thousand fleets on 2 shared cores took
+		// longer than 2 s to answer a scrape (the first N=1,000 run failed
+		// on it); the scrape is a measurement, not a probe.
+		metrics: &http.Client{Timeout: 30 * time.Second}}
 	if b.k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err == nil {
 		b.dyn, err = dynamic.NewForConfig(cfg)
 	}

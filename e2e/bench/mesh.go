@@ -452,7 +452,7 @@ func (b *bench) apiserverWrites(ctx context.Context) (map[string]float64, error)
 // phaseOf is phase for any operator process and metrics address.
 func (b *bench) phaseOf(addr string, p *harness.Process, ph *Phase, fn func() error) error {
 	pid := p.Pid()
-	before, err := scrapeAddr(b.http, addr)
+	before, err := scrapeAddr(b.metrics, addr)
 	if err != nil {
 		return err
 	}
@@ -465,7 +465,7 @@ func (b *bench) phaseOf(addr string, p *harness.Process, ph *Phase, fn func() er
 	}
 	time.Sleep(time.Second) // in-flight writes land before the second scrape
 	ph.Seconds = round(time.Since(start).Seconds(), 2)
-	after, err := scrapeAddr(b.http, addr)
+	after, err := scrapeAddr(b.metrics, addr)
 	if err != nil {
 		return err
 	}

@@ -72,7 +72,7 @@ func round(v float64, places int) float64 {
 func (b *bench) waitMetrics(addr string) error {
 	deadline := time.Now().Add(time.Minute)
 	for {
-		_, err := scrapeAddr(b.http, addr)
+		_, err := scrapeAddr(b.metrics, addr)
 		if err == nil {
 			return nil
 		}

@@ -745,10 +745,10 @@ func (b *bench) coldRestart(ctx context.Context) error {
 		if synced == 0 {
 			continue
 		}
-		adds, err1 := scrapeSeries(b.http, b.fleetMetrics, "workqueue_adds_total", `name="`+fleetController+`"`)
-		depth, err2 := scrapeSeries(b.http, b.fleetMetrics, "workqueue_depth", `name="`+fleetController+`"`)
-		busy, err3 := scrapeSeries(b.http, b.fleetMetrics, "controller_runtime_active_workers", `controller="`+fleetController+`"`)
-		done, err4 := scrapeSeries(b.http, b.fleetMetrics, "controller_runtime_reconcile_total", `controller="`+fleetController+`"`)
+		adds, err1 := scrapeSeries(b.metrics, b.fleetMetrics, "workqueue_adds_total", `name="`+fleetController+`"`)
+		depth, err2 := scrapeSeries(b.metrics, b.fleetMetrics, "workqueue_depth", `name="`+fleetController+`"`)
+		busy, err3 := scrapeSeries(b.metrics, b.fleetMetrics, "controller_runtime_active_workers", `controller="`+fleetController+`"`)
+		done, err4 := scrapeSeries(b.metrics, b.fleetMetrics, "controller_runtime_reconcile_total", `controller="`+fleetController+`"`)
 		if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
 			continue
 		}
@@ -762,7 +762,7 @@ func (b *bench) coldRestart(ctx context.Context) error {
 	r.Ratio = round(all.Seconds()/synced.Seconds(), 2)
 	// Every fleet re-reads /state once more after its first reconcile.
 	time.Sleep(stateInterval + 2*time.Second)
-	after, err := scrapeAddr(b.http, b.fleetMetrics)
+	after, err := scrapeAddr(b.metrics, b.fleetMetrics)
 	if err != nil {
 		return err
 	}
