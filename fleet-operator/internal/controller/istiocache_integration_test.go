@@ -185,7 +185,9 @@ func TestIstioPoliciesCached(t *testing.T) {
 	get := func(o client.Object, name string) error {
 		return env.Client.Get(ctx, types.NamespacedName{Namespace: "meshcache", Name: name}, o)
 	}
-	require.Eventually(t, func() bool { return get(&v1alpha1.CelldFleet{}, "m") == nil && get(policy(mesh.AuthorizationPolicyKind), "m-mesh") == nil },
+	require.Eventually(t, func() bool {
+		return get(&v1alpha1.CelldFleet{}, "m") == nil && get(policy(mesh.AuthorizationPolicyKind), "m-mesh") == nil
+	},
 		30*time.Second, 100*time.Millisecond, "the operator applies the fleet's objects")
 	require.Eventually(t, func() bool { return playStatefulSetErr(env.Client, "meshcache", "m", "rev1") == nil }, 10*time.Second, 100*time.Millisecond)
 	runningMember(t, env.Client, "meshcache", "m", 0, true, "rev1", "")
