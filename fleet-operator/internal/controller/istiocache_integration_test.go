@@ -4,8 +4,13 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -30,6 +35,8 @@ import (
 
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/mesh"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/state"
 	"github.com/ericdev/fleetmesh/shared/testenv"
 )
 
@@ -190,8 +197,21 @@ func TestIstioPoliciesCached(t *testing.T) {
 	},
 		30*time.Second, 100*time.Millisecond, "the operator applies the fleet's objects")
 	require.Eventually(t, func() bool { return playStatefulSetErr(env.Client, "meshcache", "m", "rev1") == nil }, 10*time.Second, 100*time.Millisecond)
-	runningMember(t, env.Client, "meshcache", "m", 0, true, "rev1", "")
-	require.Eventually(t, func() bool { return get(f, "m") == nil && f.Status.Mesh == "Meshed" }, 30*time.Second, 100*time.Millisecond, "the fleet is meshed")
+	// A member whose /state answers healthy: the fleet is at rest, and its
+	// next periodic look is an hour away.
+	ip := fmt.Sprintf("127.253.%d.1", os.Getpid()%250)
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(names.PeerPort)))
+	require.NoError(t, err)
+	srv := &http.Server{ReadHeaderTimeout: time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_ = json.NewEncoder(w).Encode(state.Report{Healthy: true, Phase: "Running", Version: "1.0.0"})
+	})}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	runningMember(t, env.Client, "meshcache", "m", 0, true, "rev1", ip)
+	require.Eventually(t, func() bool {
+		return get(f, "m") == nil && f.Status.Mesh == "Meshed" && len(f.Status.Members) == 1 &&
+			f.Status.Members[0].State != nil && f.Status.Members[0].State.Healthy
+	}, 30*time.Second, 100*time.Millisecond, "the fleet is meshed and at rest")
 	time.Sleep(time.Second) // the last events of getting there are handled
 
 	// Reconciles of the unchanged fleet, each woken by an annotation on it.
@@ -222,7 +242,7 @@ func TestIstioPoliciesCached(t *testing.T) {
 	require.Eventually(t, func() bool {
 		back := policy(mesh.AuthorizationPolicyKind)
 		return get(back, "m-mesh") == nil && back.GetUID() != ap.GetUID()
-	}, 10*time.Second, 100*time.Millisecond, "a deleted policy is restored on its delete event")
+	}, 5*time.Second, 50*time.Millisecond, "a deleted policy is restored on its delete event")
 
 	// A foreign AuthorizationPolicy with a new fleet's name: not in the
 	// restricted cache, found by the confirming read, never adopted.
