@@ -95,6 +95,9 @@ type FleetReconciler struct {
 	// Discovery asks the API server which kinds it serves now; nil in unit
 	// tests.
 	Discovery discovery.ServerResourcesInterface
+	// istioCaches serve the Applier's reads of Istio's kinds while they are
+	// served (see optionalCaches); nil reads them from the API server.
+	istioCaches *optionalCaches
 }
 
 // SetupWithManager builds the reconciler from cfg and registers it.
@@ -116,6 +119,13 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 		Recorder: mgr.GetEventRecorder(names.Operator),
 		Now:      time.Now,
 	}
+	// Istio's kinds come from caches of their own, which run only while
+	// Istio's API is served.
+	r.istioCaches = newOptionalCaches(mgr, cfg, r.kindGone)
+	if err := mgr.Add(r.istioCaches); err != nil {
+		return err
+	}
+	r.Applier.Cache = routedReader{Reader: mgr.GetCache(), optional: r.istioCaches}
 	return r.SetupWithManager(mgr)
 }
 
@@ -145,6 +155,12 @@ func (r *FleetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		kinds, err := cachedKinds(mgr.GetScheme(), owned)
 		if err != nil {
 			return err
+		}
+		if r.istioCaches != nil {
+			for _, gvk := range istioKinds {
+				kinds = append(kinds, gvk.GroupKind())
+			}
+			b = b.WatchesRawSource(r.istioCaches.source())
 		}
 		r.Applier.CachedKinds = kinds
 	}
@@ -371,6 +387,7 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 	if err != nil {
 		return failed("discovering Istio's API", err)
 	}
+	r.istioCaches.follow(r.served)
 	if needsIstioAPI(obs.mesh) && !istio {
 		obs.blocked = istioAPIUnavailable(fleet)
 		return routingErr
