@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -284,7 +285,25 @@ func (r *FleetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{RequeueAfter: r.nextLook(fleet, obs)}, nil
+	next := r.nextLook(fleet, obs)
+	return ctrl.Result{RequeueAfter: next, Priority: lookPriority(next)}, nil
+}
+
+// lookPriority is the work-queue priority of the next look. Left alone,
+// controller-runtime's priority queue gives a requeue the priority its
+// reconcile was taken with, so a fleet once woken by an event keeps
+// re-reading its /state at the priority of events: at a thousand fleets a
+// spec change would queue behind every periodic look that is due. A look
+// at a fleet at rest (or waiting on something outside) is low priority, so
+// events (priority 0) go first; a look at members that move (a roll, a
+// member starting or not ready) keeps the events' priority: the roll in
+// progress is what the user waits for.
+func lookPriority(next time.Duration) *int {
+	switch next {
+	case startingPoll, rollPoll, notReadyPoll:
+		return ptr.To(0)
+	}
+	return ptr.To(handler.LowPriority)
 }
 
 // nextLook is when to reconcile again without an event: soon while members
