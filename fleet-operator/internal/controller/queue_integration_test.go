@@ -81,13 +81,22 @@ func TestSpecChangeJumpsThePeriodicLooks(t *testing.T) {
 		}
 		return true
 	}, 60*time.Second, 100*time.Millisecond, "every fleet read and reported")
-	time.Sleep(2 * time.Second) // at rest: only the periodic looks are queued
+	// Play the StatefulSet controller: until it has seen a fleet's template,
+	// the fleet polls every second at normal priority.
+	for i := 0; i < fleets; i++ {
+		name := "f" + strconv.Itoa(i)
+		require.Eventually(t, func() bool { return playStatefulSetErr(env.Client, "busy", name, "rev1") == nil }, 10*time.Second, 50*time.Millisecond)
+	}
+	// At rest: each fleet answers the played status once (a round of eight
+	// 400 ms reconciles), then only the periodic looks are queued.
+	time.Sleep(8 * time.Second)
 
 	var took []time.Duration
 	for try := 0; try < 3; try++ {
 		name := "f" + strconv.Itoa(try)
 		image := fmt.Sprintf("registry.example/celld:2.0.%d", try)
 		start := time.Now()
+		t.Logf("%s patch %s", start.UTC().Format("15:04:05.000"), name)
 		require.NoError(t, env.Client.Patch(ctx, &v1alpha1.CelldFleet{ObjectMeta: fleet("busy", name).ObjectMeta},
 			client.RawPatch(types.MergePatchType, []byte(`{"spec":{"image":"`+image+`"}}`))))
 		require.Eventually(t, func() bool {
@@ -96,7 +105,12 @@ func TestSpecChangeJumpsThePeriodicLooks(t *testing.T) {
 				sts.Spec.Template.Spec.Containers[0].Image == image
 		}, 30*time.Second, 10*time.Millisecond)
 		took = append(took, time.Since(start))
-		time.Sleep(2 * time.Second) // the backlog builds up again
+		// Play the StatefulSet controller: the template is the update
+		// revision, and the member is of it, so the fleet is at rest again
+		// (a fleet whose StatefulSet has not seen its template polls every
+		// second at normal priority, ahead of the next try).
+		require.Eventually(t, func() bool { return playStatefulSetErr(env.Client, "busy", name, "rev1") == nil }, 10*time.Second, 50*time.Millisecond)
+		time.Sleep(3 * time.Second) // the backlog builds up again
 	}
 	sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
 	t.Logf("image change to StatefulSet template: %v (%d /state reads in all)", took, reads.Load())
