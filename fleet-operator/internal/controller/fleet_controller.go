@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -95,6 +96,9 @@ type FleetReconciler struct {
 	// Discovery asks the API server which kinds it serves now; nil in unit
 	// tests.
 	Discovery discovery.ServerResourcesInterface
+	// istioCaches serve the Applier's reads of Istio's kinds while they are
+	// served (see optionalCaches); nil reads them from the API server.
+	istioCaches *optionalCaches
 }
 
 // SetupWithManager builds the reconciler from cfg and registers it.
@@ -116,6 +120,13 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 		Recorder: mgr.GetEventRecorder(names.Operator),
 		Now:      time.Now,
 	}
+	// Istio's kinds come from caches of their own, which run only while
+	// Istio's API is served.
+	r.istioCaches = newOptionalCaches(mgr, cfg, r.kindGone)
+	if err := mgr.Add(r.istioCaches); err != nil {
+		return err
+	}
+	r.Applier.Cache = routedReader{Reader: mgr.GetCache(), optional: r.istioCaches}
 	return r.SetupWithManager(mgr)
 }
 
@@ -145,6 +156,12 @@ func (r *FleetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		kinds, err := cachedKinds(mgr.GetScheme(), owned)
 		if err != nil {
 			return err
+		}
+		if r.istioCaches != nil {
+			for _, gvk := range istioKinds {
+				kinds = append(kinds, gvk.GroupKind())
+			}
+			b = b.WatchesRawSource(r.istioCaches.source())
 		}
 		r.Applier.CachedKinds = kinds
 	}
@@ -268,7 +285,25 @@ func (r *FleetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{RequeueAfter: r.nextLook(fleet, obs)}, nil
+	next := r.nextLook(fleet, obs)
+	return ctrl.Result{RequeueAfter: next, Priority: lookPriority(next)}, nil
+}
+
+// lookPriority is the work-queue priority of the next look. Left alone,
+// controller-runtime's priority queue gives a requeue the priority its
+// reconcile was taken with, so a fleet once woken by an event keeps
+// re-reading its /state at the priority of events: at a thousand fleets a
+// spec change would queue behind every periodic look that is due. A look
+// at a fleet at rest (or waiting on something outside) is low priority, so
+// events (priority 0) go first; a look at members that move (a roll, a
+// member starting or not ready) keeps the events' priority: the roll in
+// progress is what the user waits for.
+func lookPriority(next time.Duration) *int {
+	switch next {
+	case startingPoll, rollPoll, notReadyPoll:
+		return ptr.To(0)
+	}
+	return ptr.To(handler.LowPriority)
 }
 
 // nextLook is when to reconcile again without an event: soon while members
@@ -371,6 +406,7 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 	if err != nil {
 		return failed("discovering Istio's API", err)
 	}
+	r.istioCaches.follow(r.served)
 	if needsIstioAPI(obs.mesh) && !istio {
 		obs.blocked = istioAPIUnavailable(fleet)
 		return routingErr

@@ -104,10 +104,11 @@ func (r *FleetReconciler) recordOptIn(ctx context.Context, fleet *v1alpha1.Celld
 // reconcileMeshPolicies applies or removes FLEET-mesh objects for the state.
 // It runs before the member template changes, so the relaxed policies are in
 // place before the first member rolls into or out of the mesh. What is
-// removed is decided from the objects that exist, never from status. The
-// operator does not watch Istio's kinds (its Role grants no list or watch
-// on them), so a fleet outside the mesh reads its two names from the API
-// server where Istio is installed: a GET each, no write.
+// removed is decided from the objects that exist, never from status. Both
+// names are read from a cache of the operator's own Istio objects, which
+// runs only while Istio's API is served (optionalCaches): an unchanged
+// fleet costs no request; a miss is confirmed with the API server before
+// anything is written.
 func (r *FleetReconciler) reconcileMeshPolicies(ctx context.Context, fleet *v1alpha1.CelldFleet, obs *observed, istio bool) error {
 	if !istio {
 		// Nothing of Istio's can exist, and a state that needs it blocked

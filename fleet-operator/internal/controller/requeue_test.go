@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/roll"
@@ -77,4 +78,13 @@ func TestMetricsFollowStatus(t *testing.T) {
 	// Other tests of the package may have series of their own fleets.
 	assert.False(t, membersMetric.DeleteLabelValues("ns", "m", "ready"), "a deleted fleet leaves no series")
 	assert.False(t, conditionMetric.DeleteLabelValues("ns", "m", string(v1alpha1.ConditionReady), "False"))
+}
+
+func TestLookPriority(t *testing.T) {
+	for _, moving := range []time.Duration{startingPoll, rollPoll, notReadyPoll} {
+		assert.Equal(t, 0, *lookPriority(moving), "members move: %s keeps the events' priority", moving)
+	}
+	for _, rest := range []time.Duration{30 * time.Second, routingPoll, 50 * time.Millisecond} {
+		assert.Equal(t, handler.LowPriority, *lookPriority(rest), "at rest or waiting outside: %s goes after events", rest)
+	}
 }

@@ -1,0 +1,119 @@
+//go:build integration
+
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/state"
+	"github.com/ericdev/fleetmesh/shared/testenv"
+)
+
+// TestSpecChangeJumpsThePeriodicLooks: with every worker busy re-reading
+// fleets at rest (the periodic /state reads), a spec change of one fleet
+// must not wait behind all of them. One worker, eight fleets whose /state
+// answers after 400 ms and whose next look is always due: the queue always
+// holds seven fleets at rest. An image change must reach the StatefulSet
+// within about one reconcile (the one in flight, then its own), not after
+// the seven waiting ones (~2.8 s).
+func TestSpecChangeJumpsThePeriodicLooks(t *testing.T) {
+	ctx := context.Background()
+	env := testenv.Start(t, newScheme(t), "fleet-operator/config/crd/bases")
+	createNamespace(t, env.Client, "busy")
+	cfg := newHarness(t, env, true).r.Config
+	cfg.Workers = 1
+	cfg.StateTimeout = 2 * time.Second
+	cfg.StateInterval = 50 * time.Millisecond // always due: a standing backlog
+
+	var reads atomic.Int32
+	slow := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		time.Sleep(400 * time.Millisecond)
+		reads.Add(1)
+		_ = json.NewEncoder(w).Encode(state.Report{Healthy: true, Phase: "Running", Version: "1.0.0"})
+	})
+	const fleets = 8
+	for i := 0; i < fleets; i++ {
+		// 127.252/16: apart from the concurrency test's 127.251/16.
+		ip := fmt.Sprintf("127.252.%d.%d", os.Getpid()%250, i+1)
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(names.PeerPort)))
+		require.NoError(t, err)
+		srv := &http.Server{Handler: slow, ReadHeaderTimeout: time.Second}
+		go func() { _ = srv.Serve(l) }()
+		t.Cleanup(func() { _ = srv.Close() })
+		f := fleet("busy", "f"+strconv.Itoa(i))
+		f.Spec.Replicas = ptr.To[int32](1)
+		require.NoError(t, env.Client.Create(ctx, f))
+		runningMember(t, env.Client, "busy", f.Name, 0, false, "rev1", ip)
+	}
+	startOperator(t, env, env.Config, cfg)
+
+	healthy := func(name string) bool {
+		f := &v1alpha1.CelldFleet{}
+		if env.Client.Get(ctx, types.NamespacedName{Namespace: "busy", Name: name}, f) != nil || len(f.Status.Members) != 1 {
+			return false
+		}
+		return f.Status.Members[0].State != nil && f.Status.Members[0].State.Healthy
+	}
+	require.Eventually(t, func() bool {
+		for i := 0; i < fleets; i++ {
+			if !healthy("f" + strconv.Itoa(i)) {
+				return false
+			}
+		}
+		return true
+	}, 60*time.Second, 100*time.Millisecond, "every fleet read and reported")
+	// Play the StatefulSet controller: until it has seen a fleet's template,
+	// the fleet polls every second at normal priority.
+	for i := 0; i < fleets; i++ {
+		name := "f" + strconv.Itoa(i)
+		require.Eventually(t, func() bool { return playStatefulSetErr(env.Client, "busy", name, "rev1") == nil }, 10*time.Second, 50*time.Millisecond)
+	}
+	// At rest: each fleet answers the played status once (a round of eight
+	// 400 ms reconciles), then only the periodic looks are queued.
+	time.Sleep(8 * time.Second)
+
+	var took []time.Duration
+	for try := 0; try < 3; try++ {
+		name := "f" + strconv.Itoa(try)
+		image := fmt.Sprintf("registry.example/celld:2.0.%d", try)
+		start := time.Now()
+		t.Logf("%s patch %s", start.UTC().Format("15:04:05.000"), name)
+		require.NoError(t, env.Client.Patch(ctx, &v1alpha1.CelldFleet{ObjectMeta: fleet("busy", name).ObjectMeta},
+			client.RawPatch(types.MergePatchType, []byte(`{"spec":{"image":"`+image+`"}}`))))
+		require.Eventually(t, func() bool {
+			sts := &appsv1.StatefulSet{}
+			return env.Client.Get(ctx, types.NamespacedName{Namespace: "busy", Name: name}, sts) == nil &&
+				sts.Spec.Template.Spec.Containers[0].Image == image
+		}, 30*time.Second, 10*time.Millisecond)
+		took = append(took, time.Since(start))
+		// Play the StatefulSet controller: the template is the update
+		// revision, and the member is of it, so the fleet is at rest again
+		// (a fleet whose StatefulSet has not seen its template polls every
+		// second at normal priority, ahead of the next try).
+		require.Eventually(t, func() bool { return playStatefulSetErr(env.Client, "busy", name, "rev1") == nil }, 10*time.Second, 50*time.Millisecond)
+		time.Sleep(3 * time.Second) // the backlog builds up again
+	}
+	sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
+	t.Logf("image change to StatefulSet template: %v (%d /state reads in all)", took, reads.Load())
+	assert.Less(t, took[len(took)-1], 1500*time.Millisecond,
+		"a spec change is handled before the fleets at rest whose periodic look is due (one reconcile takes ≥ 400 ms; seven wait)")
+}
