@@ -9,7 +9,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -91,16 +90,24 @@ func (r *ServiceMeshReconciler) observe(ctx context.Context, mesh *v1alpha1.Serv
 	if o.facts.Maistra() {
 		// Only a ServiceMeshControlPlane shows OSSM 2 in use: its CRDs
 		// outlive an uninstall.
-		var list *metav1.PartialObjectMetadataList
-		var err error
+		// The version to list in is the newest the snapshot serves it in.
+		version := ""
 		for _, v := range maistraVersions {
-			list = &metav1.PartialObjectMetadataList{}
-			list.SetGroupVersionKind(schema.GroupVersionKind{Group: detect.GroupMaistra, Version: v, Kind: "ServiceMeshControlPlaneList"})
-			if err = r.Reader.List(ctx, list); !meta.IsNoMatchError(err) {
+			ok, err := apis.Kind(schema.GroupVersionKind{Group: detect.GroupMaistra, Version: v, Kind: "ServiceMeshControlPlane"})
+			if err != nil {
+				return nil, fmt.Errorf("listing Maistra ServiceMeshControlPlanes: %w", err)
+			}
+			if ok {
+				version = v
 				break
 			}
 		}
-		if err != nil {
+		if version == "" {
+			return nil, fmt.Errorf("listing Maistra ServiceMeshControlPlanes: %s serves them in none of the versions %v", detect.GroupMaistra, maistraVersions)
+		}
+		list := &metav1.PartialObjectMetadataList{}
+		list.SetGroupVersionKind(schema.GroupVersionKind{Group: detect.GroupMaistra, Version: version, Kind: "ServiceMeshControlPlaneList"})
+		if err := r.Reader.List(ctx, list); err != nil {
 			return nil, fmt.Errorf("listing Maistra ServiceMeshControlPlanes: %w", err)
 		}
 		for _, smcp := range list.Items {
