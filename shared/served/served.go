@@ -11,7 +11,7 @@
 // full discovery (two GETs with aggregated discovery) per MaxAge, however
 // many fleets there are.
 //
-// Staleness, as documented for users (docs/architecture.md):
+// Staleness (docs/development.md, "Is this API served?"):
 //   - a kind (CRD) installed later is reported served at most MaxAge after
 //     discovery lists it;
 //   - a kind removed later is reported not served at most MaxAge after
