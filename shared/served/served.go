@@ -32,7 +32,6 @@ package served
 import (
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -136,6 +135,9 @@ func (s *Snapshot) Group(group string) bool {
 func (s *Snapshot) Resources() map[string][]string {
 	out := map[string][]string{}
 	for _, gv := range s.order {
+		if _, ok := s.lists[gv]; !ok {
+			continue
+		}
 		if _, ok := out[gv.Group]; !ok {
 			out[gv.Group] = nil
 		}
@@ -158,6 +160,9 @@ func (s *Snapshot) without(gone []schema.GroupVersionKind) *Snapshot {
 			if !containsKind(gone, gv.WithKind(r.Kind)) {
 				keep = append(keep, r)
 			}
+		}
+		if len(keep) == 0 && len(rs) > 0 {
+			continue // the group version served only kinds now gone
 		}
 		out.lists[gv] = keep
 	}
@@ -236,15 +241,7 @@ func (c *Catalog) current(asked time.Time) *Snapshot {
 	if c.snap == nil {
 		return nil
 	}
-	sort.Slice(gone, func(i, j int) bool { return gone[i].String() < gone[j].String() })
 	return c.snap.without(gone)
-}
-
-// Invalidate drops the snapshot: the next ask runs discovery.
-func (c *Catalog) Invalidate() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.snap = nil
 }
 
 // Gone takes err, the API server's answer to a write of a gvk object, and

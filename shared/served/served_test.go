@@ -243,6 +243,16 @@ func TestGoneAtOnceThenDiscoveryDecides(t *testing.T) {
 	clk.add(5 * time.Second)
 	assert.False(t, kind(t, c, authz))
 	assert.False(t, kind(t, c, peerAuthn))
+
+	// A group version whose only kinds are gone is not served either.
+	d.set(nil, coreList, list("gateway.networking.k8s.io/v1", "HTTPRoute", "httproutes"))
+	clk.add(5 * time.Second)
+	require.True(t, kind(t, c, httpRoute))
+	require.True(t, c.Gone(httpRoute, kindGone(httpRoute, "httproutes", "f-routing")))
+	s, err := c.Snapshot()
+	require.NoError(t, err)
+	assert.False(t, s.Group(httpRoute.Group))
+	assert.NotContains(t, s.Resources(), httpRoute.Group)
 }
 
 // TestGoneIgnoresOtherNotFounds: a missing namespace or object is answered
