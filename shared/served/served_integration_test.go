@@ -131,6 +131,10 @@ func TestCatalogAgainstAnAPIServer(t *testing.T) {
 	ok, err = stale.Kind(widget)
 	require.NoError(t, err)
 	assert.False(t, ok, "a snapshot is not refreshed before MaxAge")
+	stale = &Catalog{Discovery: dc, MaxAge: time.Hour} // one that has seen the kind
+	ok, err = stale.Kind(widget)
+	require.NoError(t, err)
+	require.True(t, ok)
 
 	// The kind in use; the operator's client (a lazy REST mapper) learns it.
 	c, err := client.New(env.Config, client.Options{Scheme: clientgoscheme.Scheme})
