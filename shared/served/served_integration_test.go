@@ -139,7 +139,7 @@ func TestCatalogAgainstAnAPIServer(t *testing.T) {
 	// The kind in use; the operator's client (a lazy REST mapper) learns it.
 	c, err := client.New(env.Config, client.Options{Scheme: clientgoscheme.Scheme})
 	require.NoError(t, err)
-	require.NoError(t, c.Patch(ctx, widgetObject(), client.Apply, client.FieldOwner("served-test"), client.ForceOwnership))
+	require.NoError(t, c.Create(ctx, widgetObject()))
 	// 404s that are not about the kind.
 	elsewhere := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "nowhere", Name: "x"}}
 	err = c.Create(ctx, elsewhere)
@@ -162,7 +162,7 @@ func TestCatalogAgainstAnAPIServer(t *testing.T) {
 	ok, err = stale.Kind(widget)
 	require.NoError(t, err)
 	require.True(t, ok, "the old snapshot still says served")
-	err = c.Patch(ctx, widgetObject(), client.Apply, client.FieldOwner("served-test"), client.ForceOwnership)
+	err = c.Create(ctx, widgetObject())
 	require.Error(t, err)
 	assert.True(t, KindMissing(err), "a write of a removed kind: %v", err)
 	for _, cat := range []*Catalog{stale, bounded} {
@@ -193,7 +193,7 @@ func TestCatalogAgainstAnAPIServer(t *testing.T) {
 	}
 	assert.False(t, servedAt.After(latest.Add(500*time.Millisecond)), "served again within MaxAge of the mark (%v after it; discovery listed it %v after it)",
 		servedAt.Sub(marked), discovered.Sub(marked))
-	require.NoError(t, c.Patch(ctx, widgetObject(), client.Apply, client.FieldOwner("served-test"), client.ForceOwnership), "writes work again")
+	require.NoError(t, c.Create(ctx, widgetObject()), "writes work again")
 }
 
 // assertBound: a kind discovery started listing at discovered is reported
