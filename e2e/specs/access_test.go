@@ -10,9 +10,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/discovery"
 
 	"github.com/ericdev/fleetmesh/fleet-operator/access"
 	fleetv1 "github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/shared/served"
 )
 
 // checkAccessReport produces the access table of `kubectl celld access`
@@ -32,7 +34,9 @@ func checkAccessReport(t *testing.T, f *fleetv1.CelldFleet, dst *corev1.Pod, row
 				ServiceAccount: r.src.serviceAccount, Meshed: r.src.meshed})
 		}
 	}
-	snap, err := access.Read(ctx, k8s, k8s.RESTMapper(), f.Namespace, f.Name, access.ReadOptions{Options: opts})
+	dc, err := discovery.NewDiscoveryClientForConfig(bed.Cluster.REST)
+	require.NoError(t, err)
+	snap, err := access.Read(ctx, k8s, &served.Catalog{Discovery: dc, MaxAge: served.Fresh}, f.Namespace, f.Name, access.ReadOptions{Options: opts})
 	require.NoError(t, err)
 	require.Empty(t, snap.Unreadable, "the spec reads with full rights")
 	full, err := access.Compute(snap, opts)

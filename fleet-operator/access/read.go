@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
@@ -31,6 +32,12 @@ func Scheme() *runtime.Scheme {
 	return s
 }
 
+// Kinds answers whether the API server serves a kind: a
+// *served.Catalog (shared/served), Fresh for a one-shot read.
+type Kinds interface {
+	Kind(schema.GroupVersionKind) (bool, error)
+}
+
 // ReadOptions say what to read beyond the fleet's own neighbourhood.
 type ReadOptions struct {
 	Options
@@ -43,7 +50,7 @@ type ReadOptions struct {
 // readable; whatever else is refused is listed in Snapshot.Unreadable and
 // the verdicts that depend on it are marked unknown. A cluster without the
 // Istio security API is a fleet-only cluster: IstioAPI is false.
-func Read(ctx context.Context, c client.Reader, mapper meta.RESTMapper, namespace, name string, opts ReadOptions) (*Snapshot, error) {
+func Read(ctx context.Context, c client.Reader, apis Kinds, namespace, name string, opts ReadOptions) (*Snapshot, error) {
 	s := &Snapshot{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &s.Fleet); err != nil {
 		switch {
@@ -81,13 +88,11 @@ func Read(ctx context.Context, c client.Reader, mapper meta.RESTMapper, namespac
 		return nil, err
 	}
 
-	s.IstioAPI = true
-	if _, err := mapper.RESTMapping(policy.IstioSecurity.WithKind(policy.KindAuthorizationPolicy).GroupKind(), policy.IstioSecurity.Version); err != nil {
-		if !meta.IsNoMatchError(err) {
-			return nil, fmt.Errorf("discovering the Istio security API: %w", err)
-		}
-		s.IstioAPI = false
+	istio, err := apis.Kind(policy.IstioSecurity.WithKind(policy.KindAuthorizationPolicy))
+	if err != nil {
+		return nil, fmt.Errorf("discovering the Istio security API: %w", err)
 	}
+	s.IstioAPI = istio
 	if s.IstioAPI {
 		for _, kind := range []string{policy.KindPeerAuthentication, policy.KindAuthorizationPolicy} {
 			list := &unstructured.UnstructuredList{}

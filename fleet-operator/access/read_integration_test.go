@@ -14,11 +14,13 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/network"
+	"github.com/ericdev/fleetmesh/shared/served"
 	"github.com/ericdev/fleetmesh/shared/testenv"
 )
 
@@ -75,7 +77,7 @@ func TestReadFromAPIServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		snap, err := Read(ctx, rc, rc.RESTMapper(), fleetNS, "vault", ReadOptions{})
+		snap, err := Read(ctx, rc, fresh(t, cfg), fleetNS, "vault", ReadOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -146,7 +148,7 @@ func TestReadFromAPIServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		snap, err := Read(ctx, rc, rc.RESTMapper(), fleetNS, "vault", ReadOptions{From: "shop/shop-1"})
+		snap, err := Read(ctx, rc, fresh(t, env.Config), fleetNS, "vault", ReadOptions{From: "shop/shop-1"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,7 +163,7 @@ func TestReadFromAPIServer(t *testing.T) {
 		if len(r.Ingress) != 1 || r.Ingress[0].Allowed || r.Ingress[0].Caller.Class != ClassOtherPlain {
 			t.Errorf("shop/shop-1 -> vault-0:8080: %+v", r.Ingress)
 		}
-		if _, err := Read(ctx, rc, rc.RESTMapper(), fleetNS, "vault", ReadOptions{From: "shop/nobody"}); err == nil || !strings.Contains(err.Error(), "not found") {
+		if _, err := Read(ctx, rc, fresh(t, env.Config), fleetNS, "vault", ReadOptions{From: "shop/nobody"}); err == nil || !strings.Contains(err.Error(), "not found") {
 			t.Errorf("--from a Pod that does not exist: %v", err)
 		}
 	})
@@ -220,4 +222,15 @@ func diffVerdicts(want, got map[string]string) string {
 	}
 	slices.Sort(out)
 	return strings.Join(out, "\n")
+}
+
+// fresh is what kubectl-celld asks whether an API is served: a discovery
+// run as the reading user.
+func fresh(t *testing.T, cfg *rest.Config) *served.Catalog {
+	t.Helper()
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &served.Catalog{Discovery: dc, MaxAge: served.Fresh}
 }

@@ -17,10 +17,12 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ericdev/fleetmesh/fleet-operator/access"
+	"github.com/ericdev/fleetmesh/shared/served"
 )
 
 // Exit statuses, for scripts.
@@ -163,7 +165,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		ctx, cancel := context.WithTimeout(ctx, *timeout)
 		defer cancel()
-		snap, err = access.Read(ctx, c, c.RESTMapper(), *namespace, positional[0], access.ReadOptions{Options: opts, From: readFrom})
+		dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+		if err != nil {
+			fmt.Fprintf(stderr, "error: %v\n", err)
+			return exitError
+		}
+		snap, err = access.Read(ctx, c, &served.Catalog{Discovery: dc, MaxAge: served.Fresh}, *namespace, positional[0], access.ReadOptions{Options: opts, From: readFrom})
 		if err != nil {
 			fmt.Fprintf(stderr, "error: %v\n", err)
 			return exitError

@@ -47,6 +47,7 @@ import (
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/state"
 	"github.com/ericdev/fleetmesh/shared/apply"
 	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/served"
 )
 
 // HashAnnotation records the hash of what the operator last applied to an object.
@@ -87,15 +88,8 @@ type FleetReconciler struct {
 	// second member while the first is down.
 	mu      sync.Mutex
 	deleted map[types.NamespacedName]types.UID
-	// notServed: kinds the API server did not serve at the last look, and
-	// until when that answer stands (see served).
-	notServed map[schema.GroupVersionKind]time.Time
-	// gone: kinds a write found missing while the REST mapper still lists
-	// them (see kindGone).
-	gone map[schema.GroupVersionKind]bool
-	// Discovery asks the API server which kinds it serves now; nil in unit
-	// tests.
-	Discovery discovery.ServerResourcesInterface
+	// Served answers whether the API server serves a kind (see servedMaxAge).
+	Served *served.Catalog
 	// istioCaches serve the Applier's reads of Istio's kinds while they are
 	// served (see optionalCaches); nil reads them from the API server.
 	istioCaches *optionalCaches
@@ -108,10 +102,10 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 		return err
 	}
 	r := &FleetReconciler{
-		Discovery: disc,
-		Client:    mgr.GetClient(),
-		Reader:    mgr.GetAPIReader(),
-		Config:    cfg,
+		Served: &served.Catalog{Discovery: disc, MaxAge: servedMaxAge},
+		Client: mgr.GetClient(),
+		Reader: mgr.GetAPIReader(),
+		Config: cfg,
 		// The Applier reads the live objects of the kinds this controller
 		// watches from the manager's informers (see cachedKinds), so an
 		// unchanged fleet costs no request to the API server.
@@ -136,8 +130,9 @@ func (r *FleetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	owned := []client.Object{&appsv1.StatefulSet{}, &corev1.Service{}, &corev1.ServiceAccount{}, &networkingv1.NetworkPolicy{}, &networkingv1.Ingress{}}
 	// Watch HTTPRoutes (for their status) only where the Gateway API is
 	// installed at start-up; elsewhere routing polls while it waits, and a
-	// later install is found by discovery without a restart.
-	if _, err := mgr.GetRESTMapper().RESTMapping(routing.HTTPRouteGVK.GroupKind(), routing.HTTPRouteGVK.Version); err == nil {
+	// later install is found by discovery without a restart. A failed
+	// discovery counts as not installed: routing polls then too.
+	if ok, err := r.Served.Kind(routing.HTTPRouteGVK); err == nil && ok {
 		route := &unstructured.Unstructured{}
 		route.SetGroupVersionKind(routing.HTTPRouteGVK)
 		owned = append(owned, route)

@@ -39,6 +39,7 @@ import (
 	"github.com/ericdev/fleetmesh/shared/apply"
 	"github.com/ericdev/fleetmesh/shared/contract"
 	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/served"
 	"github.com/ericdev/fleetmesh/shared/testenv"
 )
 
@@ -99,8 +100,8 @@ func newHarness(t *testing.T, env *testenv.Env, enforced bool) *harness {
 	writes := &writeCounter{}
 	c := writes.client(wc)
 	return &harness{t: t, env: env, writes: writes, r: &FleetReconciler{
-		Client:    c,
-		Discovery: discovery.NewDiscoveryClientForConfigOrDie(env.Config),
+		Client: c,
+		Served: &served.Catalog{Discovery: discovery.NewDiscoveryClientForConfigOrDie(env.Config), MaxAge: servedMaxAge},
 		Config: Config{
 			OperatorNamespace: "fleet-system", OperatorServiceAccount: "fleet-operator",
 			OperatorPodSelector: "app.kubernetes.io/name=fleet-operator", NetworkPolicyEnforced: enforced,

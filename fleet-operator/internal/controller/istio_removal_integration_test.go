@@ -27,6 +27,7 @@ import (
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/mesh"
 	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/served"
 	"github.com/ericdev/fleetmesh/shared/testenv"
 )
 
@@ -125,11 +126,14 @@ func TestIstioRemoved(t *testing.T) {
 }
 
 // TestIstioRemovedUnderARunningOperator: Istio's CRDs are removed while the
-// operator runs, whose REST mapper still lists them (it never forgets a
-// kind it has seen). A fleet created afterwards must not be stuck without
-// any status: the failed apply is taken as "not served", the fleet reports
-// it, and once Istio's API is back the fleet gets its policy (found by the
-// transition explorer, seed 405: fleets with no Ready condition at rest).
+// operator runs, whose discovery snapshot still lists them (and whose REST
+// mapper never forgets a kind it has seen). A fleet created afterwards must
+// not be stuck without any status: the failed apply is taken as "not
+// served", the fleet reports it, and once Istio's API is back the fleet
+// gets its policy (found by the transition explorer, seed 405: fleets with
+// no Ready condition at rest). The catalog's clock stands still while the
+// CRDs go, so its snapshot still lists them and only the write's 404 can
+// tell.
 func TestIstioRemovedUnderARunningOperator(t *testing.T) {
 	ctx := context.Background()
 	scheme := newScheme(t)
@@ -142,7 +146,9 @@ func TestIstioRemovedUnderARunningOperator(t *testing.T) {
 	first := fleet("stale", "first")
 	require.NoError(t, env.Client.Create(ctx, first))
 	h.reconcile(first)
-	assertStandby(t, h, "stale", "first") // the mapper has seen Istio's kinds
+	assertStandby(t, h, "stale", "first") // the catalog (and the mapper) have seen Istio's kinds
+	frozen := time.Now()
+	h.r.Served.Now = func() time.Time { return frozen }
 
 	for _, name := range []string{"authorizationpolicies.security.istio.io", "peerauthentications.security.istio.io"} {
 		crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: name}}
@@ -163,6 +169,8 @@ func TestIstioRemovedUnderARunningOperator(t *testing.T) {
 	ready := meta.FindStatusCondition(second.Status.Conditions, string(v1alpha1.ConditionReady))
 	require.NotNil(t, ready, "the fleet reports its state (reconcile errors: %v)", errs)
 	assert.NoError(t, errs[len(errs)-1], "a missing optional API is reported, not retried as an error")
+	assert.True(t, served.KindMissing(errs[0]), "the first reconcile wrote to the removed kind and was told so: %v", errs[0])
+	h.r.Served.Now = nil
 
 	// Istio's API comes back: the standby policy is applied again.
 	env.InstallCRDs(t, istioCRDs)

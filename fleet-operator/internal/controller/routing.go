@@ -161,87 +161,31 @@ func statusMessage(err error) string {
 	return err.Error()
 }
 
-// notServedFor is how long an API the server did not serve is taken as
-// still missing. Every fleet asks about Istio's and the Gateway API's kinds
-// on every reconcile (to find objects to clean up); where a group is not
-// served at all, the lazy REST mapper would run discovery for each ask.
-const notServedFor = 10 * time.Second
+// servedMaxAge bounds how old the fleet operator's answer to "is this API
+// served?" may be (shared/served): every fleet asks about Istio's and the
+// Gateway API's kinds in every reconcile, and all of them share one
+// discovery snapshot, so the cost is one discovery run per servedMaxAge
+// whatever the number of fleets. A CRD installed later is found within
+// servedMaxAge without a restart; one removed later at once when a write
+// of its kind is answered 404 (kindGone), at the latest servedMaxAge after
+// discovery stops listing it. The fleet only waits on these answers or
+// reports them (GatewayAPIUnavailable, IstioAPIUnavailable), so a few
+// seconds of staleness cost a few seconds of a condition; the mesh
+// operator, which installs from its answers, asks fresh.
+const servedMaxAge = 5 * time.Second
 
-// served reports whether the API server serves a kind. The REST mapper
-// discovers lazily, so a CRD installed later is found without a restart
-// (within notServedFor of the last look that missed it).
+// served reports whether the API server serves a kind.
 func (r *FleetReconciler) served(gvk schema.GroupVersionKind) (bool, error) {
-	now := r.Now()
-	r.mu.Lock()
-	until, known := r.notServed[gvk]
-	r.mu.Unlock()
-	if known && now.Before(until) {
-		return false, nil
-	}
-	_, err := r.Client.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
-	if meta.IsNoMatchError(err) {
-		r.markNotServed(gvk)
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	// The mapper never forgets a kind it has seen: after a write found the
-	// kind gone (its CRD removed), discovery is asked again, once per
-	// notServedFor, until the kind is back.
-	r.mu.Lock()
-	gone := r.gone[gvk]
-	r.mu.Unlock()
-	if !gone || r.Discovery == nil {
-		return true, nil
-	}
-	resources, err := r.Discovery.ServerResourcesForGroupVersion(gvk.GroupVersion().String())
-	if err != nil && !apierrors.IsNotFound(err) {
-		return false, err
-	}
-	if resources != nil {
-		for _, res := range resources.APIResources {
-			if res.Kind == gvk.Kind {
-				r.mu.Lock()
-				delete(r.gone, gvk)
-				r.mu.Unlock()
-				return true, nil
-			}
-		}
-	}
-	r.markNotServed(gvk)
-	return false, nil
+	return r.Served.Kind(gvk)
 }
 
-func (r *FleetReconciler) markNotServed(gvk schema.GroupVersionKind) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.notServed == nil {
-		r.notServed = map[schema.GroupVersionKind]time.Time{}
-	}
-	r.notServed[gvk] = r.Now().Add(notServedFor)
-}
-
-// kindGone notes that the API server answered a write of obj's kind with
-// "the server could not find the requested resource": the kind's CRD is
-// gone although the REST mapper still lists it. Until discovery shows it
-// again, the kind counts as not served, so fleets report it instead of
-// failing every reconcile (found by the transition explorer).
+// kindGone takes the API server's answer to a write of a gvk object: if it
+// says the kind is not served (its CRD removed under the running operator),
+// the kind counts as not served from now on, so fleets report it instead
+// of failing every reconcile (found by the transition explorer, seed 405),
+// until discovery shows it again. Any other error changes nothing.
 func (r *FleetReconciler) kindGone(gvk schema.GroupVersionKind, err error) {
-	var status apierrors.APIStatus
-	if !apierrors.IsNotFound(err) || !errors.As(err, &status) {
-		return
-	}
-	if d := status.Status().Details; d != nil && d.Kind == "namespaces" {
-		return // the namespace is gone, not the kind
-	}
-	r.markNotServed(gvk)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.gone == nil {
-		r.gone = map[schema.GroupVersionKind]bool{}
-	}
-	r.gone[gvk] = true
+	r.Served.Gone(gvk, err)
 }
 
 // removeOwned deletes the fleet's object of that kind and name, if the fleet

@@ -25,6 +25,7 @@ import (
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/license"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/metrics"
+	"github.com/ericdev/fleetmesh/shared/served"
 	"github.com/ericdev/fleetmesh/shared/testenv"
 )
 
@@ -75,7 +76,7 @@ func startEnrollmentBed(t *testing.T, licenseID string, rec recorder.EventRecord
 	require.NoError(t, b.admin.Create(ctx, b.license))
 
 	b.r = &ServiceMeshReconciler{
-		Client: opClient, Reader: opClient, Discovery: b.discovery,
+		Client: opClient, Reader: opClient, Served: &served.Catalog{Discovery: b.discovery},
 		Config:   Config{OperatorNamespace: "mesh-system", LicenseSecret: "license", Keys: []ed25519.PublicKey{pub}, SailNamespace: "sail-operator"},
 		Recorder: rec, Now: b.clock.Now, Metrics: metrics.NewLicense(b.clock.Now),
 	}

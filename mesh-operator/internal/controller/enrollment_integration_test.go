@@ -29,6 +29,7 @@ import (
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/metrics"
 	"github.com/ericdev/fleetmesh/shared/contract"
 	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/served"
 )
 
 // fakeClock is the reconciler's controllable clock.
@@ -446,7 +447,7 @@ func TestEnrollmentIntegration(t *testing.T) {
 	t.Run("under a manager: the Namespace watch enrolls, the cutover is polled, the window ends with no event (ambient)", func(t *testing.T) {
 		mgr, err := ctrl.NewManager(asOperator, ctrl.Options{Scheme: s, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
 		require.NoError(t, err)
-		live := &ServiceMeshReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Discovery: dc, Config: r.Config,
+		live := &ServiceMeshReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Served: &served.Catalog{Discovery: dc}, Config: r.Config,
 			Recorder: events.NewFakeRecorder(100), Now: time.Now, Metrics: metrics.NewLicense(time.Now)}
 		require.NoError(t, live.setup(mgr, "servicemesh-enrollment"))
 		mctx, cancel := context.WithCancel(ctx)

@@ -56,11 +56,11 @@ func (r *ServiceMeshReconciler) finalize(ctx context.Context, mesh *v1alpha1.Ser
 		return ctrl.Result{RequeueAfter: convergingRecheck}, r.writeStatus(ctx, mesh, st.next, "", "")
 	}
 
-	res, err := r.servedResources()
+	apis, err := r.Served.Snapshot()
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if _, ok := res[sail.Group]; ok {
+	if apis.Group(sail.Group) {
 		msg, err := r.awaitCNIRelease(ctx, mesh)
 		if err != nil {
 			return ctrl.Result{}, err
@@ -349,11 +349,11 @@ func (r *ServiceMeshReconciler) releaseSail(ctx context.Context, mesh *v1alpha1.
 // foreignSailResources lists the Istio, IstioCNI and ZTunnel resources this
 // ServiceMesh does not control, as Kind/name.
 func (r *ServiceMeshReconciler) foreignSailResources(ctx context.Context, mesh *v1alpha1.ServiceMesh) ([]string, error) {
-	res, err := r.servedResources()
+	apis, err := r.Served.Snapshot()
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := res[sail.Group]; !ok {
+	if !apis.Group(sail.Group) {
 		return nil, nil
 	}
 	var out []string

@@ -43,6 +43,7 @@ import (
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/metrics"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/sail"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/sailinstall"
+	"github.com/ericdev/fleetmesh/shared/served"
 	"github.com/ericdev/fleetmesh/shared/testenv"
 )
 
@@ -138,7 +139,7 @@ func TestIntegration(t *testing.T) {
 		// The test repository is plain http on 127.0.0.1: allowed only explicitly.
 		SailChart: sailinstall.ChartSource{Repository: repo.URL, Name: "sail-operator", Version: "1.30.0", InsecureHTTP: true}}
 	r := &ServiceMeshReconciler{
-		Client: opClient, Reader: opClient, Discovery: dc, HTTP: repo.Client(),
+		Client: opClient, Reader: opClient, Served: &served.Catalog{Discovery: dc}, HTTP: repo.Client(),
 		Helm:   &sailinstall.Helm{Config: asOperator, Namespace: cfg.SailNamespace, ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute},
 		Config: cfg, Recorder: recorder, Now: time.Now, Metrics: licMetrics,
 	}
@@ -303,7 +304,7 @@ func TestIntegration(t *testing.T) {
 		})
 		badCfg := cfg
 		badCfg.SailChart.Repository = "http://127.0.0.1:1/charts"
-		bad := &ServiceMeshReconciler{Client: opClient, Reader: opClient, Discovery: dc, HTTP: repo.Client(), Helm: r.Helm,
+		bad := &ServiceMeshReconciler{Client: opClient, Reader: opClient, Served: &served.Catalog{Discovery: dc}, HTTP: repo.Client(), Helm: r.Helm,
 			Config: badCfg, Recorder: recorder, Now: time.Now}
 		_, err := bad.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "cluster"}})
 		require.Error(t, err)

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -10,12 +9,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
@@ -51,15 +48,18 @@ type observed struct {
 	istiods []detect.Istiod
 }
 
-// observe gathers the facts: API discovery, then a few targeted reads. The
-// reads are uncached on purpose (see Reader).
+// observe gathers the facts: API discovery (fresh, see Served), then a few
+// targeted reads. The reads are uncached on purpose (see Reader).
 func (r *ServiceMeshReconciler) observe(ctx context.Context, mesh *v1alpha1.ServiceMesh) (*observed, error) {
 	o := &observed{istios: map[string]*sail.Istio{}}
-	res, err := r.servedResources()
+	apis, err := r.Served.Snapshot()
 	if err != nil {
 		return nil, err
 	}
-	o.facts.Resources = res
+	// A group whose discovery failed (a broken aggregated API) is left out
+	// rather than failing detection: none of the groups detection needs is
+	// aggregated.
+	o.facts.Resources = apis.Resources()
 
 	deps := &appsv1.DeploymentList{}
 	if err := r.Reader.List(ctx, deps, client.MatchingLabels{labels.IstiodApp: istiodAppValue}); err != nil {
@@ -90,16 +90,24 @@ func (r *ServiceMeshReconciler) observe(ctx context.Context, mesh *v1alpha1.Serv
 	if o.facts.Maistra() {
 		// Only a ServiceMeshControlPlane shows OSSM 2 in use: its CRDs
 		// outlive an uninstall.
-		var list *metav1.PartialObjectMetadataList
-		var err error
+		// The version to list in is the newest the snapshot serves it in.
+		version := ""
 		for _, v := range maistraVersions {
-			list = &metav1.PartialObjectMetadataList{}
-			list.SetGroupVersionKind(schema.GroupVersionKind{Group: detect.GroupMaistra, Version: v, Kind: "ServiceMeshControlPlaneList"})
-			if err = r.Reader.List(ctx, list); !meta.IsNoMatchError(err) {
+			ok, err := apis.Kind(schema.GroupVersionKind{Group: detect.GroupMaistra, Version: v, Kind: "ServiceMeshControlPlane"})
+			if err != nil {
+				return nil, fmt.Errorf("listing Maistra ServiceMeshControlPlanes: %w", err)
+			}
+			if ok {
+				version = v
 				break
 			}
 		}
-		if err != nil {
+		if version == "" {
+			return nil, fmt.Errorf("listing Maistra ServiceMeshControlPlanes: %s serves them in none of the versions %v", detect.GroupMaistra, maistraVersions)
+		}
+		list := &metav1.PartialObjectMetadataList{}
+		list.SetGroupVersionKind(schema.GroupVersionKind{Group: detect.GroupMaistra, Version: version, Kind: "ServiceMeshControlPlaneList"})
+		if err := r.Reader.List(ctx, list); err != nil {
 			return nil, fmt.Errorf("listing Maistra ServiceMeshControlPlanes: %w", err)
 		}
 		for _, smcp := range list.Items {
@@ -125,43 +133,6 @@ func (r *ServiceMeshReconciler) observe(ctx context.Context, mesh *v1alpha1.Serv
 		}
 	}
 	return o, nil
-}
-
-// servedResources asks discovery which groups and resources are served. A
-// group whose discovery fails (a broken aggregated API) is left out rather
-// than failing detection: none of the groups detection needs is aggregated.
-func (r *ServiceMeshReconciler) servedResources() (map[string][]string, error) {
-	_, lists, err := r.Discovery.ServerGroupsAndResources()
-	if err != nil && !discovery.IsGroupDiscoveryFailedError(err) {
-		return nil, fmt.Errorf("API discovery: %w", err)
-	}
-	out := map[string][]string{}
-	for _, l := range lists {
-		gv, perr := parseGroup(l.GroupVersion)
-		if perr != nil {
-			continue
-		}
-		if _, ok := out[gv]; !ok {
-			out[gv] = nil
-		}
-		for _, res := range l.APIResources {
-			if strings.Contains(res.Name, "/") {
-				continue // subresource
-			}
-			out[gv] = append(out[gv], res.Name)
-		}
-	}
-	return out, nil
-}
-
-func parseGroup(groupVersion string) (string, error) {
-	if groupVersion == "" {
-		return "", errors.New("empty group version")
-	}
-	if i := strings.Index(groupVersion, "/"); i >= 0 {
-		return groupVersion[:i], nil
-	}
-	return "", nil // the core group ("v1")
 }
 
 func istiodOf(d *appsv1.Deployment) detect.Istiod {

@@ -38,6 +38,7 @@ import (
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/metrics"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/sail"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/sailinstall"
+	"github.com/ericdev/fleetmesh/shared/served"
 	"github.com/ericdev/fleetmesh/shared/testenv"
 )
 
@@ -80,7 +81,7 @@ func startSailBed(t *testing.T, rec recorder.EventRecorder, installer bool) *enr
 	b.license = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "mesh-system", Name: "license"}, Data: map[string][]byte{"license": lic}}
 	require.NoError(t, b.admin.Create(ctx, b.license))
 	b.r = &ServiceMeshReconciler{
-		Client: opClient, Reader: opClient, Discovery: b.discovery,
+		Client: opClient, Reader: opClient, Served: &served.Catalog{Discovery: b.discovery},
 		Config:   Config{OperatorNamespace: "mesh-system", LicenseSecret: "license", Keys: []ed25519.PublicKey{pub}, SailNamespace: "sail-operator"},
 		Recorder: rec, Now: b.clock.Now, Metrics: metrics.NewLicense(b.clock.Now),
 	}
@@ -188,7 +189,7 @@ func TestSailTeardownIntegration(t *testing.T) {
 	createMesh()
 
 	t.Run("the chart is never fetched over plain http without the explicit insecure setting", func(t *testing.T) {
-		strict := &ServiceMeshReconciler{Client: b.r.Client, Reader: b.r.Reader, Discovery: b.r.Discovery, Helm: b.r.Helm, HTTP: b.r.HTTP,
+		strict := &ServiceMeshReconciler{Client: b.r.Client, Reader: b.r.Reader, Served: b.r.Served, Helm: b.r.Helm, HTTP: b.r.HTTP,
 			Config: b.r.Config, Recorder: b.r.Recorder, Now: b.r.Now, Metrics: b.r.Metrics}
 		strict.Config.SailChart.InsecureHTTP = false
 		_, err := strict.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "cluster"}})

@@ -33,6 +33,7 @@ import (
 
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/sailinstall"
+	"github.com/ericdev/fleetmesh/shared/served"
 	"github.com/ericdev/fleetmesh/shared/testenv"
 )
 
@@ -152,7 +153,7 @@ func TestSailUpgradeInPlace(t *testing.T) {
 	install := func(version string, values map[string]any) {
 		t.Helper()
 		r := &ServiceMeshReconciler{
-			Client: opClient, Reader: opClient, Discovery: dc, HTTP: srv.Client(), Helm: helm,
+			Client: opClient, Reader: opClient, Served: &served.Catalog{Discovery: dc}, HTTP: srv.Client(), Helm: helm,
 			Config: Config{OperatorNamespace: "mesh-system", SailInstall: true, SailNamespace: "sail-operator", HelmTimeout: time.Minute,
 				SailChart: sailinstall.ChartSource{Repository: srv.URL, Name: "sail-operator", Version: version, InsecureHTTP: true}, SailValues: values},
 			Recorder: events.NewFakeRecorder(100), Now: time.Now,

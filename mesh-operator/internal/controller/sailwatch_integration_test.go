@@ -26,6 +26,7 @@ import (
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/sail"
 	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/served"
 )
 
 // writeLog records every write request the operator's client sends, as the
@@ -139,7 +140,7 @@ func TestSailWatchAndRestIntegration(t *testing.T) {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: b.scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
 	require.NoError(t, err)
 	marks := &reconcileMarks{Reader: mgr.GetAPIReader()}
-	live := &ServiceMeshReconciler{Client: mgr.GetClient(), Reader: marks, Discovery: b.discovery, Config: b.r.Config,
+	live := &ServiceMeshReconciler{Client: mgr.GetClient(), Reader: marks, Served: &served.Catalog{Discovery: b.discovery}, Config: b.r.Config,
 		Recorder: events.NewFakeRecorder(1000), Now: time.Now, Metrics: b.r.Metrics}
 	require.NoError(t, live.setup(mgr, "servicemesh-sailwatch"))
 	mctx, cancel := context.WithCancel(ctx)

@@ -36,6 +36,7 @@ import (
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/sailinstall"
 	"github.com/ericdev/fleetmesh/shared/apply"
 	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/served"
 )
 
 // Phases shown by kubectl get.
@@ -91,9 +92,16 @@ type ServiceMeshReconciler struct {
 	// Reader reads everything else uncached: the license Secret (the
 	// operator may get that one Secret only, so it cannot watch Secrets),
 	// detection's targeted reads and the Sail CRs.
-	Reader    client.Reader
-	Discovery discovery.DiscoveryInterface
-	Helm      HelmClient
+	Reader client.Reader
+	// Served answers which APIs the server serves. Detection decides from
+	// it whether to install the Sail operator, whether OpenShift Service
+	// Mesh 2 or Cilium is present, and the finalizer whether Sail objects
+	// are left to delete: decisions that install or remove things, taken
+	// for the one ServiceMesh a cluster has. So its answers are Fresh (a
+	// discovery run per ask, two requests with aggregated discovery), not
+	// the few seconds old snapshot the fleet operator's many fleets share.
+	Served *served.Catalog
+	Helm   HelmClient
 	// HTTP fetches the Sail chart; nil uses http.DefaultClient.
 	HTTP     *http.Client
 	Config   Config
@@ -176,9 +184,9 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 		return err
 	}
 	r := &ServiceMeshReconciler{
-		Client:    mgr.GetClient(),
-		Reader:    mgr.GetAPIReader(),
-		Discovery: dc,
+		Client: mgr.GetClient(),
+		Reader: mgr.GetAPIReader(),
+		Served: &served.Catalog{Discovery: dc, MaxAge: served.Fresh},
 		Helm: &sailinstall.Helm{Config: mgr.GetConfig(), Namespace: cfg.SailNamespace, ReleaseName: SailReleaseName,
 			Log: ctrl.Log.WithName("sail-install"), Timeout: cfg.HelmTimeout},
 		HTTP:     hc,
