@@ -8,7 +8,7 @@ import (
 
 func TestOthersHold(t *testing.T) {
 	entry := func(manager string, op metav1.ManagedFieldsOperationType, fields string) metav1.ManagedFieldsEntry {
-		return metav1.ManagedFieldsEntry{Manager: manager, Operation: op, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}
+		return metav1.ManagedFieldsEntry{Manager: manager, Operation: op, FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(fields)}
 	}
 	spec := `{"f:spec":{"f:mtls":{"f:mode":{}}}}`
 	labels := `{"f:metadata":{"f:labels":{"f:a":{}}}}`
