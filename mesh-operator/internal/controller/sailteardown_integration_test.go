@@ -365,6 +365,15 @@ func TestSailTeardownIntegration(t *testing.T) {
 		for _, n := range strings.Split(crds, ",") {
 			require.NoError(t, client.IgnoreNotFound(admin.Delete(ctx, &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: n}})))
 		}
+		// Every CRD deleted here must be gone before the next step installs
+		// the chart again: Helm skips a CRD that still exists (terminating)
+		// and then waits in vain for it to be ready (seen once in CI, where
+		// the PeerAuthentication CRD outlived the wait below).
+		for _, n := range strings.Split(crds, ",") {
+			eventually(t, 60*time.Second, "CRD "+n+" deleted, not only terminating", func() bool {
+				return !exists(&apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: n}})
+			})
+		}
 		// (The group stays served: the planted istiorevisions CRD survives.)
 		eventually(t, 30*time.Second, "the Sail Istio API to disappear", func() bool {
 			fake.sync() // Sail's finalizers on what is left
