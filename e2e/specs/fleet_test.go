@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -227,13 +228,17 @@ type memberObserver struct {
 	worst  int
 	uids   map[string]map[types.UID]bool
 	before map[string]types.UID
-	cancel context.CancelFunc
-	done   chan struct{}
+	// namespace and fleet whose MemberReplaced events name the Pods the
+	// operator deleted.
+	namespace, fleet string
+	cancel           context.CancelFunc
+	done             chan struct{}
 }
 
 func watchMembers(t *testing.T, f *fleetv1.CelldFleet) *memberObserver {
 	ctx, cancel := context.WithCancel(context.Background())
-	o := &memberObserver{uids: map[string]map[types.UID]bool{}, before: podUIDs(t, f), cancel: cancel, done: make(chan struct{})}
+	o := &memberObserver{uids: map[string]map[types.UID]bool{}, before: podUIDs(t, f), cancel: cancel, done: make(chan struct{}),
+		namespace: f.Namespace, fleet: f.Name}
 	ns := f.Namespace
 	want := int(*getFleet(t, f).Spec.Replicas)
 	httpc := &http.Client{Timeout: 300 * time.Millisecond}
@@ -305,7 +310,13 @@ func (o *memberObserver) maxUnavailable() int {
 }
 
 // assertReplacedOnce checks that every member was replaced exactly once:
-// its original Pod and one replacement, nothing more.
+// the operator deleted its original Pod and nothing else of it (its
+// MemberReplaced events name the Pods it deleted), and a replacement came.
+// The Pods seen are not the measure by themselves: the bed's fake kubelet
+// (kwok v0.8) deletes a terminating Pod by name, without the real
+// kubelet's UID precondition, and now and then a stale delete of the old
+// Pod removes the replacement the StatefulSet controller has just created
+// under the same name (seen in CI: kwok deleted shop-2 twice within 80 ms).
 func (o *memberObserver) assertReplacedOnce(t *testing.T) {
 	t.Helper()
 	o.mu.Lock()
@@ -315,10 +326,27 @@ func (o *memberObserver) assertReplacedOnce(t *testing.T) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	deleted := map[string][]types.UID{}
+	if len(names) > 0 {
+		evs := &eventsv1.EventList{}
+		require.NoError(t, k8s.List(context.Background(), evs, client.InNamespace(o.namespace)))
+		for _, ev := range evs.Items {
+			// Only deletes of Pods this observation saw: earlier rolls
+			// deleted Pods it never saw.
+			if ev.Reason == "MemberReplaced" && ev.Related != nil && ev.Regarding.Name == o.fleet &&
+				(o.uids[ev.Related.Name][ev.Related.UID] || o.before[ev.Related.Name] == ev.Related.UID) {
+				deleted[ev.Related.Name] = append(deleted[ev.Related.Name], ev.Related.UID)
+			}
+		}
+	}
 	for _, n := range names {
 		seen := o.uids[n]
 		seen[o.before[n]] = true
-		assert.Len(t, seen, 2, "member %s: Pods seen %v", n, keys(seen))
+		assert.Equal(t, []types.UID{o.before[n]}, deleted[n], "member %s: the operator deleted its original Pod, once, and nothing else", n)
+		assert.GreaterOrEqual(t, len(seen), 2, "member %s: replaced (Pods seen %v)", n, keys(seen))
+		if len(seen) > 2 {
+			t.Logf("member %s: Pods seen %v; beyond its original, the operator deleted none, so the extra ones were removed by the bed (kwok deletes by name)", n, keys(seen))
+		}
 	}
 }
 
