@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -37,6 +38,26 @@ import (
 // /state reads alone would keep the work queue busy, and a spec change (an
 // image roll) or a restart's first pass would wait behind all of them. So
 // the reads of different fleets overlap.
+// oneMemberFleets creates fleets f0..f<n-1> in ns with one running member
+// each, whose /state is served by h on 127.<subnet>.<pid>.<i+1> (above the
+// test beds' node ranges, 127.1–127.250; the third octet from the process
+// so that two test processes on one machine do not share them).
+func oneMemberFleets(t *testing.T, c client.Client, ns string, n int, subnet byte, h http.Handler) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		ip := fmt.Sprintf("127.%d.%d.%d", subnet, os.Getpid()%250, i+1)
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(names.PeerPort)))
+		require.NoError(t, err)
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: time.Second}
+		go func() { _ = srv.Serve(l) }()
+		t.Cleanup(func() { _ = srv.Close() })
+		f := fleet(ns, "f"+strconv.Itoa(i))
+		f.Spec.Replicas = ptr.To[int32](1)
+		require.NoError(t, c.Create(context.Background(), f))
+		runningMember(t, c, ns, f.Name, 0, false, "rev1", ip)
+	}
+}
+
 func TestFleetsReconciledConcurrently(t *testing.T) {
 	ctx := context.Background()
 	scheme := newScheme(t)
@@ -55,22 +76,8 @@ func TestFleetsReconciledConcurrently(t *testing.T) {
 		reads.Add(1)
 		_ = json.NewEncoder(w).Encode(state.Report{Healthy: true, Phase: "Running", Version: "1.0.0"})
 	})
-	// Member IPs in 127.251/16 (above the test beds' node ranges,
-	// 127.1–127.250), the third octet from the process so that two test
-	// processes on one machine do not share them.
 	const fleets = 6
-	for i := 0; i < fleets; i++ {
-		ip := fmt.Sprintf("127.251.%d.%d", os.Getpid()%250, i+1)
-		l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(names.PeerPort)))
-		require.NoError(t, err)
-		srv := &http.Server{Handler: slow, ReadHeaderTimeout: time.Second}
-		go func() { _ = srv.Serve(l) }()
-		t.Cleanup(func() { _ = srv.Close() })
-		f := fleet("many", "f"+strconv.Itoa(i))
-		f.Spec.Replicas = ptr.To[int32](1)
-		require.NoError(t, env.Client.Create(ctx, f))
-		runningMember(t, env.Client, "many", f.Name, 0, false, "rev1", ip)
-	}
+	oneMemberFleets(t, env.Client, "many", fleets, 251, slow)
 
 	opts := ctrl.Options{
 		Scheme:                 scheme,

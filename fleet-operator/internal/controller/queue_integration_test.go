@@ -6,9 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
-	"os"
 	"sort"
 	"strconv"
 	"sync/atomic"
@@ -19,11 +17,9 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
-	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/state"
 	"github.com/ericdev/fleetmesh/shared/testenv"
 )
@@ -51,19 +47,8 @@ func TestSpecChangeJumpsThePeriodicLooks(t *testing.T) {
 		_ = json.NewEncoder(w).Encode(state.Report{Healthy: true, Phase: "Running", Version: "1.0.0"})
 	})
 	const fleets = 8
-	for i := 0; i < fleets; i++ {
-		// 127.252/16: apart from the concurrency test's 127.251/16.
-		ip := fmt.Sprintf("127.252.%d.%d", os.Getpid()%250, i+1)
-		l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(names.PeerPort)))
-		require.NoError(t, err)
-		srv := &http.Server{Handler: slow, ReadHeaderTimeout: time.Second}
-		go func() { _ = srv.Serve(l) }()
-		t.Cleanup(func() { _ = srv.Close() })
-		f := fleet("busy", "f"+strconv.Itoa(i))
-		f.Spec.Replicas = ptr.To[int32](1)
-		require.NoError(t, env.Client.Create(ctx, f))
-		runningMember(t, env.Client, "busy", f.Name, 0, false, "rev1", ip)
-	}
+	// 127.252/16: apart from the concurrency test's 127.251/16.
+	oneMemberFleets(t, env.Client, "busy", fleets, 252, slow)
 	startOperator(t, env, env.Config, cfg)
 
 	healthy := func(name string) bool {
