@@ -81,7 +81,8 @@ type options struct {
 }
 
 func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
+	// Set but empty means none (BENCH_N= runs no fleets), as the flags say.
+	if v, ok := os.LookupEnv(k); ok {
 		return v
 	}
 	return def

@@ -232,40 +232,49 @@ func auditWrites(by map[string]float64) float64 {
 	return w
 }
 
-// scrapeSeries reads the metrics endpoint and returns the value of every
-// series named name whose labels contain all of match (`k="v"` strings),
-// summed.
-func scrapeSeries(c *http.Client, addr, name string, match ...string) (float64, error) {
+// series names a metric and the labels (`k="v"` strings) its series must
+// all carry to count.
+type series struct {
+	name  string
+	match []string
+}
+
+// scrapeSeries reads the metrics endpoint once and returns, for each of
+// want, the sum of the matching series. One read for all: each scrape costs
+// the scraped process CPU, and the cold restart polls it every 100 ms while
+// that process is what is being timed.
+func scrapeSeries(c *http.Client, addr string, want ...series) ([]float64, error) {
 	resp, err := c.Get("http://" + addr + "/metrics")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("metrics %s: %s", addr, resp.Status)
+		return nil, fmt.Errorf("metrics %s: %s", addr, resp.Status)
 	}
-	sum := 0.0
+	sums := make([]float64, len(want))
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
-			continue
-		}
-		ok := true
-		for _, m := range match {
-			ok = ok && strings.Contains(line, m)
-		}
-		if !ok {
-			continue
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err == nil {
-			sum += v
+		for i, w := range want {
+			if !strings.HasPrefix(line, w.name+"{") && !strings.HasPrefix(line, w.name+" ") {
+				continue
+			}
+			ok := true
+			for _, m := range w.match {
+				ok = ok && strings.Contains(line, m)
+			}
+			if !ok {
+				continue
+			}
+			f := strings.Fields(line)
+			if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+				sums[i] += v
+			}
 		}
 	}
-	return sum, sc.Err()
+	return sums, sc.Err()
 }
 
 // percentile of sorted values (nearest rank).

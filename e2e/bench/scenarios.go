@@ -745,13 +745,14 @@ func (b *bench) coldRestart(ctx context.Context) error {
 		if synced == 0 {
 			continue
 		}
-		adds, err1 := scrapeSeries(b.metrics, b.fleetMetrics, "workqueue_adds_total", `name="`+fleetController+`"`)
-		depth, err2 := scrapeSeries(b.metrics, b.fleetMetrics, "workqueue_depth", `name="`+fleetController+`"`)
-		busy, err3 := scrapeSeries(b.metrics, b.fleetMetrics, "controller_runtime_active_workers", `controller="`+fleetController+`"`)
-		done, err4 := scrapeSeries(b.metrics, b.fleetMetrics, "controller_runtime_reconcile_total", `controller="`+fleetController+`"`)
-		if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
+		inQueue, queueLabel := `name="`+fleetController+`"`, `controller="`+fleetController+`"`
+		v, err := scrapeSeries(b.metrics, b.fleetMetrics,
+			series{"workqueue_adds_total", []string{inQueue}}, series{"workqueue_depth", []string{inQueue}},
+			series{"controller_runtime_active_workers", []string{queueLabel}}, series{"controller_runtime_reconcile_total", []string{queueLabel}})
+		if err != nil {
 			continue
 		}
+		adds, depth, busy, done := v[0], v[1], v[2], v[3]
 		if adds >= float64(b.n) && depth == 0 && busy == 0 && done >= float64(b.n) {
 			all = now
 		}
