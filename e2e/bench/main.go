@@ -10,6 +10,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -63,6 +64,7 @@ var (
 	flagSkip    = flag.Int("skip-nodes", 0, "cordon the first kwok nodes of each bed (beds lease disjoint Pod ranges, so this is no longer needed)")
 	flagKeep    = flag.Bool("keep", os.Getenv("BENCH_KEEP") != "", "keep each bed's files (operator logs) after a successful N")
 	flagTimeout = flag.Duration("timeout", 15*time.Minute, "per-phase wait limit")
+	flagPprof   = flag.Bool("pprof", false, "serve both operators' net/http/pprof on free loopback ports (logged per bed), to profile them while a run goes on")
 )
 
 // options are one run's settings (the flags, or the smoke test's).
@@ -278,6 +280,18 @@ func startBed(root string, nodes int) (*bench, string, error) {
 	if err != nil {
 		return nil, work, err
 	}
+	fleetArgs := []string{"--metrics-bind-address", fleetAddr, "--leader-elect=false"}
+	meshArgs := []string{"--metrics-bind-address", meshAddr, "--leader-elect=false"}
+	if *flagPprof {
+		fleetPprof, err1 := freeAddr()
+		meshPprof, err2 := freeAddr()
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, work, err
+		}
+		fleetArgs = append(fleetArgs, "--pprof-bind-address", fleetPprof)
+		meshArgs = append(meshArgs, "--pprof-bind-address", meshPprof)
+		logf("pprof: fleet operator http://%s/debug/pprof/, mesh operator http://%s/debug/pprof/", fleetPprof, meshPprof)
+	}
 	bed, err := harness.StartBed(context.Background(), harness.BedOptions{
 		Root: root, WorkDir: work, Nodes: nodes + *flagSkip, Operators: true, NetworkPolicyEnforced: true,
 		// 200 Pods per kwok node (the callers size the node count); the
@@ -287,8 +301,8 @@ func startBed(root string, nodes int) (*bench, string, error) {
 		Cluster: local.Options{MaxPodsPerNode: 200, ServiceCIDR: local.DefaultServiceCIDR, APIServerExtraArgs: audit},
 		// Leader election off: its lease renewals (a PUT every few seconds)
 		// would hide the reconcilers' own writes in rest_client_requests_total.
-		FleetExtraArgs: []string{"--metrics-bind-address", fleetAddr, "--leader-elect=false"},
-		MeshExtraArgs:  []string{"--metrics-bind-address", meshAddr, "--leader-elect=false"},
+		FleetExtraArgs: fleetArgs,
+		MeshExtraArgs:  meshArgs,
 	})
 	if err != nil {
 		return nil, work, err

@@ -124,3 +124,27 @@ func TestReadmeBlockJoinsFleetAndMeshRuns(t *testing.T) {
 	assert.Contains(t, got, "bench/results/20261201T100000Z.md", "and the newest run with fleets")
 	assert.Contains(t, got, "| 30 | 10.0 | 8.0 / 9.0 | 1.30 / 1.11 |")
 }
+
+// TestTargetsSayWhenTheTargetNFailed: a target checked below N=1,000
+// because the N=1,000 bed failed says so, not that N=1,000 was not run
+// (20261203T125733Z's README block said "was not run").
+func TestTargetsSayWhenTheTargetNFailed(t *testing.T) {
+	run := &Run{Results: []Result{
+		{N: 100, ConvergenceSeconds: 38.2, FloorSeconds: 31.5, ParallelFloorSeconds: 24.8, Ratio: 1.21, ParallelRatio: 1.54},
+		{N: 1000, Error: "parallel floor: 0 of 3000 Pods serving after 15m0s"},
+	}}
+	var notes []string
+	for _, tg := range targets(run) {
+		notes = append(notes, tg.Note)
+	}
+	all := strings.Join(notes, "\n")
+	assert.Contains(t, all, "measured at N=100: N=1000 failed")
+	assert.NotContains(t, all, "N=1000 was not run")
+
+	run.Results = run.Results[:1]
+	notes = nil
+	for _, tg := range targets(run) {
+		notes = append(notes, tg.Note)
+	}
+	assert.Contains(t, strings.Join(notes, "\n"), "measured at N=100: N=1000 was not run")
+}

@@ -299,9 +299,19 @@ func targets(r *Run) []Target {
 			ok = append(ok, res)
 		}
 	}
+	failed := map[int]bool{}
+	for _, res := range r.Results {
+		if res.Error != "" {
+			failed[res.N] = true
+		}
+	}
 	notRun := func(t *Target, n, want int, what string) {
 		if n < want {
-			t.Note = strings.TrimPrefix(t.Note+fmt.Sprintf("; measured at %s=%d: %s=%d was not run", what, n, what, want), "; ")
+			outcome := "was not run"
+			if what == "N" && failed[want] {
+				outcome = "failed"
+			}
+			t.Note = strings.TrimPrefix(t.Note+fmt.Sprintf("; measured at %s=%d: %s=%d %s", what, n, what, want, outcome), "; ")
 		}
 	}
 	if len(ok) > 0 {

@@ -23,9 +23,12 @@ type Options struct {
 	MetricsAddr string
 	// MetricsSecure serves metrics over TLS to authenticated and authorized
 	// callers only (TokenReview and SubjectAccessReview for GET /metrics).
-	MetricsSecure           bool
-	MetricsCertDir          string
-	ProbeAddr               string
+	MetricsSecure  bool
+	MetricsCertDir string
+	ProbeAddr      string
+	// PprofAddr serves net/http/pprof (CPU and heap profiles) when set;
+	// off by default: profiles show what the process holds.
+	PprofAddr               string
 	LeaderElect             bool
 	LeaderElectionID        string
 	LeaderElectionNamespace string
@@ -43,6 +46,7 @@ func (o *Options) Bind(fs *flag.FlagSet, leaderElectionID string) {
 	fs.BoolVar(&o.MetricsSecure, "metrics-secure", false, "serve metrics over TLS (self-signed unless --metrics-cert-dir) and only to callers the API server authenticates and authorizes for GET /metrics (needs create on tokenreviews and subjectaccessreviews)")
 	fs.StringVar(&o.MetricsCertDir, "metrics-cert-dir", "", "directory with tls.crt and tls.key for --metrics-secure; empty: a self-signed certificate")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz probes bind to")
+	fs.StringVar(&o.PprofAddr, "pprof-bind-address", "", "address net/http/pprof binds to, for CPU and heap profiles (docs/troubleshooting.md); empty or \"0\": off. Bind it to localhost and reach it with kubectl port-forward: it has no authentication")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", false, "elect a leader so that only one replica reconciles; required with more than one replica")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader Lease (default: --namespace)")
 	fs.StringVar(&o.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace the operator runs in (default: $POD_NAMESPACE)")
@@ -73,6 +77,7 @@ func (o *Options) NewManager(scheme *runtime.Scheme, customize func(*ctrl.Option
 		Scheme:                  scheme,
 		Metrics:                 o.metricsOptions(),
 		HealthProbeBindAddress:  o.ProbeAddr,
+		PprofBindAddress:        o.PprofAddr,
 		LeaderElection:          o.LeaderElect,
 		LeaderElectionID:        o.LeaderElectionID,
 		LeaderElectionNamespace: leaseNamespace,
