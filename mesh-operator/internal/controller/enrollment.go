@@ -824,64 +824,51 @@ func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha
 	})
 	wantBaseline := want.Baseline
 	res.baselineWithheld = mesh.Spec.Isolation == v1alpha1.IsolationStrict && wantBaseline == nil
-	// Isolation does not depend on the PeerAuthentication: while the
-	// control plane is Ready both are applied at once, a round trip less
-	// per namespace.
-	var iso isolationOutcome
-	isoDone := make(chan struct{})
-	if ready {
-		go func() {
-			defer close(isoDone)
-			iso = r.applyIsolation(ctx, mesh, live[policyKey(enroll.KindAuthorizationPolicy, enroll.IsolationPolicyName)], want.Isolation)
-		}()
-	} else {
-		close(isoDone)
-	}
 	baselinePaused := baseline != nil && enroll.Paused(baseline)
-	err := func() error {
-		if baselinePaused {
-			res.paused = append(res.paused, fmt.Sprintf("%s/%s/%s", enroll.KindAuthorizationPolicy, ns.Name, baseline.GetName()))
-		} else if wantBaseline == nil && baseline != nil {
-			deleted, err := r.applier().Delete(ctx, baseline, mesh)
-			if err != nil {
-				return err
-			}
-			delete(res.policies, policyKey(enroll.KindAuthorizationPolicy, enroll.BaselinePolicyName))
-			if deleted {
-				r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "BaselineWithdrawn", "Reconcile",
-					"Removed AuthorizationPolicy %s/%s: %s (%s mTLS in force, %s).", ns.Name, enroll.BaselinePolicyName,
-					baselineWhy(mesh.Spec.Isolation), strings.ToUpper(mtlsInForce), res.mode.Reason)
-			}
+	if baselinePaused {
+		res.paused = append(res.paused, fmt.Sprintf("%s/%s/%s", enroll.KindAuthorizationPolicy, ns.Name, baseline.GetName()))
+	} else if wantBaseline == nil && baseline != nil {
+		deleted, err := r.applier().Delete(ctx, baseline, mesh)
+		if err != nil {
+			return res, mtlsInForce, err
 		}
-		if !paPaused {
-			_, after, err := r.applyPolicy(ctx, mesh, pa, want.PeerAuthentication)
-			if err != nil {
-				return err
-			}
-			res.policies[policyKey(enroll.KindPeerAuthentication, enroll.PeerAuthenticationName)] = after
+		delete(res.policies, policyKey(enroll.KindAuthorizationPolicy, enroll.BaselinePolicyName))
+		if deleted {
+			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "BaselineWithdrawn", "Reconcile",
+				"Removed AuthorizationPolicy %s/%s: %s (%s mTLS in force, %s).", ns.Name, enroll.BaselinePolicyName,
+				baselineWhy(mesh.Spec.Isolation), strings.ToUpper(mtlsInForce), res.mode.Reason)
 		}
-		return nil
-	}()
-	<-isoDone
-	if err == nil {
-		err = iso.err
 	}
-	if err != nil {
-		return res, mtlsInForce, err
+	if !paPaused {
+		_, after, err := r.applyPolicy(ctx, mesh, pa, want.PeerAuthentication)
+		if err != nil {
+			return res, mtlsInForce, err
+		}
+		res.policies[policyKey(enroll.KindPeerAuthentication, enroll.PeerAuthenticationName)] = after
 	}
 	if !ready {
 		// Held: isolation and the baseline stay as they are (withdrawing the
 		// baseline above was the only change allowed).
 		return res, mtlsInForce, nil
 	}
-	isoKey := policyKey(enroll.KindAuthorizationPolicy, enroll.IsolationPolicyName)
+
+	// Isolation, admitting the edges workload operators declared.
+	ap := live[policyKey(enroll.KindAuthorizationPolicy, enroll.IsolationPolicyName)]
+	desired := want.Isolation
 	switch {
-	case iso.paused != "":
-		res.paused = append(res.paused, iso.paused)
-	case iso.after != nil:
-		res.policies[isoKey] = iso.after
-	case iso.removed:
-		delete(res.policies, isoKey)
+	case ap != nil && enroll.Paused(ap):
+		res.paused = append(res.paused, fmt.Sprintf("%s/%s/%s", enroll.KindAuthorizationPolicy, ns.Name, ap.GetName()))
+	case desired == nil && ap != nil:
+		if _, err := r.applier().Delete(ctx, ap, mesh); err != nil {
+			return res, mtlsInForce, err
+		}
+		delete(res.policies, policyKey(enroll.KindAuthorizationPolicy, enroll.IsolationPolicyName))
+	case desired != nil:
+		_, after, err := r.applyPolicy(ctx, mesh, ap, desired)
+		if err != nil {
+			return res, mtlsInForce, err
+		}
+		res.policies[policyKey(enroll.KindAuthorizationPolicy, enroll.IsolationPolicyName)] = after
 	}
 
 	// Isolation strict's baseline, once STRICT is in force.
@@ -898,31 +885,6 @@ func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha
 		}
 	}
 	return res, mtlsInForce, nil
-}
-
-// isolationOutcome is what applyIsolation did to the namespace's
-// isolation policy: held (paused names it), applied (after), or removed.
-type isolationOutcome struct {
-	paused  string
-	after   *unstructured.Unstructured
-	removed bool
-	err     error
-}
-
-// applyIsolation brings the namespace's isolation AuthorizationPolicy
-// (live, nil when absent) to desired (nil: none), unless it is paused.
-func (r *ServiceMeshReconciler) applyIsolation(ctx context.Context, mesh *v1alpha1.ServiceMesh, live, desired *unstructured.Unstructured) isolationOutcome {
-	switch {
-	case live != nil && enroll.Paused(live):
-		return isolationOutcome{paused: fmt.Sprintf("%s/%s/%s", enroll.KindAuthorizationPolicy, live.GetNamespace(), live.GetName())}
-	case desired == nil && live != nil:
-		_, err := r.applier().Delete(ctx, live, mesh)
-		return isolationOutcome{removed: err == nil, err: err}
-	case desired != nil:
-		_, after, err := r.applyPolicy(ctx, mesh, live, desired)
-		return isolationOutcome{after: after, err: err}
-	}
-	return isolationOutcome{}
 }
 
 // migrationPending: some namespace the operator configured is configured
