@@ -795,10 +795,10 @@ func (b *bench) coldRestart(ctx context.Context) error {
 		if synced == 0 {
 			continue
 		}
-		inQueue, queueLabel := `name="`+fleetController+`"`, `controller="`+fleetController+`"`
+		byQueue, byController := `name="`+fleetController+`"`, `controller="`+fleetController+`"`
 		v, err := scrapeSeries(b.metrics, b.fleetMetrics,
-			series{"workqueue_adds_total", []string{inQueue}}, series{"workqueue_depth", []string{inQueue}},
-			series{"controller_runtime_active_workers", []string{queueLabel}}, series{"controller_runtime_reconcile_total", []string{queueLabel}})
+			series{"workqueue_adds_total", []string{byQueue}}, series{"workqueue_depth", []string{byQueue}},
+			series{"controller_runtime_active_workers", []string{byController}}, series{"controller_runtime_reconcile_total", []string{byController}})
 		if err != nil {
 			continue
 		}
