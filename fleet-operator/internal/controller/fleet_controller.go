@@ -28,6 +28,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -121,6 +122,13 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 		return err
 	}
 	r.Applier.Cache = routedReader{Reader: mgr.GetCache(), optional: r.istioCaches}
+	// Member claims are read (growClaims) but not watched: without this their
+	// informer would start at the first read, after the workers, and the
+	// first pass over the fleets would wait for it. Registered before the
+	// manager starts, it lists with the other informers.
+	if _, err := mgr.GetCache().GetInformer(context.Background(), &corev1.PersistentVolumeClaim{}, cache.BlockUntilSynced(false)); err != nil {
+		return err
+	}
 	return r.SetupWithManager(mgr)
 }
 
@@ -156,7 +164,7 @@ func (r *FleetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			for _, gvk := range istioKinds {
 				kinds = append(kinds, gvk.GroupKind())
 			}
-			b = b.WatchesRawSource(r.istioCaches.source())
+			b = b.WatchesRawSource(r.istioCaches.source(r.served))
 		}
 		r.Applier.CachedKinds = kinds
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,6 +14,7 @@ import (
 	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -43,9 +45,10 @@ var istioKinds = []schema.GroupVersionKind{mesh.AuthorizationPolicyKind, mesh.Pe
 // the cache of a removed kind keeps the objects it had, which must not be
 // trusted. So each kind gets a cache.Cache of its own, started when the
 // reconciler finds the kind served (start) and stopped when it finds it
-// gone (stop) or the cache's own list finds the resource missing. Until a
-// kind's cache has synced, reads go to the API server, as they would
-// without a cache.
+// gone (stop) or the cache's own list finds the resource missing. The
+// kinds served when the controller starts are listed before its workers run
+// (startingSource). Until a kind's cache has synced, reads go to the API
+// server, as they would without a cache.
 type optionalCaches struct {
 	// newCache builds the cache of one kind; onListGone is called (once)
 	// when its list finds the resource gone.
@@ -59,8 +62,10 @@ type optionalCaches struct {
 
 	mu sync.Mutex
 	// ctx is the manager's, set by Start; nothing is started before it.
-	ctx    context.Context
-	byKind map[schema.GroupKind]*kindCache
+	// started is closed once it is set.
+	ctx     context.Context
+	started chan struct{}
+	byKind  map[schema.GroupKind]*kindCache
 }
 
 type kindCache struct {
@@ -74,8 +79,9 @@ func newOptionalCaches(mgr ctrl.Manager, cfg Config, gone func(schema.GroupVersi
 	oc := &optionalCaches{
 		api:    mgr.GetAPIReader(),
 		gone:   gone,
-		events: make(chan event.GenericEvent, 1024),
-		byKind: map[schema.GroupKind]*kindCache{},
+		events:  make(chan event.GenericEvent, 1024),
+		started: make(chan struct{}),
+		byKind:  map[schema.GroupKind]*kindCache{},
 	}
 	oc.newCache = func(gvk schema.GroupVersionKind, onListGone func(error)) (cache.Cache, error) {
 		opts := cache.Options{
@@ -108,6 +114,7 @@ func (oc *optionalCaches) Start(ctx context.Context) error {
 	oc.mu.Lock()
 	oc.ctx = ctx
 	oc.mu.Unlock()
+	close(oc.started)
 	<-ctx.Done()
 	oc.mu.Lock()
 	defer oc.mu.Unlock()
@@ -119,12 +126,68 @@ func (oc *optionalCaches) Start(ctx context.Context) error {
 }
 
 // NeedLeaderElection: reads are needed by whoever reconciles; a standby
-// replica starts nothing, since only reconciles call start.
+// replica starts nothing, since only the controller's source and its
+// reconciles call start, and both run on the leader only.
 func (oc *optionalCaches) NeedLeaderElection() bool { return false }
 
-// source wakes a fleet when another writer changes or deletes its policy.
-func (oc *optionalCaches) source() source.Source {
-	return source.Channel(oc.events, handler.EnqueueRequestsFromMapFunc(controllingFleet))
+// initialSyncWait bounds how long the controller's start waits for the
+// caches of Istio's kinds to list (startingSource).
+var initialSyncWait = 30 * time.Second
+
+// source wakes a fleet when another writer changes or deletes its policy,
+// and starts the caches of the kinds served (the reconciler's answer)
+// before the controller's workers.
+func (oc *optionalCaches) source(served func(schema.GroupVersionKind) (bool, error)) source.Source {
+	return startingSource{
+		Source: source.Channel(oc.events, handler.EnqueueRequestsFromMapFunc(controllingFleet)),
+		oc:     oc, served: served,
+	}
+}
+
+// startingSource is the source of the optional caches' events. The
+// controller waits for its WaitForSync before it starts its workers, which
+// is where the caches of the kinds served at start-up are started and
+// listed. Otherwise they would start only when the first reconcile asks,
+// and the whole first pass over the fleets (after every restart) would
+// read Istio's policies from the API server: at 1,000 fleets that was the
+// first thing every worker waited on (issue #20's cold restart).
+type startingSource struct {
+	source.Source
+	oc     *optionalCaches
+	served func(schema.GroupVersionKind) (bool, error)
+}
+
+// WaitForSync starts the caches of the kinds served and waits until they
+// have listed, at most initialSyncWait: a cache that cannot list (its list
+// fails, or is slow) must not keep the operator from starting, and until
+// it syncs reads go to the API server. It implements source.SyncingSource.
+func (s startingSource) WaitForSync(ctx context.Context) error {
+	select {
+	case <-s.oc.started:
+	case <-ctx.Done():
+		return nil
+	}
+	s.oc.follow(s.served)
+	ctx, cancel := context.WithTimeout(ctx, initialSyncWait)
+	defer cancel()
+	if err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
+		return s.oc.synced(), nil
+	}); err != nil {
+		ctrl.LoggerFrom(ctx).Info("Istio's policies not listed yet; reading them from the API server until they are", "waited", initialSyncWait)
+	}
+	return nil
+}
+
+// synced: every running cache has listed its kind.
+func (oc *optionalCaches) synced() bool {
+	oc.mu.Lock()
+	defer oc.mu.Unlock()
+	for _, kc := range oc.byKind {
+		if !kc.inf.HasSynced() {
+			return false
+		}
+	}
+	return true
 }
 
 // follow starts the caches of the kinds served, and stops those of the

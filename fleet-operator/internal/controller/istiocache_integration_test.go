@@ -48,6 +48,8 @@ import (
 type requestCounter struct {
 	mu sync.Mutex
 	n  map[string]int
+	// seen, if set, is called with each request's key as it is sent.
+	seen func(key string)
 }
 
 func (c *requestCounter) wrap(cfg *rest.Config) *rest.Config {
@@ -92,6 +94,9 @@ func (c *requestCounter) count(req *http.Request) {
 		c.n = map[string]int{}
 	}
 	c.n[verb+" "+resource]++
+	if c.seen != nil {
+		c.seen(verb + " " + resource)
+	}
 }
 
 func (c *requestCounter) get(key string) int {
@@ -131,8 +136,8 @@ func reconciles(t *testing.T) float64 {
 }
 
 // startOperator runs the operator under a manager, as in a cluster, on cfg
-// (the counting rest.Config).
-func startOperator(t *testing.T, env *testenv.Env, restCfg *rest.Config, cfg Config) {
+// (the counting rest.Config), until the test ends or stop is called.
+func startOperator(t *testing.T, env *testenv.Env, restCfg *rest.Config, cfg Config) (stop func()) {
 	t.Helper()
 	opts := ctrl.Options{
 		Scheme:                 env.Client.Scheme(),
@@ -152,10 +157,15 @@ func startOperator(t *testing.T, env *testenv.Env, restCfg *rest.Config, cfg Con
 	mctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			<-done
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 func deleteIstioCRDs(t *testing.T, c client.Client) {
