@@ -77,8 +77,8 @@ type kindCache struct {
 func newOptionalCaches(mgr ctrl.Manager, cfg Config, gone func(schema.GroupVersionKind, error)) *optionalCaches {
 	ours := k8slabels.SelectorFromSet(k8slabels.Set{labels.ManagedBy: names.Operator})
 	oc := &optionalCaches{
-		api:    mgr.GetAPIReader(),
-		gone:   gone,
+		api:     mgr.GetAPIReader(),
+		gone:    gone,
 		events:  make(chan event.GenericEvent, 1024),
 		started: make(chan struct{}),
 		byKind:  map[schema.GroupKind]*kindCache{},
