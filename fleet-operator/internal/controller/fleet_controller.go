@@ -122,6 +122,8 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 		return err
 	}
 	r.Applier.Cache = routedReader{Reader: mgr.GetCache(), optional: r.istioCaches}
+	// The fleets' gauges are read from their status in the cache at scrape time.
+	fleetSeries.use(mgr.GetCache(), mgr.Elected())
 	// Member claims are read (growClaims) but not watched: without this their
 	// informer would start at the first read, after the workers, and the
 	// first pass over the fleets would wait for it. Registered before the
@@ -691,7 +693,6 @@ func (r *FleetReconciler) forget(key types.NamespacedName) {
 // updateStatus writes status only when it differs from what is stored.
 func (r *FleetReconciler) updateStatus(ctx context.Context, fleet *v1alpha1.CelldFleet, obs *observed) error {
 	next := computeStatus(fleet, obs, r.Now())
-	recordMetrics(fleet, next)
 	if equality.Semantic.DeepEqual(fleet.Status, next) {
 		return nil
 	}

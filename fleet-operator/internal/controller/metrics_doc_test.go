@@ -21,7 +21,7 @@ func TestMetricsDocumented(t *testing.T) {
 	}
 	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
 	ch := make(chan *prometheus.Desc, 10)
-	for _, c := range []prometheus.Collector{membersMetric, replacementsMetric, conditionMetric} {
+	for _, c := range []prometheus.Collector{fleetSeries, replacementsMetric} {
 		c.Describe(ch)
 	}
 	close(ch)

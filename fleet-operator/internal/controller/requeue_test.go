@@ -1,6 +1,9 @@
 package controller
 
 import (
+	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,18 +69,39 @@ func TestNextLook(t *testing.T) {
 	assert.Equal(t, routingPoll, r.nextLook(f, awaiting))
 }
 
+// The fleets' gauges are their spec and status as the cache holds them, on
+// the leader only; a fleet that is gone has none.
 func TestMetricsFollowStatus(t *testing.T) {
-	f := &v1alpha1.CelldFleet{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "m"}, Spec: v1alpha1.CelldFleetSpec{Replicas: ptr.To[int32](3)}}
-	recordMetrics(f, v1alpha1.CelldFleetStatus{Replicas: 3, ReadyReplicas: 2, UpdatedReplicas: 1,
-		Conditions: []metav1.Condition{{Type: string(v1alpha1.ConditionReady), Status: metav1.ConditionFalse}}})
-	assert.Equal(t, 2.0, testutil.ToFloat64(membersMetric.WithLabelValues("ns", "m", "ready")))
-	assert.Equal(t, 1.0, testutil.ToFloat64(membersMetric.WithLabelValues("ns", "m", "updated")))
-	assert.Equal(t, 1.0, testutil.ToFloat64(conditionMetric.WithLabelValues("ns", "m", string(v1alpha1.ConditionReady), "False")))
-	assert.Equal(t, 0.0, testutil.ToFloat64(conditionMetric.WithLabelValues("ns", "m", string(v1alpha1.ConditionReady), "True")))
-	forgetMetrics("ns", "m")
-	// Other tests of the package may have series of their own fleets.
-	assert.False(t, membersMetric.DeleteLabelValues("ns", "m", "ready"), "a deleted fleet leaves no series")
-	assert.False(t, conditionMetric.DeleteLabelValues("ns", "m", string(v1alpha1.ConditionReady), "False"))
+	f := v1alpha1.CelldFleet{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "m"}, Spec: v1alpha1.CelldFleetSpec{Replicas: ptr.To[int32](3)},
+		Status: v1alpha1.CelldFleetStatus{Replicas: 3, ReadyReplicas: 2, UpdatedReplicas: 1,
+			Conditions: []metav1.Condition{{Type: string(v1alpha1.ConditionReady), Status: metav1.ConditionFalse}}}}
+	var fleets []v1alpha1.CelldFleet
+	leading := make(chan struct{})
+	c := &fleetCollector{leading: leading, fleets: func(context.Context) ([]v1alpha1.CelldFleet, error) { return fleets, nil }}
+	fleets = []v1alpha1.CelldFleet{f}
+	assert.Zero(t, testutil.CollectAndCount(c), "a standby publishes nothing")
+
+	close(leading)
+	want := `
+# HELP celld_fleet_condition 1 when the fleet's condition has the given status.
+# TYPE celld_fleet_condition gauge
+celld_fleet_condition{fleet="m",namespace="ns",status="False",type="Ready"} 1
+celld_fleet_condition{fleet="m",namespace="ns",status="True",type="Ready"} 0
+celld_fleet_condition{fleet="m",namespace="ns",status="Unknown",type="Ready"} 0
+# HELP celld_fleet_members Member Pods of a fleet by state: desired, present, ready (Pod Ready), updated (on the target revision).
+# TYPE celld_fleet_members gauge
+celld_fleet_members{fleet="m",namespace="ns",state="desired"} 3
+celld_fleet_members{fleet="m",namespace="ns",state="present"} 3
+celld_fleet_members{fleet="m",namespace="ns",state="ready"} 2
+celld_fleet_members{fleet="m",namespace="ns",state="updated"} 1
+`
+	assert.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(want)))
+
+	fleets = nil
+	assert.Zero(t, testutil.CollectAndCount(c), "a deleted fleet leaves no series")
+
+	c.fleets = func(context.Context) ([]v1alpha1.CelldFleet, error) { return nil, errors.New("cache not synced") }
+	assert.Zero(t, testutil.CollectAndCount(c), "a failed read leaves the fleets out, it fails no scrape")
 }
 
 func TestLookPriority(t *testing.T) {

@@ -126,6 +126,33 @@ func TestRestartListsBeforeItReconciles(t *testing.T) {
 	assert.Zero(t, counts["GET peerauthentications"], "the first pass reads the PeerAuthentication from the cache")
 	assert.Zero(t, counts["GET authorizationpolicies"], "the first pass reads the AuthorizationPolicy from the cache")
 	assert.Zero(t, counts["GET persistentvolumeclaims"], "the first pass reads the claim from the cache")
+
+	// The fleet's gauges come from its status in the new manager's cache.
+	assert.Eventually(t, func() bool {
+		return gauge(t, "celld_fleet_members", map[string]string{"namespace": "restart", "fleet": "r", "state": "ready"}) == 1
+	}, 10*time.Second, 100*time.Millisecond, "celld_fleet_members{state=ready} of the restarted operator is 1")
+}
+
+// gauge is the value of the registry's gauge with these labels (-1: none).
+func gauge(t *testing.T, name string, want map[string]string) float64 {
+	t.Helper()
+	families, err := ctrlmetrics.Registry.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if v, ok := want[l.GetName()]; ok && v != l.GetValue() {
+					continue metric
+				}
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	return -1
 }
 
 // activeWorkers is controller-runtime's gauge of the fleet controller's
