@@ -28,7 +28,6 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -37,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/members"
@@ -124,13 +124,6 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 	r.Applier.Cache = routedReader{Reader: mgr.GetCache(), optional: r.istioCaches}
 	// The fleets' gauges are read from their status in the cache at scrape time.
 	fleetSeries.use(mgr.GetCache(), mgr.Elected())
-	// Member claims are read (growClaims) but not watched: without this their
-	// informer would start at the first read, after the workers, and the
-	// first pass over the fleets would wait for it. Registered before the
-	// manager starts, it lists with the other informers.
-	if _, err := mgr.GetCache().GetInformer(context.Background(), &corev1.PersistentVolumeClaim{}, cache.BlockUntilSynced(false)); err != nil {
-		return err
-	}
 	return r.SetupWithManager(mgr)
 }
 
@@ -177,6 +170,12 @@ func (r *FleetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return b.
 		// Client Pods carry the wiring graph isolation strict admits.
 		WatchesRawSource(clients).
+		// Member claims are read (growClaims), and no change of theirs needs
+		// a reconcile. Without a source their informer would start at the
+		// first read, after the workers, and the first pass over the fleets
+		// after a restart would wait for it; as a source it lists with the
+		// others, before the workers start.
+		WatchesRawSource(source.Kind(mgr.GetCache(), client.Object(&corev1.PersistentVolumeClaim{}), handler.Funcs{})).
 		// Member Pods belong to the StatefulSet; map them to their fleet by label.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToFleet), builder.WithPredicates()).
 		// Namespace labels carry the mesh contract (enrollment, state, edges).
