@@ -65,6 +65,8 @@ var (
 	flagKeep    = flag.Bool("keep", os.Getenv("BENCH_KEEP") != "", "keep each bed's files (operator logs) after a successful N")
 	flagTimeout = flag.Duration("timeout", 15*time.Minute, "per-phase wait limit")
 	flagPprof   = flag.Bool("pprof", false, "serve both operators' net/http/pprof on free loopback ports (logged per bed), to profile them while a run goes on")
+	flagNoFloor = flag.Bool("no-floors", false, "skip both fleet floors: re-measures the operator's own phases (convergence, steady state, reaction, cold restart, memory) in half the time, without the convergence ratios")
+	flagRepeat  = flag.Int("mesh-repeat", envInt("BENCH_MESH_REPEAT", 1), "runs of each mesh namespace count, each in a fresh bed; the mesh target is judged on the median ratio")
 )
 
 // options are one run's settings (the flags, or the smoke test's).
@@ -78,7 +80,12 @@ type options struct {
 	// meshInFleetBed runs mesh count i in the bed of fleet count i instead of
 	// a fresh bed (the smoke test saves a bed start this way).
 	meshInFleetBed bool
-	keep           bool
+	// noFloors skips the fleet floors (the convergence ratios are then
+	// not measured).
+	noFloors bool
+	// meshRepeat runs each mesh count this many times (at least once).
+	meshRepeat int
+	keep       bool
 	log            io.Writer
 }
 
@@ -121,7 +128,7 @@ func run() error {
 		}
 		return updateReadme(*flagReadme, out)
 	}
-	o := options{steady: *flagSteady, keep: *flagKeep, log: os.Stderr, probes: true}
+	o := options{steady: *flagSteady, keep: *flagKeep, log: os.Stderr, probes: true, noFloors: *flagNoFloor, meshRepeat: *flagRepeat}
 	if o.n, err = parseCounts(*flagN, 10); err != nil {
 		return err
 	}
@@ -143,6 +150,14 @@ func run() error {
 		logf("rewrote the bench block of %s", *flagReadme)
 	}
 	return failed(r)
+}
+
+// envInt is the integer in environment variable k, def when unset or not one.
+func envInt(k string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(k)); err == nil {
+		return v
+	}
+	return def
 }
 
 func parseCounts(s string, minimum int) ([]int, error) {
@@ -214,15 +229,17 @@ func execute(root string, o options, emit func(*Run) error) (*Run, error) {
 	}
 	if !o.meshInFleetBed {
 		for _, m := range o.mesh {
-			res, anomalies, err := benchMesh(root, m, o)
-			if err != nil {
-				res.Error = err.Error()
-				logf("mesh M=%d failed: %v", m, err)
-			}
-			r.Mesh = append(r.Mesh, res)
-			r.Anomalies = append(r.Anomalies, anomalies...)
-			if err := save(); err != nil {
-				return r, err
+			for range max(o.meshRepeat, 1) {
+				res, anomalies, err := benchMesh(root, m, o)
+				if err != nil {
+					res.Error = err.Error()
+					logf("mesh M=%d failed: %v", m, err)
+				}
+				r.Mesh = append(r.Mesh, res)
+				r.Anomalies = append(r.Anomalies, anomalies...)
+				if err := save(); err != nil {
+					return r, err
+				}
 			}
 		}
 	}
@@ -258,6 +275,7 @@ type bench struct {
 	auditLog string
 	cs       kubernetes.Interface
 	probes   bool
+	noFloors bool
 }
 
 // startBed starts a bed with nodes kwok nodes (plus the cordoned ones) and
@@ -371,7 +389,7 @@ func benchN(root string, n int, o options, meshIn *int) (res Result, mres *MeshR
 		res.LoadAvgEnd = loadAvg()
 		stopBed(b.bed, work, err, o.keep)
 	}()
-	b.n, b.res, b.steady, b.probes = n, &res, o.steady, o.probes
+	b.n, b.res, b.steady, b.probes, b.noFloors = n, &res, o.steady, o.probes, o.noFloors
 	res.OtherAPIServers = otherAPIServers(b.bed)
 	if res.OtherAPIServers > 0 {
 		b.anom = append(b.anom, fmt.Sprintf("N=%d: %d other kube-apiserver process(es) on this host during the run: CPU shared, times inflated", n, res.OtherAPIServers))

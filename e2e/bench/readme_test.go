@@ -148,3 +148,44 @@ func TestTargetsSayWhenTheTargetNFailed(t *testing.T) {
 	}
 	assert.Contains(t, strings.Join(notes, "\n"), "measured at N=100: N=1000 was not run")
 }
+
+// The mesh target is judged on the median ratio of the largest M's runs,
+// and not at all from fewer than minMeshRuns of them: one run's ratio has
+// varied by more than the target's margin on this host.
+func TestMeshTargetOnTheMedianOfRuns(t *testing.T) {
+	run := func(ratios ...float64) *Run {
+		writes := func(m int) map[string]float64 { return map[string]float64{"APPLY namespaces": float64(2*m + 3)} }
+		r := &Run{Mesh: []MeshResult{{Namespaces: 300, ReadyToStrictSeconds: 9, FloorSeconds: 3, FloorRatio: 3, WritesByResource: writes(300)}}}
+		for _, x := range ratios {
+			r.Mesh = append(r.Mesh, MeshResult{Namespaces: targetM, ReadyToStrictSeconds: 10 * x, FloorSeconds: 10, FloorRatio: x, WritesByResource: writes(targetM)})
+		}
+		r.Mesh = append(r.Mesh, MeshResult{Namespaces: targetM, Error: "bed failed"})
+		return r
+	}
+	find := func(r *Run) Target {
+		for _, tg := range targets(r) {
+			if strings.HasPrefix(tg.Name, "mesh: all STRICT") {
+				return tg
+			}
+		}
+		t.Fatal("no mesh floor target")
+		return Target{}
+	}
+
+	one := find(run(1.1))
+	assert.False(t, one.Met, "one run is too few to judge, however good")
+	assert.Contains(t, one.Note, "too few runs")
+	assert.Contains(t, one.Measured, "median 1.10 of 1 run(s)")
+
+	met := find(run(1.9, 1.1, 1.15))
+	assert.True(t, met.Met, "median 1.15 ≤ %.1f, although one run was 1.9", targetMeshFloorRatio)
+	assert.Contains(t, met.Measured, "median 1.15 of 3 run(s)")
+
+	missed := find(run(1.13, 1.8, 1.99, 1.22))
+	assert.False(t, missed.Met, "median of four runs is (1.22+1.8)/2")
+	assert.Contains(t, missed.Measured, "median 1.51 of 4 run(s)")
+	assert.Contains(t, missed.Note, "median over by 0.31")
+
+	assert.Equal(t, []string{"APPLY namespaces: 2 per namespace + 3 fixed"}, meshLinearity(run(1.1, 1.2).Mesh),
+		"repeats of one M count once: the slope is between different M")
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -325,7 +326,11 @@ func targets(r *Run) []Target {
 		t := Target{Name: fmt.Sprintf("convergence vs parallel floor at N=%d", largest.N), Target: fmt.Sprintf("at most %.2f × the %d-client floor at N=%d", targetParallelRatio, floorClients, targetN),
 			Measured: fmt.Sprintf("%.2f (%.1f s vs %.1f s; sequential floor %.1f s, ratio %.2f)", largest.ParallelRatio, largest.ConvergenceSeconds, largest.ParallelFloorSeconds, largest.FloorSeconds, largest.Ratio),
 			Met:      largest.ParallelRatio > 0 && largest.ParallelRatio <= targetParallelRatio}
-		if !t.Met {
+		switch {
+		case largest.ParallelFloorSeconds == 0:
+			t.Measured = fmt.Sprintf("no parallel floor (converged in %.1f s)", largest.ConvergenceSeconds)
+			t.Note = "the floors were not run (-no-floors, or the smoke test)"
+		case !t.Met:
 			t.Note = fmt.Sprintf("over by %.2f (%.0f %%); %s", largest.ParallelRatio-targetParallelRatio, (largest.ParallelRatio/targetParallelRatio-1)*100, load)
 		}
 		notRun(&t, largest.N, targetN, "N")
@@ -411,21 +416,7 @@ func targets(r *Run) []Target {
 			}
 		}
 		if len(okM) > 0 {
-			lm := okM[0]
-			for _, m := range okM {
-				if m.Namespaces > lm.Namespaces {
-					lm = m
-				}
-			}
-			t := Target{Name: fmt.Sprintf("mesh: all STRICT vs parallel floor at M=%d", lm.Namespaces),
-				Target:   fmt.Sprintf("control plane Ready → all STRICT at most %.1f × the %d-client floor at M=%d", targetMeshFloorRatio, floorClients, targetM),
-				Measured: fmt.Sprintf("%.2f (%.1f s vs %.1f s)", lm.FloorRatio, lm.ReadyToStrictSeconds, lm.FloorSeconds),
-				Met:      lm.FloorSeconds > 0 && lm.FloorRatio <= targetMeshFloorRatio}
-			if !t.Met {
-				t.Note = fmt.Sprintf("over by %.2f; load average %s → %s", lm.FloorRatio-targetMeshFloorRatio, lm.LoadAvgStart, lm.LoadAvgEnd)
-			}
-			notRun(&t, lm.Namespaces, targetM, "M")
-			out = append(out, t)
+			out = append(out, meshFloorTarget(okM, notRun))
 		}
 		linear, counts := len(r.MeshLinearity) > 0, []string{}
 		for _, l := range r.MeshLinearity {
@@ -476,4 +467,58 @@ func targets(r *Run) []Target {
 		out = append(out, t)
 	}
 	return out
+}
+
+// meshFloorTarget judges the mesh operator against its floor at the largest
+// M measured, on the median ratio of that M's runs: on this host one run's
+// ratio has ranged from 1.13 to 1.99 (docs/benchmark.md), so a single run
+// is reported but called too few to judge.
+func meshFloorTarget(okM []MeshResult, notRun func(t *Target, n, want int, what string)) Target {
+	largest := 0
+	for _, m := range okM {
+		largest = max(largest, m.Namespaces)
+	}
+	var runs []MeshResult
+	for _, m := range okM {
+		if m.Namespaces == largest && m.FloorSeconds > 0 {
+			runs = append(runs, m)
+		}
+	}
+	t := Target{Name: fmt.Sprintf("mesh: all STRICT vs parallel floor at M=%d", largest),
+		Target: fmt.Sprintf("control plane Ready → all STRICT at most %.1f × the %d-client floor at M=%d (median of %d or more runs)", targetMeshFloorRatio, floorClients, targetM, minMeshRuns)}
+	if len(runs) == 0 {
+		t.Measured = "no floor measured"
+		notRun(&t, largest, targetM, "M")
+		return t
+	}
+	ratios := make([]float64, len(runs))
+	var each []string
+	for i, m := range runs {
+		ratios[i] = m.FloorRatio
+		each = append(each, fmt.Sprintf("%.2f (%.1f s vs %.1f s, load %s → %s)", m.FloorRatio, m.ReadyToStrictSeconds, m.FloorSeconds, m.LoadAvgStart, m.LoadAvgEnd))
+	}
+	med := median(ratios)
+	t.Measured = fmt.Sprintf("median %.2f of %d run(s): %s", med, len(runs), strings.Join(each, "; "))
+	t.Met = len(runs) >= minMeshRuns && med <= targetMeshFloorRatio
+	switch {
+	case len(runs) < minMeshRuns:
+		t.Note = fmt.Sprintf("too few runs to judge (one run's ratio varies by more than the margin); BENCH_MESH_REPEAT=%d", minMeshRuns)
+	case !t.Met:
+		t.Note = fmt.Sprintf("median over by %.2f", med-targetMeshFloorRatio)
+	}
+	notRun(&t, largest, targetM, "M")
+	return t
+}
+
+// minMeshRuns is how many runs of the largest M the mesh target needs.
+const minMeshRuns = 3
+
+// median of a non-empty list (the mean of the middle two for an even count).
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }

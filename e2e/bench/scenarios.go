@@ -125,26 +125,8 @@ func (b *bench) all(ctx context.Context) error {
 	b.res.RSSKiBPerFleet = round(b.res.PeakRSSMiB*1024/float64(b.n), 1)
 
 	// 1: the control plane's floors, one client in sequence, then 8 in parallel.
-	if err := b.floor(ctx, "floor", 1, &b.res.FloorSeconds); err != nil {
-		return fmt.Errorf("floor: %w", err)
-	}
-	b.res.Ratio = round(b.res.ConvergenceSeconds/b.res.FloorSeconds, 2)
-	logf("N=%d: sequential floor %.1fs (%d objects), ratio %.2f", b.n, b.res.FloorSeconds, b.res.FloorObjects, b.res.Ratio)
-	if b.probes {
-		// The sequential copy goes first: each member's stand-in holds two
-		// listening sockets in this process, and three copies of N=1,000
-		// (18,000 sockets besides the connections) ran out of the 20,000
-		// open files allowed here, so no Pod of the parallel copy was ever
-		// served. It also gives the parallel floor the bed the sequential
-		// one had.
-		if err := b.dropCopy(ctx, "floor"); err != nil {
-			return fmt.Errorf("removing the sequential floor's copy: %w", err)
-		}
-		if err := b.floor(ctx, "pfloor", floorClients, &b.res.ParallelFloorSeconds); err != nil {
-			return fmt.Errorf("parallel floor: %w", err)
-		}
-		b.res.ParallelRatio = round(b.res.ConvergenceSeconds/b.res.ParallelFloorSeconds, 2)
-		logf("N=%d: parallel floor (%d clients) %.1fs, ratio %.2f", b.n, floorClients, b.res.ParallelFloorSeconds, b.res.ParallelRatio)
+	if err := b.floors(ctx); err != nil {
+		return err
 	}
 
 	// 4: roll overhead of a 5-member fleet.
@@ -166,6 +148,37 @@ func (b *bench) all(ctx context.Context) error {
 		return fmt.Errorf("fleet operator restarted during the run")
 	}
 	return b.bed.Healthy()
+}
+
+// floors measures the sequential floor, and with the probes the parallel
+// one, and the convergence ratios against them; with noFloors nothing.
+func (b *bench) floors(ctx context.Context) error {
+	if b.noFloors {
+		logf("N=%d: floors skipped (-no-floors)", b.n)
+		return nil
+	}
+	if err := b.floor(ctx, "floor", 1, &b.res.FloorSeconds); err != nil {
+		return fmt.Errorf("floor: %w", err)
+	}
+	b.res.Ratio = round(b.res.ConvergenceSeconds/b.res.FloorSeconds, 2)
+	logf("N=%d: sequential floor %.1fs (%d objects), ratio %.2f", b.n, b.res.FloorSeconds, b.res.FloorObjects, b.res.Ratio)
+	if b.probes {
+		// The sequential copy goes first: each member's stand-in holds two
+		// listening sockets in this process, and three copies of N=1,000
+		// (18,000 sockets besides the connections) ran out of the 20,000
+		// open files allowed here, so no Pod of the parallel copy was ever
+		// served. It also gives the parallel floor the bed the sequential
+		// one had.
+		if err := b.dropCopy(ctx, "floor"); err != nil {
+			return fmt.Errorf("removing the sequential floor's copy: %w", err)
+		}
+		if err := b.floor(ctx, "pfloor", floorClients, &b.res.ParallelFloorSeconds); err != nil {
+			return fmt.Errorf("parallel floor: %w", err)
+		}
+		b.res.ParallelRatio = round(b.res.ConvergenceSeconds/b.res.ParallelFloorSeconds, 2)
+		logf("N=%d: parallel floor (%d clients) %.1fs, ratio %.2f", b.n, floorClients, b.res.ParallelFloorSeconds, b.res.ParallelRatio)
+	}
+	return nil
 }
 
 func (b *bench) createFleets(ctx context.Context) ([]*fleetv1.CelldFleet, error) {
