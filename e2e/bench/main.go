@@ -86,7 +86,7 @@ type options struct {
 	// meshRepeat runs each mesh count this many times (at least once).
 	meshRepeat int
 	keep       bool
-	log            io.Writer
+	log        io.Writer
 }
 
 func envOr(k, def string) string {

@@ -140,8 +140,12 @@ func readmeBlock(r *Run, base string) string {
 			if perMember == 0 && x.Roll.Members > 0 { // results from before the field existed
 				perMember = x.Roll.OverheadSeconds / float64(x.Roll.Members)
 			}
-			fmt.Fprintf(&s, "| %d | %.1f | %.1f / %.1f | %.2f / %.2f | %g | %.1f (%.0f) | %.2f | %.2f / %.2f | %.1f / %.1f, %g |\n", x.N, x.ConvergenceSeconds,
-				x.FloorSeconds, x.ParallelFloorSeconds, x.Ratio, x.ParallelRatio,
+			floors, ratios := fmt.Sprintf("%.1f / %.1f", x.FloorSeconds, x.ParallelFloorSeconds), fmt.Sprintf("%.2f / %.2f", x.Ratio, x.ParallelRatio)
+			if x.FloorSeconds == 0 {
+				floors, ratios = "not run", "—"
+			}
+			fmt.Fprintf(&s, "| %d | %.1f | %s | %s | %g | %.1f (%.0f) | %.2f | %.2f / %.2f | %.1f / %.1f, %g |\n", x.N, x.ConvergenceSeconds,
+				floors, ratios,
 				x.Steady.Writes, x.PeakRSSMiB, x.RSSKiBPerFleet, perMember, x.Reaction.P50, x.Reaction.P99,
 				x.Restart.AllReconciledSeconds, x.Restart.InformersSyncedSeconds, x.Restart.Phase.Writes)
 		}

@@ -189,3 +189,13 @@ func TestMeshTargetOnTheMedianOfRuns(t *testing.T) {
 	assert.Equal(t, []string{"APPLY namespaces: 2 per namespace + 3 fixed"}, meshLinearity(run(1.1, 1.2).Mesh),
 		"repeats of one M count once: the slope is between different M")
 }
+
+// A run without the floors (-no-floors) says so in the README instead of
+// showing floors of 0 s and ratios of 0.
+func TestReadmeRowWithoutFloors(t *testing.T) {
+	r := sampleRun("2026-12-02T10:00:00Z", 1.2)
+	r.Results[0].FloorSeconds, r.Results[0].ParallelFloorSeconds, r.Results[0].Ratio, r.Results[0].ParallelRatio = 0, 0, 0, 0
+	block := readmeBlock(r, "bench/results/x")
+	assert.Contains(t, block, "| 30 | 10.0 | not run | — | 0 |")
+	assert.NotContains(t, block, "0.0 / 0.0")
+}
