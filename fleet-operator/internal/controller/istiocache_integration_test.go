@@ -4,13 +4,11 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"net"
+	"math"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -36,8 +34,6 @@ import (
 
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/mesh"
-	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
-	"github.com/ericdev/fleetmesh/fleet-operator/internal/state"
 	"github.com/ericdev/fleetmesh/shared/testenv"
 )
 
@@ -117,22 +113,45 @@ func (c *requestCounter) reset() map[string]int {
 // reconciles so far (all results), from the process-wide registry.
 func reconciles(t *testing.T) float64 {
 	t.Helper()
+	return max(registrySum(t, "controller_runtime_reconcile_total", map[string]string{"controller": "celldfleet"}), 0)
+}
+
+// registrySum sums the process-wide registry's counters and gauges named
+// name whose labels include labels; NaN when there is none.
+func registrySum(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
 	families, err := ctrlmetrics.Registry.Gather()
 	require.NoError(t, err)
-	sum := 0.0
+	sum, found := 0.0, false
 	for _, f := range families {
-		if f.GetName() != "controller_runtime_reconcile_total" {
+		if f.GetName() != name {
 			continue
 		}
 		for _, m := range f.GetMetric() {
+			have := map[string]string{}
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "controller" && l.GetValue() == "celldfleet" {
-					sum += m.GetCounter().GetValue()
-				}
+				have[l.GetName()] = l.GetValue()
 			}
+			if !containsLabels(have, labels) {
+				continue
+			}
+			found = true
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 		}
 	}
+	if !found {
+		return math.NaN()
+	}
 	return sum
+}
+
+func containsLabels(have, want map[string]string) bool {
+	for k, v := range want {
+		if have[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 // startOperator runs the operator under a manager, as in a cluster, on cfg
@@ -215,13 +234,7 @@ func TestIstioPoliciesCached(t *testing.T) {
 	// A member whose /state answers healthy: the fleet is at rest, and its
 	// next periodic look is an hour away.
 	ip := fmt.Sprintf("127.253.%d.1", os.Getpid()%250)
-	l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(names.PeerPort)))
-	require.NoError(t, err)
-	srv := &http.Server{ReadHeaderTimeout: time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		_ = json.NewEncoder(w).Encode(state.Report{Healthy: true, Phase: "Running", Version: "1.0.0"})
-	})}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
+	serveState(t, ip)
 	runningMember(t, env.Client, "meshcache", "m", 0, true, "rev1", ip)
 	require.Eventually(t, func() bool {
 		return get(f, "m") == nil && f.Status.Mesh == "Meshed" && len(f.Status.Members) == 1 &&

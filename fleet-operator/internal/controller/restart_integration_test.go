@@ -4,12 +4,8 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -24,13 +20,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/members"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/mesh"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
-	"github.com/ericdev/fleetmesh/fleet-operator/internal/state"
 	"github.com/ericdev/fleetmesh/shared/labels"
 	"github.com/ericdev/fleetmesh/shared/testenv"
 )
@@ -55,13 +49,7 @@ func TestRestartListsBeforeItReconciles(t *testing.T) {
 
 	// A member whose /state answers healthy.
 	ip := fmt.Sprintf("127.252.%d.1", os.Getpid()%250)
-	l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(names.PeerPort)))
-	require.NoError(t, err)
-	srv := &http.Server{ReadHeaderTimeout: time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		_ = json.NewEncoder(w).Encode(state.Report{Healthy: true, Phase: "Running", Version: "1.0.0"})
-	})}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
+	serveState(t, ip)
 
 	// A meshed fleet with a disk, brought to rest by a first operator.
 	f := fleet("restart", "r")
@@ -129,50 +117,13 @@ func TestRestartListsBeforeItReconciles(t *testing.T) {
 
 	// The fleet's gauges come from its status in the new manager's cache.
 	assert.Eventually(t, func() bool {
-		return gauge(t, "celld_fleet_members", map[string]string{"namespace": "restart", "fleet": "r", "state": "ready"}) == 1
+		return registrySum(t, "celld_fleet_members", map[string]string{"namespace": "restart", "fleet": "r", "state": "ready"}) == 1
 	}, 10*time.Second, 100*time.Millisecond, "celld_fleet_members{state=ready} of the restarted operator is 1")
-}
-
-// gauge is the value of the registry's gauge with these labels (-1: none).
-func gauge(t *testing.T, name string, want map[string]string) float64 {
-	t.Helper()
-	families, err := ctrlmetrics.Registry.Gather()
-	require.NoError(t, err)
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-	metric:
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if v, ok := want[l.GetName()]; ok && v != l.GetValue() {
-					continue metric
-				}
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	return -1
 }
 
 // activeWorkers is controller-runtime's gauge of the fleet controller's
 // reconciles in progress.
 func activeWorkers(t *testing.T) float64 {
 	t.Helper()
-	families, err := ctrlmetrics.Registry.Gather()
-	require.NoError(t, err)
-	sum := 0.0
-	for _, f := range families {
-		if f.GetName() != "controller_runtime_active_workers" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "controller" && l.GetValue() == "celldfleet" {
-					sum += m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	return sum
+	return max(registrySum(t, "controller_runtime_active_workers", map[string]string{"controller": "celldfleet"}), 0)
 }
