@@ -167,11 +167,14 @@ func readmeBlock(r *Run, base string) string {
 		s.WriteString("\n")
 	}
 	if len(r.Targets) > 0 {
-		var met, missed []string
+		var met, missed, unjudged []string
 		for _, t := range r.Targets {
-			if t.Met {
+			switch {
+			case t.Met:
 				met = append(met, t.Name)
-			} else {
+			case t.Unjudged:
+				unjudged = append(unjudged, fmt.Sprintf("%s (%s)", t.Name, t.Note))
+			default:
 				missed = append(missed, fmt.Sprintf("%s (%s; %s)", t.Name, t.Measured, t.Note))
 			}
 		}
@@ -180,6 +183,9 @@ func readmeBlock(r *Run, base string) string {
 		}
 		if len(missed) > 0 {
 			fmt.Fprintf(&s, " **Missed:** %s.", strings.Join(missed, "; "))
+		}
+		if len(unjudged) > 0 {
+			fmt.Fprintf(&s, " Not judged by this run: %s.", strings.Join(unjudged, "; "))
 		}
 		s.WriteString(" Method and history: [docs/benchmark.md](docs/benchmark.md).\n")
 	}

@@ -174,6 +174,7 @@ func TestMeshTargetOnTheMedianOfRuns(t *testing.T) {
 
 	one := find(run(1.1))
 	assert.False(t, one.Met, "one run is too few to judge, however good")
+	assert.True(t, one.Unjudged)
 	assert.Contains(t, one.Note, "too few runs")
 	assert.Contains(t, one.Measured, "median 1.10 of 1 run(s)")
 
@@ -183,6 +184,7 @@ func TestMeshTargetOnTheMedianOfRuns(t *testing.T) {
 
 	missed := find(run(1.13, 1.8, 1.99, 1.22))
 	assert.False(t, missed.Met, "median of four runs is (1.22+1.8)/2")
+	assert.False(t, missed.Unjudged)
 	assert.Contains(t, missed.Measured, "median 1.51 of 4 run(s)")
 	assert.Contains(t, missed.Note, "median over by 0.31")
 
@@ -198,4 +200,9 @@ func TestReadmeRowWithoutFloors(t *testing.T) {
 	block := readmeBlock(r, "bench/results/x")
 	assert.Contains(t, block, "| 30 | 10.0 | not run | — | 0 |")
 	assert.NotContains(t, block, "0.0 / 0.0")
+	r.Targets = targets(r)
+	block = readmeBlock(r, "bench/results/x")
+	_, missed, _ := strings.Cut(block, "**Missed:**")
+	assert.NotContains(t, missed, "convergence vs parallel floor", "a floor not run is not a missed target")
+	assert.Contains(t, block, "Not judged by this run: convergence vs parallel floor at N=30 (the floors were not run")
 }

@@ -116,6 +116,9 @@ type Target struct {
 	Target   string `json:"target"`
 	Measured string `json:"measured"`
 	Met      bool   `json:"met"`
+	// Unjudged: the run cannot tell (a floor not run, too few runs or
+	// namespace counts); Met is false then, but nothing was missed.
+	Unjudged bool `json:"unjudged,omitempty"`
 	// Note says by how much and why when the target is missed.
 	Note string `json:"note,omitempty"`
 }
@@ -244,7 +247,10 @@ func markdown(r *Run) string {
 		s.WriteString("\n## Targets\n\n| target | wanted | measured | met | by how much, why |\n| --- | --- | --- | --- | --- |\n")
 		for _, t := range r.Targets {
 			met := "yes"
-			if !t.Met {
+			switch {
+			case t.Unjudged:
+				met = "not judged"
+			case !t.Met:
 				met = "**no**"
 			}
 			fmt.Fprintf(&s, "| %s | %s | %s | %s | %s |\n", t.Name, t.Target, t.Measured, met, t.Note)
@@ -329,7 +335,7 @@ func targets(r *Run) []Target {
 		switch {
 		case largest.ParallelFloorSeconds == 0:
 			t.Measured = fmt.Sprintf("no parallel floor (converged in %.1f s)", largest.ConvergenceSeconds)
-			t.Note = "the floors were not run (-no-floors, or the smoke test)"
+			t.Note, t.Unjudged = "the floors were not run (-no-floors, or the smoke test)", true
 		case !t.Met:
 			t.Note = fmt.Sprintf("over by %.2f (%.0f %%); %s", largest.ParallelRatio-targetParallelRatio, (largest.ParallelRatio/targetParallelRatio-1)*100, load)
 		}
@@ -454,7 +460,7 @@ func targets(r *Run) []Target {
 		switch {
 		case len(r.MeshLinearity) == 0:
 			t.Measured = "one namespace count (" + strings.Join(counts, ",") + ")"
-			t.Note = "needs two or more namespace counts to judge"
+			t.Note, t.Unjudged = "needs two or more namespace counts to judge", true
 		case !linear:
 			t.Note = "some write count grows faster or slower than a whole number of writes per namespace over M = " + strings.Join(counts, ", ")
 		}
@@ -502,6 +508,7 @@ func meshFloorTarget(okM []MeshResult, notRun func(t *Target, n, want int, what 
 	t.Met = len(runs) >= minMeshRuns && med <= targetMeshFloorRatio
 	switch {
 	case len(runs) < minMeshRuns:
+		t.Unjudged = true
 		t.Note = fmt.Sprintf("too few runs to judge (one run's ratio varies by more than the margin); BENCH_MESH_REPEAT=%d", minMeshRuns)
 	case !t.Met:
 		t.Note = fmt.Sprintf("median over by %.2f", med-targetMeshFloorRatio)
