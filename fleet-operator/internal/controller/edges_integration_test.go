@@ -223,7 +223,7 @@ func reconcileRequest(f *v1alpha1.CelldFleet) ctrl.Request {
 // still gets exact cleanup.
 func testCleanupFromObjects(t *testing.T, env *testenv.Env) {
 	ctx := context.Background()
-	env.InstallCRDs(t, testenv.ModuleFile(t, "istio.io/api", "v1.32.0", "kubernetes/customresourcedefinitions.gen.yaml"))
+	env.InstallCRDs(t, istioCRDFile(t))
 	createNamespace(t, env.Client, "cleanup")
 	h := newHarness(t, env, true)
 
@@ -298,7 +298,7 @@ func testCleanupFromObjects(t *testing.T, env *testenv.Env) {
 // proxy it must run, even when that member's Pod is Ready and healthy.
 func testReadyNeedsProxy(t *testing.T, env *testenv.Env) {
 	ctx := context.Background()
-	env.InstallCRDs(t, testenv.ModuleFile(t, "istio.io/api", "v1.32.0", "kubernetes/customresourcedefinitions.gen.yaml"))
+	env.InstallCRDs(t, istioCRDFile(t))
 	createNamespace(t, env.Client, "proxyready")
 	f := fleet("proxyready", "px")
 	f.Spec.Mesh = &v1alpha1.Mesh{Istio: &v1alpha1.IstioMesh{}}
@@ -340,7 +340,7 @@ func testReadyNeedsProxy(t *testing.T, env *testenv.Env) {
 // built from.
 func testFailedStep(t *testing.T, env *testenv.Env) {
 	ctx := context.Background()
-	env.InstallCRDs(t, testenv.ModuleFile(t, "istio.io/api", "v1.32.0", "kubernetes/customresourcedefinitions.gen.yaml"))
+	env.InstallCRDs(t, istioCRDFile(t))
 	createNamespace(t, env.Client, "halfway")
 	serveState(t, "127.14.3.1")
 
@@ -519,7 +519,7 @@ func testCollisionNamesBothFleets(t *testing.T, env *testenv.Env) {
 // in MeshReady, with the cause and the fix.
 func testUnexplainedProxies(t *testing.T, env *testenv.Env) {
 	ctx := context.Background()
-	env.InstallCRDs(t, testenv.ModuleFile(t, "istio.io/api", "v1.32.0", "kubernetes/customresourcedefinitions.gen.yaml"))
+	env.InstallCRDs(t, istioCRDFile(t))
 	createNamespace(t, env.Client, "autoinject")
 	h := newHarness(t, env, true)
 
@@ -577,7 +577,7 @@ func testUnexplainedProxies(t *testing.T, env *testenv.Env) {
 // fleet's ServiceAccount; the fleet says so.
 func testAmbientSharedServiceAccount(t *testing.T, env *testenv.Env) {
 	ctx := context.Background()
-	env.InstallCRDs(t, testenv.ModuleFile(t, "istio.io/api", "v1.32.0", "kubernetes/customresourcedefinitions.gen.yaml"))
+	env.InstallCRDs(t, istioCRDFile(t))
 	createNamespace(t, env.Client, "sharedsa")
 	require.NoError(t, client.IgnoreAlreadyExists(env.Client.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "sharedsa", Name: "default"}})))
 	enroll(t, env.Client, "sharedsa", "ambient")

@@ -15,6 +15,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -122,6 +123,19 @@ func (h *harness) reconcile(f *v1alpha1.CelldFleet) {
 
 func (h *harness) get(obj client.Object, ns, name string) error {
 	return h.env.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, obj)
+}
+
+// istioCRDFile is Istio's own CRDs, as the tests install them.
+func istioCRDFile(t *testing.T) string {
+	return testenv.ModuleFile(t, "istio.io/api", "v1.32.0", "kubernetes/customresourcedefinitions.gen.yaml")
+}
+
+// startEnvWithCRDClient starts an API server of the test's own whose client
+// can also read and delete CRDs (tests that remove Istio's API).
+func startEnvWithCRDClient(t *testing.T) *testenv.Env {
+	scheme := newScheme(t)
+	require.NoError(t, apiextensionsv1.AddToScheme(scheme))
+	return testenv.Start(t, scheme, "fleet-operator/config/crd/bases")
 }
 
 func createNamespace(t *testing.T, c client.Client, name string) {
@@ -542,7 +556,7 @@ func testMesh(t *testing.T, env *testenv.Env) {
 	assert.Error(t, h.get(&appsv1.StatefulSet{}, "mesh", "m"))
 
 	// The API appears: the same fleet proceeds without being touched.
-	env.InstallCRDs(t, testenv.ModuleFile(t, "istio.io/api", "v1.32.0", "kubernetes/customresourcedefinitions.gen.yaml"))
+	env.InstallCRDs(t, istioCRDFile(t))
 	require.Eventually(t, func() bool {
 		h.reconcile(f)
 		_ = h.get(f, "mesh", "m")
@@ -929,7 +943,7 @@ func ingressPorts(np *networkingv1.NetworkPolicy) []int {
 
 func testContract(t *testing.T, env *testenv.Env) {
 	ctx := context.Background()
-	env.InstallCRDs(t, testenv.ModuleFile(t, "istio.io/api", "v1.32.0", "kubernetes/customresourcedefinitions.gen.yaml"))
+	env.InstallCRDs(t, istioCRDFile(t))
 	createNamespace(t, env.Client, "shared")
 	h := newHarness(t, env, true)
 	a, b := fleet("shared", "a"), fleet("shared", "b")

@@ -28,7 +28,6 @@ import (
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/mesh"
 	"github.com/ericdev/fleetmesh/shared/labels"
 	"github.com/ericdev/fleetmesh/shared/served"
-	"github.com/ericdev/fleetmesh/shared/testenv"
 )
 
 // TestIstioRemoved: leave the mesh, uninstall Istio (its CRDs deleted for
@@ -38,10 +37,8 @@ import (
 // It has an API server of its own: the other tests need Istio's CRDs.
 func TestIstioRemoved(t *testing.T) {
 	ctx := context.Background()
-	scheme := newScheme(t)
-	require.NoError(t, apiextensionsv1.AddToScheme(scheme))
-	env := testenv.Start(t, scheme, "fleet-operator/config/crd/bases")
-	istioCRDs := testenv.ModuleFile(t, "istio.io/api", "v1.32.0", "kubernetes/customresourcedefinitions.gen.yaml")
+	env := startEnvWithCRDClient(t)
+	istioCRDs := istioCRDFile(t)
 	env.InstallCRDs(t, istioCRDs)
 	createNamespace(t, env.Client, "gone")
 	h := newHarness(t, env, true)
@@ -86,7 +83,7 @@ func TestIstioRemoved(t *testing.T) {
 	// The operator restarts: a new manager, a new REST mapper that has never
 	// seen security.istio.io.
 	opts := ctrl.Options{
-		Scheme:                 scheme,
+		Scheme:                 env.Client.Scheme(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
@@ -136,10 +133,8 @@ func TestIstioRemoved(t *testing.T) {
 // tell.
 func TestIstioRemovedUnderARunningOperator(t *testing.T) {
 	ctx := context.Background()
-	scheme := newScheme(t)
-	require.NoError(t, apiextensionsv1.AddToScheme(scheme))
-	env := testenv.Start(t, scheme, "fleet-operator/config/crd/bases")
-	istioCRDs := testenv.ModuleFile(t, "istio.io/api", "v1.32.0", "kubernetes/customresourcedefinitions.gen.yaml")
+	env := startEnvWithCRDClient(t)
+	istioCRDs := istioCRDFile(t)
 	env.InstallCRDs(t, istioCRDs)
 	createNamespace(t, env.Client, "stale")
 	h := newHarness(t, env, true)

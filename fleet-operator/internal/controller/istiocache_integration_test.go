@@ -208,10 +208,8 @@ func deleteIstioCRDs(t *testing.T, c client.Client) {
 // policy someone deletes comes back at once, not at the next periodic look.
 func TestIstioPoliciesCached(t *testing.T) {
 	ctx := context.Background()
-	scheme := newScheme(t)
-	require.NoError(t, apiextensionsv1.AddToScheme(scheme))
-	env := testenv.Start(t, scheme, "fleet-operator/config/crd/bases")
-	env.InstallCRDs(t, testenv.ModuleFile(t, "istio.io/api", "v1.32.0", "kubernetes/customresourcedefinitions.gen.yaml"))
+	env := startEnvWithCRDClient(t)
+	env.InstallCRDs(t, istioCRDFile(t))
 	createNamespace(t, env.Client, "meshcache")
 	cfg := newHarness(t, env, true).r.Config
 	cfg.StateInterval = time.Hour // reconciles below come from events only
@@ -315,10 +313,8 @@ func playStatefulSetErr(c client.Client, ns, name, revision string) error {
 // reports its state, and once the API is back the policies return.
 func TestIstioCacheFollowsTheAPI(t *testing.T) {
 	ctx := context.Background()
-	scheme := newScheme(t)
-	require.NoError(t, apiextensionsv1.AddToScheme(scheme))
-	env := testenv.Start(t, scheme, "fleet-operator/config/crd/bases")
-	istioCRDs := testenv.ModuleFile(t, "istio.io/api", "v1.32.0", "kubernetes/customresourcedefinitions.gen.yaml")
+	env := startEnvWithCRDClient(t)
+	istioCRDs := istioCRDFile(t)
 	createNamespace(t, env.Client, "later")
 	cfg := newHarness(t, env, true).r.Config
 	cfg.StateInterval = 2 * time.Second

@@ -28,7 +28,7 @@ import (
 // core.navique.com/mesh=disabled wins over every request.
 func TestMeshModes(t *testing.T) {
 	env := testenv.Start(t, newScheme(t), "fleet-operator/config/crd/bases")
-	env.InstallCRDs(t, testenv.ModuleFile(t, "istio.io/api", "v1.32.0", "kubernetes/customresourcedefinitions.gen.yaml"))
+	env.InstallCRDs(t, istioCRDFile(t))
 	t.Run("auto requests enrollment and reports nothing while no mesh answers", func(t *testing.T) { testAutoRequests(t, env) })
 	t.Run("a fleet that existed before the ServiceMesh joins: ambient without a roll, sidecar one member at a time", func(t *testing.T) { testExistingFleetJoins(t, env) })
 	t.Run("an admin's disabled wins over auto and enabled fleets, set before or after them", func(t *testing.T) { testAdminDisabledWins(t, env) })

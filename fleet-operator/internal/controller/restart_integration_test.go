@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -26,7 +25,6 @@ import (
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/mesh"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
 	"github.com/ericdev/fleetmesh/shared/labels"
-	"github.com/ericdev/fleetmesh/shared/testenv"
 )
 
 // TestRestartListsBeforeItReconciles: after a restart, the first pass over
@@ -39,10 +37,8 @@ import (
 // start, and the first pass reads neither kind from the API server.
 func TestRestartListsBeforeItReconciles(t *testing.T) {
 	ctx := context.Background()
-	scheme := newScheme(t)
-	require.NoError(t, apiextensionsv1.AddToScheme(scheme))
-	env := testenv.Start(t, scheme, "fleet-operator/config/crd/bases")
-	env.InstallCRDs(t, testenv.ModuleFile(t, "istio.io/api", "v1.32.0", "kubernetes/customresourcedefinitions.gen.yaml"))
+	env := startEnvWithCRDClient(t)
+	env.InstallCRDs(t, istioCRDFile(t))
 	createNamespace(t, env.Client, "restart")
 	cfg := newHarness(t, env, true).r.Config
 	cfg.StateInterval = time.Hour // the only reconciles are the first pass's

@@ -69,7 +69,7 @@ func verdictOf(t *testing.T, h *harness, f *v1alpha1.CelldFleet, ns, sa string, 
 // operator.
 func TestStrictIsolation(t *testing.T) {
 	env := testenv.Start(t, newScheme(t), "fleet-operator/config/crd/bases")
-	env.InstallCRDs(t, testenv.ModuleFile(t, "istio.io/api", "v1.32.0", "kubernetes/customresourcedefinitions.gen.yaml"))
+	env.InstallCRDs(t, istioCRDFile(t))
 	ctx := context.Background()
 	for _, ns := range []string{"strict", "strict-edge"} {
 		createNamespace(t, env.Client, ns)
