@@ -10,10 +10,12 @@ import (
 	"strings"
 	"testing"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,8 +32,10 @@ import (
 // namespace; then Istio's CRDs appear.
 func TestReadFromAPIServer(t *testing.T) {
 	scheme := Scheme()
-	if err := rbacv1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
+	for _, add := range []func(*runtime.Scheme) error{rbacv1.AddToScheme, authorizationv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
 	}
 	env := testenv.Start(t, scheme, "fleet-operator/config/crd/bases")
 	ctx := context.Background()
@@ -140,6 +144,8 @@ func TestReadFromAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	testenv.WaitAllowed(t, c, "team-a-viewer", authorizationv1.ResourceAttributes{
+		Verb: "get", Group: v1alpha1.GroupVersion.Group, Resource: "celldfleets", Namespace: fleetNS})
 	limited := rest.CopyConfig(env.Config)
 	limited.Impersonate = rest.ImpersonationConfig{UserName: "team-a-viewer"}
 

@@ -4,12 +4,15 @@
 package testenv
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -107,5 +110,34 @@ func (e *Env) InstallCRDs(t testing.TB, paths ...string) {
 	t.Helper()
 	if _, err := envtest.InstallCRDs(e.Config, envtest.CRDInstallOptions{Paths: paths, ErrorIfPathMissing: true}); err != nil {
 		t.Fatalf("installing CRDs from %v: %v", paths, err)
+	}
+}
+
+// WaitAllowed waits until the API server allows user every request in attrs,
+// and fails the test naming the requests still denied after 30 s. The RBAC
+// authorizer reads roles and bindings from the API server's own informers, so
+// a binding applies moments after it was created: a test that acts as the
+// user right away races it (and loses on a loaded machine).
+func WaitAllowed(t testing.TB, c client.Client, user string, attrs ...authorizationv1.ResourceAttributes) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var denied []authorizationv1.ResourceAttributes
+		for _, a := range attrs {
+			sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: &a}}
+			if err := c.Create(context.Background(), sar); err != nil {
+				t.Fatalf("asking whether %s may %+v: %v", user, a, err)
+			}
+			if !sar.Status.Allowed {
+				denied = append(denied, a)
+			}
+		}
+		if len(denied) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30 s %s still may not %+v", user, denied)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -73,6 +74,13 @@ func grantOperatorRBAC(t *testing.T, c client.Client, root string, installer boo
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"license"}, Verbs: []string{"get"}}}}))
 	require.NoError(t, c.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "mesh-system", Name: "mesh-operator"},
 		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "mesh-operator"}, Subjects: subject}))
+	// One request each binding grants: the reconciler must not start before they apply.
+	granted := []authorizationv1.ResourceAttributes{coreAccess[0],
+		{Verb: "get", Resource: "secrets", Namespace: "mesh-system", Name: "license"}}
+	if installer {
+		granted = append(granted, installerOnlyAccess[0])
+	}
+	testenv.WaitAllowed(t, c, operatorUser, granted...)
 }
 
 func TestIntegration(t *testing.T) {
