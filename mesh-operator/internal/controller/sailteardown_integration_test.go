@@ -179,6 +179,18 @@ func TestSailTeardownIntegration(t *testing.T) {
 		require.NoError(t, admin.Update(ctx, m))
 		eventually(t, 10*time.Second, "the ServiceMesh to be gone", func() bool { return !exists(&v1alpha1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: "cluster"}}) })
 	}
+	// crdsDeleted waits until the CRDs are gone, not only terminating, so that
+	// a later install creates them afresh: Helm skips a CRD that still exists
+	// and then waits in vain for it to be ready (seen in CI, where the
+	// PeerAuthentication CRD a teardown had just deleted outlived the wait).
+	crdsDeleted := func(names []string) {
+		t.Helper()
+		for _, n := range names {
+			eventually(t, 60*time.Second, "CRD "+n+" deleted, not only terminating", func() bool {
+				return !exists(&apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: n}})
+			})
+		}
+	}
 	teardownCond := func(m *v1alpha1.ServiceMesh) metav1.Condition {
 		t.Helper()
 		c := meta.FindStatusCondition(m.Status.Conditions, string(v1alpha1.ConditionSailTeardown))
@@ -281,6 +293,7 @@ func TestSailTeardownIntegration(t *testing.T) {
 		require.NoError(t, admin.Create(ctx, foreign))
 		rec := holders()
 		require.NotNil(t, rec)
+		installed := strings.Split(rec.Annotations[sailinstall.AnnotationCRDs], ",")
 		// Planted by someone who may write ConfigMaps in the Sail namespace:
 		// a foreign CRD, the operator's own, an Istio CRD the chart does not
 		// ship, and one it ships but which existed before the install.
@@ -323,6 +336,7 @@ func TestSailTeardownIntegration(t *testing.T) {
 		assert.True(t, strings.HasPrefix(warned[0], corev1.EventTypeWarning), warned[0])
 		assert.Contains(t, warned[0], "widgets.example.com")
 		release()
+		crdsDeleted(installed)
 	})
 
 	t.Run("a holders record newer than the CRDs it names cannot have them deleted", func(t *testing.T) {
@@ -365,15 +379,7 @@ func TestSailTeardownIntegration(t *testing.T) {
 		for _, n := range strings.Split(crds, ",") {
 			require.NoError(t, client.IgnoreNotFound(admin.Delete(ctx, &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: n}})))
 		}
-		// Every CRD deleted here must be gone before the next step installs
-		// the chart again: Helm skips a CRD that still exists (terminating)
-		// and then waits in vain for it to be ready (seen once in CI, where
-		// the PeerAuthentication CRD outlived the wait below).
-		for _, n := range strings.Split(crds, ",") {
-			eventually(t, 60*time.Second, "CRD "+n+" deleted, not only terminating", func() bool {
-				return !exists(&apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: n}})
-			})
-		}
+		crdsDeleted(strings.Split(crds, ","))
 		// (The group stays served: the planted istiorevisions CRD survives.)
 		eventually(t, 30*time.Second, "the Sail Istio API to disappear", func() bool {
 			fake.sync() // Sail's finalizers on what is left
