@@ -26,6 +26,7 @@ import (
 	"github.com/ericdev/fleetmesh/e2e/harness"
 	"github.com/ericdev/fleetmesh/e2e/sailfake"
 	meshv1 "github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/shared/contract"
 	"github.com/ericdev/fleetmesh/shared/labels"
 )
 
@@ -441,12 +442,9 @@ func (b *bench) sailReady(ctx context.Context) bool {
 }
 
 // strictWatch follows the namespaces through a watch and notes when the
-// last of names has the state labels that say enrolled and STRICT. The
-// measurement loop used to list every namespace each 100 ms: at M=1,000
-// that is a LIST of a thousand namespaces ten times a second, served by the
-// API server and decoded by the bench on the two cores the mesh operator
-// shares, while the floor it is compared with runs with no observer at all.
-// A watch costs one list before the window and one event per label change.
+// last of names has the state labels that say enrolled and STRICT. A watch,
+// not a LIST per poll: the observer must not load the API server it times
+// (the floor runs without one; docs/benchmark.md, Mesh operator, per M).
 type strictWatch struct {
 	stop func()
 
@@ -490,7 +488,7 @@ func (w *strictWatch) see(obj any) {
 	if !w.want[ns.Name] || !w.at.IsZero() {
 		return
 	}
-	if ns.Labels[labels.MeshState] == labels.MeshStateEnrolled && ns.Labels[labels.MeshMTLS] == "strict" {
+	if ns.Labels[labels.MeshState] == labels.MeshStateEnrolled && ns.Labels[labels.MeshMTLS] == contract.MTLSStrict {
 		w.strict[ns.Name] = true
 	} else {
 		delete(w.strict, ns.Name)
