@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,6 +32,8 @@ import (
 type requestLog struct {
 	mu       sync.Mutex
 	requests map[string]int
+	podLists map[string][]url.Values // query of each Pod list, by namespace
+	sequence []string                // "METHOD path" of every request, in order
 	inFlight atomic.Int32
 	maxAtOne atomic.Int32
 }
@@ -43,6 +46,10 @@ func (l *requestLog) wrap(rt http.RoundTripper) http.RoundTripper {
 		}
 		l.mu.Lock()
 		l.requests[method+" "+req.URL.Path]++
+		l.sequence = append(l.sequence, method+" "+req.URL.Path)
+		if ns, ok := strings.CutSuffix(strings.TrimPrefix(req.URL.Path, "/api/v1/namespaces/"), "/pods"); ok && req.Method == http.MethodGet {
+			l.podLists[ns] = append(l.podLists[ns], req.URL.Query())
+		}
 		l.mu.Unlock()
 		if req.Method != http.MethodGet && strings.Contains(req.URL.Path, "/peerauthentications/") {
 			n := l.inFlight.Add(1)
@@ -87,7 +94,7 @@ func TestEnrollmentPassCost(t *testing.T) {
 	ctx, admin := context.Background(), b.admin
 	readyIstiod(t, admin)
 
-	const namespaces = 8
+	const namespaces = enrollWorkers + 4 // some wait for a worker
 	for i := 0; i < namespaces; i++ {
 		name := fmt.Sprintf("team-%d", i)
 		require.NoError(t, admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{labels.Mesh: labels.MeshEnabled}}}))
@@ -96,7 +103,7 @@ func TestEnrollmentPassCost(t *testing.T) {
 		require.NoError(t, admin.Create(ctx, p))
 	}
 
-	log := &requestLog{requests: map[string]int{}}
+	log := &requestLog{requests: map[string]int{}, podLists: map[string][]url.Values{}}
 	cfg := rest.CopyConfig(b.asOperator)
 	cfg.Wrap(log.wrap)
 	counted, err := client.New(cfg, client.Options{Scheme: b.scheme})
@@ -112,6 +119,27 @@ func TestEnrollmentPassCost(t *testing.T) {
 	}
 
 	assert.GreaterOrEqual(t, log.maxAtOne.Load(), int32(4), "namespaces are enrolled concurrently")
+	// The cutover's Pod reads come after every namespace's labels: read
+	// right after each label apply, each one waited for the API server's
+	// watch cache to pass that apply (up to 100 ms while no Pod changes).
+	labelled, firstList := map[string]int{}, -1
+	for i, req := range log.sequence {
+		method, path, _ := strings.Cut(req, " ")
+		rest, ok := strings.CutPrefix(path, "/api/v1/namespaces/")
+		switch {
+		case !ok || !strings.HasPrefix(rest, "team-"):
+		case method == http.MethodPatch && !strings.Contains(rest, "/"):
+			if _, seen := labelled[rest]; !seen {
+				labelled[rest] = i
+			}
+		case method == http.MethodGet && strings.HasSuffix(rest, "/pods") && firstList < 0:
+			firstList = i
+		}
+	}
+	require.Len(t, labelled, namespaces, "every namespace was labelled")
+	for ns, at := range labelled {
+		assert.Less(t, at, firstList, "%s: labelled (request %d) before the first cutover read (request %d)", ns, at, firstList)
+	}
 	for i := 0; i < namespaces; i++ {
 		name := fmt.Sprintf("team-%d", i)
 		assert.Zero(t, log.exact(http.MethodGet, "/api/v1/namespaces/"+name), "%s: no read-back of the namespace after its label applies", name)
@@ -121,6 +149,14 @@ func TestEnrollmentPassCost(t *testing.T) {
 		assert.LessOrEqual(t, reads, 2, "%s: policy reads (the list at the start of the pass and the applies' answers serve the rest)", name)
 		assert.Zero(t, log.count("JSONPATCH", "/apis/security.istio.io/v1/namespaces/"+name+"/"),
 			"%s: the operator's own PERMISSIVE → STRICT needs no spec restore", name)
+		// The cutover's Pod list needs the state since the data-plane label,
+		// not the newest revision of all: at 1,000 namespaces, waiting for
+		// that was about 1.5 s of the pass.
+		require.NotEmpty(t, log.podLists[name], "%s: the cutover lists the Pods", name)
+		for _, q := range log.podLists[name] {
+			assert.Equal(t, string(metav1.ResourceVersionMatchNotOlderThan), q.Get("resourceVersionMatch"), "%s: Pod list %v", name, q)
+			assert.NotContains(t, []string{"", "0"}, q.Get("resourceVersion"), "%s: Pod list %v is bounded by the namespace's labels", name, q)
+		}
 		t.Logf("%s: %d policy reads, %d Pod lists, %d writes", name, reads,
 			log.count(http.MethodGet, "/api/v1/namespaces/"+name+"/pods"),
 			log.count(http.MethodPatch, "/apis/security.istio.io/v1/namespaces/"+name+"/")+log.exact(http.MethodPatch, "/api/v1/namespaces/"+name))

@@ -183,6 +183,19 @@ func forEach(n, workers int, f func(i int)) {
 type nsOutcome struct {
 	res nsResult
 	err error
+	// cutover is the second look a namespace whose data-plane label has
+	// just gone on still needs (nil: none).
+	cutover *cutoverStep
+}
+
+// cutoverStep is what the second look at a namespace needs from the
+// first: the namespace as its labels were applied, and the labels.
+type cutoverStep struct {
+	ns        *corev1.Namespace
+	base      map[string]string
+	stateDP   v1alpha1.DataPlane
+	heldBy    string
+	migration string
 }
 
 // nsResult is what enrolling one namespace came to.
@@ -293,11 +306,29 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 	// its own objects and on reads of its declared edges, and a dependant
 	// that reads an edge mid-change only holds its STRICT back longer. The
 	// leaving namespaces are still released after all of them (below).
+	//
+	// A namespace whose data-plane label goes on in this pass is looked at
+	// again once every namespace's writes are done (cutOver): its Pods are
+	// read as of its label apply, and by then the API server's watch cache
+	// has usually passed every label of the pass, so the reads are answered
+	// at once. Read right after each apply, every read waited for the next
+	// progress notification of the cache (up to 100 ms while Pods do not
+	// change): at 1,000 namespaces, about 1.5 s of the pass.
 	outcomes := make([]nsOutcome, len(todo))
 	forEach(len(todo), enrollWorkers, func(i int) {
 		ns := todo[i]
-		res, err := r.enrollNamespace(ctx, mesh, cp, ns, decisions[ns.Name], policies[ns.Name], now, !holdOnly, leavingNames)
-		outcomes[i] = nsOutcome{res: res, err: err}
+		res, step, err := r.enrollNamespace(ctx, mesh, cp, ns, decisions[ns.Name], policies[ns.Name], now, !holdOnly, leavingNames)
+		outcomes[i] = nsOutcome{res: res, err: err, cutover: step}
+	})
+	var second []int
+	for i := range outcomes {
+		if outcomes[i].err == nil && outcomes[i].cutover != nil {
+			second = append(second, i)
+		}
+	}
+	forEach(len(second), enrollWorkers, func(j int) {
+		o := &outcomes[second[j]]
+		o.res, o.err = r.cutOver(ctx, mesh, cp, o.res, o.cutover, now, leavingNames)
 	})
 	for i, ns := range todo {
 		d, res, err := decisions[ns.Name], outcomes[i].res, outcomes[i].err
@@ -503,13 +534,15 @@ func setMaintenanceWindowCondition(st *status, spec v1alpha1.ServiceMeshSpec) ti
 // data plane without its configuration; when a policy cannot be applied
 // because an object of its name belongs to someone else, what the operator
 // applied there is rolled back (the data-plane label included) and the
-// conflict is returned.
+// conflict is returned. When the data-plane label has just gone on and the
+// namespace waits for its cutover, the step returned is the second look
+// cutOver takes once the pass's other writes are done.
 //
 // With ready false (the control plane is not Ready) it changes only what
 // relaxes mTLS: the PeerAuthentication may go PERMISSIVE (the baseline
 // first) and the mtls state label follows; nothing else moves.
 func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alpha1.ServiceMesh, cp *v1alpha1.ControlPlaneStatus,
-	ns *corev1.Namespace, d enroll.Decision, live map[string]*unstructured.Unstructured, now time.Time, ready bool, leaving []string) (nsResult, error) {
+	ns *corev1.Namespace, d enroll.Decision, live map[string]*unstructured.Unstructured, now time.Time, ready bool, leaving []string) (nsResult, *cutoverStep, error) {
 	dp := mesh.Spec.DataPlane
 	dpLabels := enroll.DataPlaneLabels(dp, cp.Revision)
 	base := maps.Clone(dpLabels)
@@ -537,7 +570,7 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 	if ready {
 		var err error
 		if stateDP, heldBy, err = r.stateDataPlane(ctx, mesh, ns); err != nil {
-			return nsResult{}, err
+			return nsResult{}, nil, err
 		}
 	}
 	res, mtlsInForce, err := r.applyPolicies(ctx, mesh, cp, ns, live, now, ready, inPlace, leaving)
@@ -545,11 +578,11 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 		var conflict *apply.ConflictError
 		if errors.As(err, &conflict) && ready {
 			if rerr := r.rollbackNamespace(ctx, mesh, ns, d); rerr != nil {
-				return res, errors.Join(err, rerr)
+				return res, nil, errors.Join(err, rerr)
 			}
-			return res, &enrollConflict{namespace: ns.Name, err: conflict}
+			return res, nil, &enrollConflict{namespace: ns.Name, err: conflict}
 		}
-		return res, err
+		return res, nil, err
 	}
 	if !ready {
 		// Held: the mtls state label follows the PeerAuthentication.
@@ -562,30 +595,34 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 		if _, ok := step[labels.MeshMTLS]; ok {
 			step[labels.MeshMTLS] = mtlsInForce
 		}
-		return res, r.applyEnrolledLabels(ctx, ns, step)
+		return res, nil, r.applyEnrolledLabels(ctx, ns, step)
 	}
 	if err := r.applyEnrollmentLabels(ctx, mesh, cp, ns, base, stateDP, mtlsInForce); err != nil {
-		return res, err
+		return res, nil, err
 	}
 	if heldBy != "" {
 		res.migration = fmt.Sprintf("%s: relabelled for %s, PERMISSIVE; its state label says %s until istio-cni releases Pod %s",
 			ns.Name, dp, stateDP, heldBy)
 	}
 	if inPlace || !res.pending {
-		return res, nil
+		return res, nil, nil
 	}
-	// The data-plane label has just gone on: look at the Pods again, now
-	// that they tell the truth, so a namespace that is ready for STRICT
-	// does not wait for the next poll.
-	migration := res.migration
-	res, mtlsInForce, err = r.applyPolicies(ctx, mesh, cp, ns, res.policies, now, true, true, leaving)
+	return res, &cutoverStep{ns: ns, base: base, stateDP: stateDP, heldBy: heldBy, migration: res.migration}, nil
+}
+
+// cutOver is the second look at a namespace whose data-plane label went on
+// in this pass: its Pods now tell the truth, so a namespace that is ready
+// for STRICT does not wait for the next poll.
+func (r *ServiceMeshReconciler) cutOver(ctx context.Context, mesh *v1alpha1.ServiceMesh, cp *v1alpha1.ControlPlaneStatus,
+	first nsResult, step *cutoverStep, now time.Time, leaving []string) (nsResult, error) {
+	res, mtlsInForce, err := r.applyPolicies(ctx, mesh, cp, step.ns, first.policies, now, true, true, leaving)
 	if err != nil {
 		return res, err
 	}
-	if heldBy != "" {
-		res.migration = migration
+	if step.heldBy != "" {
+		res.migration = step.migration
 	}
-	return res, r.applyEnrollmentLabels(ctx, mesh, cp, ns, base, stateDP, mtlsInForce)
+	return res, r.applyEnrollmentLabels(ctx, mesh, cp, step.ns, step.base, step.stateDP, mtlsInForce)
 }
 
 // stateDataPlane is the data plane the namespace's mesh-dataplane state
@@ -714,11 +751,11 @@ func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha
 		strictReady, migratingFrom = "", string(applied)
 	}
 	if strictReady == "" && evaluate {
-		pods := &corev1.PodList{}
-		if err := r.Reader.List(ctx, pods, client.InNamespace(ns.Name)); err != nil {
-			return res, "", fmt.Errorf("listing Pods in %s: %w", ns.Name, err)
+		pods, err := r.podsSinceLabels(ctx, ns)
+		if err != nil {
+			return res, "", err
 		}
-		ok, blocker := enroll.WorkloadsReady(dp, pods.Items)
+		ok, blocker := enroll.WorkloadsReady(dp, pods)
 		if ok {
 			strictReady = now.UTC().Format(time.RFC3339)
 		}
@@ -1018,4 +1055,28 @@ func (r *ServiceMeshReconciler) teardownEnrollment(ctx context.Context, mesh *v1
 
 func (r *ServiceMeshReconciler) ensureNamedFinalizer(ctx context.Context, mesh *v1alpha1.ServiceMesh, name string) error {
 	return apply.AddFinalizer(ctx, r.Client, mesh, name)
+}
+
+// podsSinceLabels lists the namespace's Pods as of a state no older than
+// ns, the namespace as last read or applied, which carries the data-plane
+// label: every Pod created before that label is in the answer, and every
+// Pod created after it was admitted under the label, which is all the
+// cutover needs. A consistent list would wait for the API server's watch
+// cache to reach the newest revision of all, which the pass's own writes
+// keep moving (see reconcileEnrollment). Without a resourceVersion, or when
+// the cache does not catch up in time, the list is a consistent one.
+func (r *ServiceMeshReconciler) podsSinceLabels(ctx context.Context, ns *corev1.Namespace) ([]corev1.Pod, error) {
+	pods := &corev1.PodList{}
+	opts := &client.ListOptions{Namespace: ns.Name}
+	if ns.ResourceVersion != "" {
+		opts.Raw = &metav1.ListOptions{ResourceVersion: ns.ResourceVersion, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan}
+	}
+	err := r.Reader.List(ctx, pods, opts)
+	if opts.Raw != nil && apierrors.IsTimeout(err) {
+		err = r.Reader.List(ctx, pods, client.InNamespace(ns.Name))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing Pods in %s: %w", ns.Name, err)
+	}
+	return pods.Items, nil
 }
