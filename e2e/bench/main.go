@@ -276,6 +276,12 @@ type bench struct {
 	cs       kubernetes.Interface
 	probes   bool
 	noFloors bool
+	// cfg and scheme are the bench's own client's, for the watches of
+	// observe.
+	cfg    *rest.Config
+	scheme *pkgruntime.Scheme
+	// fleetsSeen follows every CelldFleet for the waits on fleets.
+	fleetsSeen *observer
 }
 
 // startBed starts a bed with nodes kwok nodes (plus the cordoned ones) and
@@ -332,7 +338,7 @@ func startBed(root string, nodes int) (*bench, string, error) {
 	_ = meshv1.AddToScheme(scheme)
 	cfg := rest.CopyConfig(bed.Cluster.REST)
 	cfg.QPS = -1 // like the operator (controller-runtime's default): no client-side limit
-	b := &bench{bed: bed, fleetMetrics: fleetAddr, meshMetricsAddr: meshAddr, auditLog: auditLog,
+	b := &bench{bed: bed, fleetMetrics: fleetAddr, meshMetricsAddr: meshAddr, auditLog: auditLog, cfg: cfg, scheme: scheme,
 		http: &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 2}},
 		// An operator busy with a thousand fleets on 2 shared cores took
 		// longer than 2 s to answer a scrape (the first N=1,000 run failed
@@ -345,6 +351,9 @@ func startBed(root string, nodes int) (*bench, string, error) {
 		b.cs, err = kubernetes.NewForConfig(cfg)
 	}
 	if err == nil {
+		b.fleetsSeen, err = observe(context.Background(), cfg, scheme, &fleetv1.CelldFleet{})
+	}
+	if err == nil {
 		err = b.cordon(context.Background(), *flagSkip)
 	}
 	if err == nil {
@@ -354,15 +363,18 @@ func startBed(root string, nodes int) (*bench, string, error) {
 		err = b.waitMetrics(meshAddr)
 	}
 	if err != nil {
-		stopBed(bed, work, err, false)
+		b.stop(work, err, false)
 		return nil, work, err
 	}
 	return b, work, nil
 }
 
-func stopBed(bed *harness.Bed, work string, err error, keep bool) {
+func (b *bench) stop(work string, err error, keep bool) {
+	if b.fleetsSeen != nil {
+		b.fleetsSeen.stop()
+	}
 	setActive(nil)
-	bed.Stop()
+	b.bed.Stop()
 	if err == nil && !keep {
 		_ = os.RemoveAll(work)
 	} else {
@@ -387,7 +399,7 @@ func benchN(root string, n int, o options, meshIn *int) (res Result, mres *MeshR
 	}
 	defer func() {
 		res.LoadAvgEnd = loadAvg()
-		stopBed(b.bed, work, err, o.keep)
+		b.stop(work, err, o.keep)
 	}()
 	b.n, b.res, b.steady, b.probes, b.noFloors = n, &res, o.steady, o.probes, o.noFloors
 	res.OtherAPIServers = otherAPIServers(b.bed)
@@ -421,7 +433,7 @@ func benchMesh(root string, m int, o options) (res MeshResult, anomalies []strin
 	}
 	defer func() {
 		res.LoadAvgEnd = loadAvg()
-		stopBed(b.bed, work, err, o.keep)
+		b.stop(work, err, o.keep)
 	}()
 	if n := otherAPIServers(b.bed); n > 0 {
 		b.anom = append(b.anom, fmt.Sprintf("mesh M=%d: %d other kube-apiserver process(es) on this host during the run: CPU shared, times inflated", m, n))

@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -240,37 +241,24 @@ func (b *bench) waitFleetsReady(ctx context.Context, fleets []*fleetv1.CelldFlee
 	for _, f := range fleets {
 		want[client.ObjectKeyFromObject(f)] = true
 	}
-	deadline := time.Now().Add(*flagTimeout)
-	for {
-		list := &fleetv1.CelldFleetList{}
-		if err := b.k8s.List(ctx, list); err != nil {
-			return err
+	pending := len(want)
+	err := b.fleetsSeen.wait(ctx, time.Now().Add(*flagTimeout), func() (bool, error) {
+		seen, err := b.fleetsSeen.fleets(ctx)
+		if err != nil {
+			return false, err
 		}
-		pending := 0
-		for i := range list.Items {
-			f := &list.Items[i]
-			if want[client.ObjectKeyFromObject(f)] && !readyOn(f, version) {
-				pending++
+		pending = len(want)
+		for i := range seen {
+			if f := &seen[i]; want[client.ObjectKeyFromObject(f)] && readyOn(f, version) {
+				pending--
 			}
 		}
-		seen := 0
-		for i := range list.Items {
-			if want[client.ObjectKeyFromObject(&list.Items[i])] {
-				seen++
-			}
-		}
-		pending += len(want) - seen
-		if pending == 0 {
-			return nil
-		}
-		if err := b.bed.Healthy(); err != nil {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d of %d fleets not Ready on %s after %s", pending, len(want), version, *flagTimeout)
-		}
-		time.Sleep(250 * time.Millisecond)
+		return pending == 0, b.bed.Healthy()
+	})
+	if errors.Is(err, errDeadline) {
+		return fmt.Errorf("%d of %d fleets not Ready on %s after %s", pending, len(want), version, *flagTimeout)
 	}
+	return err
 }
 
 var floorKinds = []schema.GroupVersionResource{
@@ -358,6 +346,11 @@ func (b *bench) floor(ctx context.Context, prefix string, clients int, seconds *
 	if want := b.n * 5; len(objs) != want {
 		b.anom = append(b.anom, fmt.Sprintf("N=%d: floor %s copied %d objects, expected %d (SA, 2 Services, NetworkPolicy, StatefulSet per fleet)", b.n, prefix, len(objs), want))
 	}
+	pods, err := observe(ctx, b.cfg, b.scheme, &corev1.Pod{})
+	if err != nil {
+		return err
+	}
+	defer pods.stop()
 	start := time.Now()
 	next := make(chan int)
 	errs := make(chan error, clients)
@@ -398,7 +391,7 @@ feed:
 		namespaces = append(namespaces, fmt.Sprintf("%s-%d", prefix, i))
 	}
 	// Any version: the fleets rolled earlier were copied on their new image.
-	if err := b.waitPodsServing(ctx, namespaces, b.n*membersPerFleet, ""); err != nil {
+	if err := b.waitPodsServing(ctx, pods, namespaces, b.n*membersPerFleet, ""); err != nil {
 		return err
 	}
 	*seconds = round(time.Since(start).Seconds(), 2)
@@ -461,34 +454,23 @@ func strip(in *unstructured.Unstructured, ns string) *unstructured.Unstructured 
 
 // waitPodsServing waits for want celld Pods in namespaces that are Ready
 // and whose /state reports healthy on version ("" for any).
-func (b *bench) waitPodsServing(ctx context.Context, namespaces []string, want int, version string) error {
-	deadline := time.Now().Add(*flagTimeout)
+func (b *bench) waitPodsServing(ctx context.Context, seen *observer, namespaces []string, want int, version string) error {
+	in := map[string]bool{}
+	for _, ns := range namespaces {
+		in[ns] = true
+	}
 	served := map[types.UID]bool{}
-	for {
-		var pods []corev1.Pod
-		for _, ns := range namespaces {
-			list := &corev1.PodList{}
-			if err := b.k8s.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/name": "celld"}); err != nil {
-				return err
-			}
-			pods = append(pods, list.Items...)
+	err := seen.wait(ctx, time.Now().Add(*flagTimeout), func() (bool, error) {
+		pods, err := seen.pods(ctx)
+		if err != nil {
+			return false, err
 		}
-		ok := 0
 		var mu sync.Mutex
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, 16)
 		for i := range pods {
 			p := &pods[i]
-			mu.Lock()
-			done := served[p.UID]
-			if done {
-				ok++
-			}
-			mu.Unlock()
-			if done {
-				continue
-			}
-			if !podReady(p) {
+			if !in[p.Namespace] || served[p.UID] || !podReady(p) {
 				continue
 			}
 			wg.Add(1)
@@ -498,20 +480,17 @@ func (b *bench) waitPodsServing(ctx context.Context, namespaces []string, want i
 				if b.serving(p.Status.PodIP, version) {
 					mu.Lock()
 					served[p.UID] = true
-					ok++
 					mu.Unlock()
 				}
 			}()
 		}
 		wg.Wait()
-		if ok >= want {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d of %d Pods serving after %s", ok, want, *flagTimeout)
-		}
-		time.Sleep(250 * time.Millisecond)
+		return len(served) >= want, nil
+	})
+	if errors.Is(err, errDeadline) {
+		return fmt.Errorf("%d of %d Pods serving after %s", len(served), want, *flagTimeout)
 	}
+	return err
 }
 
 func podReady(p *corev1.Pod) bool {
