@@ -465,26 +465,31 @@ func (b *bench) waitPodsServing(ctx context.Context, seen *observer, namespaces 
 		if err != nil {
 			return false, err
 		}
-		var mu sync.Mutex
+		// Read the /state of the Pods not served yet, 16 at a time; served
+		// is written only after all reads are back.
+		var todo []*corev1.Pod
+		for i := range pods {
+			if p := &pods[i]; in[p.Namespace] && !served[p.UID] && podReady(p) {
+				todo = append(todo, p)
+			}
+		}
+		ok := make([]bool, len(todo))
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, 16)
-		for i := range pods {
-			p := &pods[i]
-			if !in[p.Namespace] || served[p.UID] || !podReady(p) {
-				continue
-			}
+		for j, p := range todo {
 			wg.Add(1)
 			sem <- struct{}{}
 			go func() {
 				defer func() { <-sem; wg.Done() }()
-				if b.serving(p.Status.PodIP, version) {
-					mu.Lock()
-					served[p.UID] = true
-					mu.Unlock()
-				}
+				ok[j] = b.serving(p.Status.PodIP, version)
 			}()
 		}
 		wg.Wait()
+		for j, p := range todo {
+			if ok[j] {
+				served[p.UID] = true
+			}
+		}
 		return len(served) >= want, nil
 	})
 	if errors.Is(err, errDeadline) {
