@@ -21,7 +21,7 @@ import (
 // while a phase is timed costs the API server nothing: the waits used to
 // list every CelldFleet every 250 ms, or the floor's Pods namespace by
 // namespace, on the two cores the operator and the API server share
-// (docs/benchmark.md, "What the bench itself costs").
+// (docs/benchmark.md, issue #20's sixth round).
 type observer struct {
 	cache   cache.Cache
 	stop    context.CancelFunc
@@ -69,8 +69,8 @@ func observe(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, objs
 
 // wait calls done after every change it sees, at most every 50 ms and at
 // least every 250 ms (done may depend on more than the watched objects,
-// such as a member's /state),
-// until done says so, fails, or the deadline passes.
+// such as a member's /state), until done says so, fails, or the deadline
+// passes.
 func (o *observer) wait(ctx context.Context, deadline time.Time, done func() (bool, error)) error {
 	for {
 		ok, err := done()
