@@ -7,9 +7,12 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,13 +26,35 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// freeLoopbackPort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freeLoopbackPort(t *testing.T) int {
+// metricsPort returns a free TCP port on 127.0.0.1 below the kernel's
+// ephemeral range (ip_local_port_range). The test releases the port before
+// the operator binds it; a port from the ephemeral range could meanwhile be
+// handed to any listener on ":0" (the operator's own health probe took one
+// once) or to an outgoing connection of a test running beside this one. The
+// kernel never hands out a port below that range on its own, so only a
+// process naming the same port could take it.
+func metricsPort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	low := 32768 // Linux's default start of the range
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
+	}
+	require.Greater(t, low, 2048, "the ephemeral port range leaves no room below it")
+	for range 100 {
+		port := 1024 + rand.IntN(low-1024)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		require.NoError(t, l.Close())
+		return port
+	}
+	t.Fatalf("no free port on 127.0.0.1 below %d in 100 tries", low)
+	return 0
 }
 
 // saToken returns a token of ServiceAccount ns/name, creating it.
@@ -62,7 +87,7 @@ func TestMetricsAuthenticated(t *testing.T) {
 			c := upAPIServer(t, operatorCRDPaths(t)...)
 			cs := clientset(t, c)
 			createNamespaces(t, cs, tc.release.namespace, "monitoring")
-			port := freeLoopbackPort(t)
+			port := metricsPort(t)
 			p := runOperator(t, c, tc.release, append(tc.set, "metrics.secure=true", fmt.Sprintf("metrics.port=%d", port)))
 
 			// The certificate is the operator's self-signed one; what is
