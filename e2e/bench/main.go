@@ -282,6 +282,8 @@ type bench struct {
 	scheme *pkgruntime.Scheme
 	// fleetsSeen follows every CelldFleet for the waits on fleets.
 	fleetsSeen *observer
+	// fleetPprof is the fleet operator's pprof address (-pprof only).
+	fleetPprof string
 }
 
 // startBed starts a bed with nodes kwok nodes (plus the cordoned ones) and
@@ -306,9 +308,12 @@ func startBed(root string, nodes int) (*bench, string, error) {
 	}
 	fleetArgs := []string{"--metrics-bind-address", fleetAddr, "--leader-elect=false"}
 	meshArgs := []string{"--metrics-bind-address", meshAddr, "--leader-elect=false"}
+	var fleetPprof string
 	if *flagPprof {
-		fleetPprof, err1 := freeAddr()
-		meshPprof, err2 := freeAddr()
+		var err1, err2 error
+		var meshPprof string
+		fleetPprof, err1 = freeAddr()
+		meshPprof, err2 = freeAddr()
 		if err := errors.Join(err1, err2); err != nil {
 			return nil, work, err
 		}
@@ -338,7 +343,7 @@ func startBed(root string, nodes int) (*bench, string, error) {
 	_ = meshv1.AddToScheme(scheme)
 	cfg := rest.CopyConfig(bed.Cluster.REST)
 	cfg.QPS = -1 // like the operator (controller-runtime's default): no client-side limit
-	b := &bench{bed: bed, fleetMetrics: fleetAddr, meshMetricsAddr: meshAddr, auditLog: auditLog, cfg: cfg, scheme: scheme,
+	b := &bench{bed: bed, fleetMetrics: fleetAddr, meshMetricsAddr: meshAddr, auditLog: auditLog, cfg: cfg, scheme: scheme, fleetPprof: fleetPprof,
 		http: &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 2}},
 		// An operator busy with a thousand fleets on 2 shared cores took
 		// longer than 2 s to answer a scrape (the first N=1,000 run failed

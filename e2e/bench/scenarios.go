@@ -9,8 +9,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -105,7 +107,7 @@ func (b *bench) all(ctx context.Context) error {
 			return fmt.Errorf("cold restart: %w", err)
 		}
 		r := b.res.Restart
-		logf("N=%d: cold restart: informers synced %.1fs, every fleet reconciled %.1fs (%.2f×), writes %g (%v), members replaced %d", b.n, r.InformersSyncedSeconds, r.AllReconciledSeconds, r.Ratio, r.Phase.Writes, r.Phase.ByResource, r.MembersReplaced)
+		logf("N=%d: cold restart: informers synced %.1fs, every fleet reconciled %.1fs (%.2f×; operator CPU %.1fs, machine %.2f cores busy), writes %g (%v), members replaced %d", b.n, r.InformersSyncedSeconds, r.AllReconciledSeconds, r.Ratio, r.OperatorCPUSeconds, r.MachineBusyCores, r.Phase.Writes, r.Phase.ByResource, r.MembersReplaced)
 		newPid = b.bed.Fleet.Pid()
 	}
 
@@ -724,11 +726,20 @@ type Restart struct {
 	// waits for has listed what it watches (process start included).
 	InformersSyncedSeconds float64 `json:"informersSyncedSeconds"`
 	// AllReconciledSeconds: from starting the new process until every
-	// fleet was reconciled once: the controller's queue had all N fleets
-	// added, is empty, and it finished at least N reconciles.
+	// fleet was reconciled once, seen from the members: the last fleet to
+	// have all its members' /state read by the new process (a fleet's
+	// first reconcile reads them all, after its applies and before its
+	// status). The controller's counters confirm it afterwards: all N
+	// fleets added, at least N reconciles, nothing queued or in progress.
 	AllReconciledSeconds float64 `json:"allReconciledSeconds"`
 	// Ratio = AllReconciled / InformersSynced (target ≤ 2).
 	Ratio float64 `json:"ratio"`
+	// From the new process's start until AllReconciled: the operator's CPU
+	// seconds, and how many of the machine's cores were busy on average
+	// (every process, from /proc/stat). A window with the machine's cores
+	// all busy is bound by CPU, not by the latency of the members' /state.
+	OperatorCPUSeconds float64 `json:"operatorCPUSecondsToAllReconciled"`
+	MachineBusyCores   float64 `json:"machineBusyCoresToAllReconciled"`
 	// Phase is the new process's requests from its start until a state
 	// interval after AllReconciled (its counters start at zero).
 	Phase Phase `json:"phase"`
@@ -770,11 +781,30 @@ func (b *bench) coldRestart(ctx context.Context) error {
 		logStart = fi.Size()
 	}
 	audit0 := auditOffset(b.auditLog)
+	busy0, _ := machineBusySeconds()
 	start := time.Now()
 	if err := p.Start(); err != nil {
 		return err
 	}
 	pid := p.Pid()
+	if b.fleetPprof != "" {
+		go b.profileRestart(start)
+	}
+	// The stand-ins note each member's first /state read from here on (the
+	// old process is gone, the new one reads nothing before its workers
+	// start). A fleet's first reconcile reads all its members; that is how
+	// the bench sees the first pass go by without scraping the operator
+	// while it is measured: a scrape at N=1,000 costs the operator about as
+	// much CPU as a third of the pass (docs/benchmark.md, seventh round).
+	b.bed.Standins.ResetStateReads()
+	fleetIPs := map[string][]string{}
+	for _, m := range before {
+		k := m.Namespace + "/" + m.Labels[labels.Instance]
+		fleetIPs[k] = append(fleetIPs[k], m.Status.PodIP)
+	}
+	if len(fleetIPs) != b.n {
+		return fmt.Errorf("%d fleets have member Pods before the restart, want %d", len(fleetIPs), b.n)
+	}
 	var synced, all time.Duration
 	deadline := start.Add(*flagTimeout)
 	for all == 0 {
@@ -785,26 +815,39 @@ func (b *bench) coldRestart(ctx context.Context) error {
 			return fmt.Errorf("fleet operator exited after the restart")
 		}
 		time.Sleep(100 * time.Millisecond)
-		now := time.Since(start)
 		if synced == 0 && logContains(p.LogPath, logStart, `"Starting workers"`, fleetController) {
-			synced = now
+			synced = time.Since(start)
 		}
 		if synced == 0 {
 			continue
 		}
-		byQueue, byController := `name="`+fleetController+`"`, `controller="`+fleetController+`"`
+		if last, ok := lastFleetRead(fleetIPs, b.bed.Standins.FirstStateReads()); ok {
+			all = last.Sub(start)
+		}
+	}
+	// Then the controller's own counters confirm the pass: every fleet
+	// added and reconciled at least once, nothing queued or in progress.
+	// These scrapes come after the moment measured.
+	byQueue, byController := `name="`+fleetController+`"`, `controller="`+fleetController+`"`
+	for {
 		v, err := scrapeSeries(b.metrics, b.fleetMetrics,
 			series{"workqueue_adds_total", []string{byQueue}}, series{"workqueue_depth", []string{byQueue}},
 			series{"controller_runtime_active_workers", []string{byController}}, series{"controller_runtime_reconcile_total", []string{byController}})
-		if err != nil {
-			continue
+		if err == nil && v[0] >= float64(b.n) && v[1] == 0 && v[2] == 0 && v[3] >= float64(b.n) {
+			break
 		}
-		adds, depth, busy, done := v[0], v[1], v[2], v[3]
-		if adds >= float64(b.n) && depth == 0 && busy == 0 && done >= float64(b.n) {
-			all = now
+		if time.Now().After(deadline) {
+			return fmt.Errorf("every fleet's members were read %.1fs after the restart, but the controller's counters never showed %d fleets reconciled and an empty queue (%v, %v)", all.Seconds(), b.n, v, err)
 		}
+		time.Sleep(500 * time.Millisecond)
 	}
 	r := &b.res.Restart
+	if cpu, err := cpuSeconds(pid); err == nil {
+		r.OperatorCPUSeconds = round(cpu, 2)
+	}
+	if busy1, err := machineBusySeconds(); err == nil && busy0 > 0 {
+		r.MachineBusyCores = round((busy1-busy0)/all.Seconds(), 2)
+	}
 	r.InformersSyncedSeconds = round(synced.Seconds(), 2)
 	r.AllReconciledSeconds = round(all.Seconds(), 2)
 	r.Ratio = round(all.Seconds()/synced.Seconds(), 2)
@@ -847,6 +890,49 @@ func (b *bench) coldRestart(ctx context.Context) error {
 		b.anom = append(b.anom, fmt.Sprintf("N=%d: after the cold restart: %g writes (%v), %d members replaced, %d container restarts", b.n, r.Phase.Writes, r.Phase.ByResource, r.MembersReplaced, r.MemberRestarts))
 	}
 	return nil
+}
+
+// lastFleetRead is when the last fleet had every member's /state read:
+// the latest of reads (by member IP) over fleets' members, once each
+// fleet's members were all read.
+func lastFleetRead(fleets map[string][]string, reads map[string]time.Time) (time.Time, bool) {
+	var last time.Time
+	for _, ips := range fleets {
+		for _, ip := range ips {
+			t, ok := reads[ip]
+			if !ok {
+				return time.Time{}, false
+			}
+			if t.After(last) {
+				last = t
+			}
+		}
+	}
+	return last, true
+}
+
+// profileRestart saves a CPU profile of the restarted fleet operator from
+// as soon as its pprof endpoint answers (-pprof), long enough to cover the
+// first pass at N=1,000, and logs where it is.
+func (b *bench) profileRestart(start time.Time) {
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=8", b.fleetPprof)
+	for time.Since(start) < 10*time.Second {
+		resp, err := http.Get(url)
+		if err != nil {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		defer resp.Body.Close()
+		path := filepath.Join(os.TempDir(), fmt.Sprintf("bench-restart-N%d-%s.pprof", b.n, start.UTC().Format("20060102T150405Z")))
+		f, err := os.Create(path)
+		if err == nil {
+			_, err = io.Copy(f, resp.Body)
+			err = errors.Join(err, f.Close())
+		}
+		logf("N=%d: CPU profile of the restarted fleet operator from %.2fs after its start, 8 s: %s (%v)", b.n, time.Since(start).Seconds()-8, path, err)
+		return
+	}
+	logf("N=%d: the restarted fleet operator's pprof endpoint did not answer within 10 s", b.n)
 }
 
 func restarts(p *corev1.Pod) int {

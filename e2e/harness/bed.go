@@ -70,6 +70,8 @@ type Bed struct {
 	Cluster  *cluster.Cluster
 	Fleet    *Process
 	Mesh     *Process
+	// Standins serve the member Pods' ports (see package standin).
+	Standins *standin.Pool
 
 	stopStandin context.CancelFunc
 	standinDone chan struct{}
@@ -116,6 +118,7 @@ func StartBed(ctx context.Context, o BedOptions) (_ *Bed, err error) {
 	sctx, cancel := context.WithCancel(context.Background())
 	b.stopStandin, b.standinDone = cancel, make(chan struct{})
 	pool := &standin.Pool{StartupDelay: o.StandinStartupDelay}
+	b.Standins = pool
 	go func() {
 		defer close(b.standinDone)
 		_ = standin.Run(sctx, b.Cluster.REST, pool, func(err error) { fmt.Fprintf(o.Log, "standin: %v\n", err) })

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -30,6 +31,9 @@ type Member struct {
 	started   time.Time
 	unhealthy bool
 	servers   []*http.Server
+	// firstRead is when /state was first read since the pool's last
+	// ResetStateReads, in Unix nanoseconds (0: not yet).
+	firstRead atomic.Int64
 }
 
 // Start binds both ports on the member's IP. The IP must be loopback: the
@@ -108,6 +112,7 @@ type stateReport struct {
 }
 
 func (m *Member) state(w http.ResponseWriter, _ *http.Request) {
+	m.firstRead.CompareAndSwap(0, time.Now().UnixNano())
 	m.mu.Lock()
 	starting := time.Since(m.started) < m.StartupDelay
 	unhealthy := m.unhealthy
@@ -190,6 +195,32 @@ func (p *Pool) Sync(ctx context.Context, pods []PodInfo) []error {
 		m.SetUnhealthy(pod.Unhealthy)
 	}
 	return errs
+}
+
+// ResetStateReads forgets when each member's /state was read, so that
+// FirstStateReads reports the reads from now on.
+func (p *Pool) ResetStateReads() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range p.members {
+		m.firstRead.Store(0)
+	}
+}
+
+// FirstStateReads is, by member IP, when its /state was first read since
+// ResetStateReads (or since it started); members not read since are left
+// out. It lets a caller see a reader's progress from the members' side,
+// without asking the reader.
+func (p *Pool) FirstStateReads() map[string]time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]time.Time, len(p.members))
+	for _, m := range p.members {
+		if ns := m.firstRead.Load(); ns != 0 {
+			out[m.IP] = time.Unix(0, ns)
+		}
+	}
+	return out
 }
 
 // StopAll stops every stand-in.

@@ -49,6 +49,29 @@ func TestPoolServesStateContract(t *testing.T) {
 	assert.Error(t, err, "a removed Pod's stand-in stops listening")
 }
 
+func TestFirstStateReads(t *testing.T) {
+	p := &Pool{}
+	defer p.StopAll()
+	require.Empty(t, p.Sync(context.Background(), []PodInfo{{UID: "u1", Name: "f-0", IP: "127.55.0.8"}, {UID: "u2", Name: "f-1", IP: "127.55.0.9"}}))
+	assert.Empty(t, p.FirstStateReads(), "nothing read yet")
+
+	before := time.Now()
+	getState(t, "127.55.0.8")
+	first := p.FirstStateReads()
+	require.Len(t, first, 1, "only the member that was read")
+	assert.False(t, first["127.55.0.8"].Before(before))
+	getState(t, "127.55.0.8")
+	assert.Equal(t, first["127.55.0.8"], p.FirstStateReads()["127.55.0.8"], "a later read does not move the first one")
+
+	p.ResetStateReads()
+	assert.Empty(t, p.FirstStateReads(), "forgotten on reset")
+	afterReset := time.Now()
+	getState(t, "127.55.0.9")
+	got := p.FirstStateReads()
+	require.Len(t, got, 1)
+	assert.False(t, got["127.55.0.9"].Before(afterReset))
+}
+
 func TestRefusesNonLoopback(t *testing.T) {
 	p := &Pool{}
 	errs := p.Sync(context.Background(), []PodInfo{{UID: "u", Name: "f-0", IP: "10.0.0.5"}})
