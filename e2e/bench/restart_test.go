@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -26,5 +28,31 @@ func TestLastFleetRead(t *testing.T) {
 				t.Errorf("lastFleetRead = %v, %v; want %v, %v", got, ok, tc.want, tc.ok)
 			}
 		})
+	}
+}
+
+func TestLogLineTime(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "operator.log")
+	before := `{"level":"info","ts":"2026-12-04T07:00:00.100000000Z","msg":"Starting workers","controller":"celldfleet"}` + "\n"
+	lines := before +
+		`{"level":"info","ts":"2026-12-04T07:00:01.250000000Z","msg":"Starting EventSource","controller":"celldfleet"}` + "\n" +
+		`{"level":"info","ts":"2026-12-04T07:00:02.123456789Z","msg":"Starting workers","controller":"celldfleet","worker count":8}` + "\n"
+	if err := os.WriteFile(path, []byte(lines), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	at, found, err := logLineTime(path, int64(len(before)), `"Starting workers"`, "celldfleet")
+	want := time.Date(2026, 12, 4, 7, 0, 2, 123456789, time.UTC)
+	if err != nil || !found || !at.Equal(want) {
+		t.Errorf("after the offset: %v, %v, %v; want %v (the earlier process's line is before the offset)", at, found, err, want)
+	}
+	if _, found, err := logLineTime(path, int64(len(before)), `"Starting workers"`, "meshcontroller"); found || err != nil {
+		t.Errorf("no such line: found %v, err %v", found, err)
+	}
+	notJSON := filepath.Join(t.TempDir(), "text.log")
+	if err := os.WriteFile(notJSON, []byte("INFO Starting workers celldfleet\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := logLineTime(notJSON, 0, "Starting workers"); err == nil {
+		t.Error("a line that is not JSON: want an error, not a guessed time")
 	}
 }
