@@ -920,11 +920,14 @@ func lastFleetRead(fleets map[string][]string, reads map[string]time.Time) (time
 	return last, true
 }
 
+// restartProfile is how long the CPU profile of a restarted fleet
+// operator runs (-pprof): the first pass at N=1,000 and a little after.
+const restartProfile = 8 * time.Second
+
 // profileRestart saves a CPU profile of the restarted fleet operator from
-// as soon as its pprof endpoint answers (-pprof), long enough to cover the
-// first pass at N=1,000, and logs where it is.
+// as soon as its pprof endpoint answers (-pprof) and logs where it is.
 func (b *bench) profileRestart(start time.Time) {
-	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=8", b.fleetPprof)
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", b.fleetPprof, int(restartProfile.Seconds()))
 	for time.Since(start) < 10*time.Second {
 		resp, err := http.Get(url)
 		if err != nil {
@@ -938,7 +941,7 @@ func (b *bench) profileRestart(start time.Time) {
 			_, err = io.Copy(f, resp.Body)
 			err = errors.Join(err, f.Close())
 		}
-		logf("N=%d: CPU profile of the restarted fleet operator from %.2fs after its start, 8 s: %s (%v)", b.n, time.Since(start).Seconds()-8, path, err)
+		logf("N=%d: CPU profile of the restarted fleet operator from %.2fs after its start, %s: %s (%v)", b.n, (time.Since(start) - restartProfile).Seconds(), restartProfile, path, err)
 		return
 	}
 	logf("N=%d: the restarted fleet operator's pprof endpoint did not answer within 10 s", b.n)
