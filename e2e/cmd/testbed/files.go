@@ -22,7 +22,18 @@ const (
 
 // writePID records this process as the owner of dir's cluster.
 func writePID(dir string) error {
-	return os.WriteFile(filepath.Join(dir, pidFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644)
+	return writeWhole(dir, pidFile, strconv.Itoa(os.Getpid())+"\n")
+}
+
+// writeWhole replaces dir/name in one rename: `testbed wait` polls these
+// files while `testbed up &` writes them, and os.WriteFile would let it read
+// the file created but still empty.
+func writeWhole(dir, name, content string) error {
+	tmp := filepath.Join(dir, name+".tmp")
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, name))
 }
 
 // readPID returns the recorded testbed process, or 0 if none is recorded.
@@ -35,6 +46,9 @@ func readPID(dir string, name string) (int, error) {
 		return 0, err
 	}
 	first, _, _ := strings.Cut(strings.TrimSpace(string(data)), "\n")
+	if strings.TrimSpace(first) == "" {
+		return 0, nil // created but not written yet: no process named
+	}
 	pid, err := strconv.Atoi(strings.TrimSpace(first))
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", name, err)
@@ -45,12 +59,7 @@ func readPID(dir string, name string) (int, error) {
 // writeReady marks the cluster usable; it names the owning process so a
 // marker left by a crashed run is not mistaken for a live cluster.
 func writeReady(dir, kubeconfig string) error {
-	content := fmt.Sprintf("%d\n%s\n", os.Getpid(), kubeconfig)
-	tmp := filepath.Join(dir, readyFile+".tmp")
-	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, readyFile)) // atomic for `wait`
+	return writeWhole(dir, readyFile, fmt.Sprintf("%d\n%s\n", os.Getpid(), kubeconfig))
 }
 
 func removeMarkers(dir string) {
@@ -61,7 +70,7 @@ func removeMarkers(dir string) {
 
 // writeFailed leaves the start-up error for `testbed wait` to report.
 func writeFailed(dir string, err error) {
-	_ = os.WriteFile(filepath.Join(dir, failedFile), []byte(err.Error()+"\n"), 0o644)
+	_ = writeWhole(dir, failedFile, err.Error()+"\n")
 }
 
 // readFailed returns the failure recorded at or after since, if any; older
