@@ -7,8 +7,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
+	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -83,7 +83,7 @@ type Applier struct {
 // owner, when set, must be desired's controller: a live object without that
 // controller UID is a ConflictError and is never written.
 func (a *Applier) Apply(ctx context.Context, desired client.Object, owner metav1.Object) (Result, error) {
-	res, _, err := a.ApplyOver(ctx, desired, owner, nil)
+	res, _, err := a.apply(ctx, desired, owner, nil)
 	return res, err
 }
 
@@ -95,25 +95,46 @@ func (a *Applier) Apply(ctx context.Context, desired client.Object, owner metav1
 // nothing was written, else the apply's answer, so a caller that decides
 // again in the same pass need not read it back.
 func (a *Applier) ApplyOver(ctx context.Context, desired client.Object, owner metav1.Object, known *unstructured.Unstructured) (Result, *unstructured.Unstructured, error) {
+	var live client.Object
+	if known != nil {
+		live = known
+	}
+	res, after, err := a.apply(ctx, desired, owner, live)
+	if err != nil {
+		return "", nil, err
+	}
+	u, err := asUnstructured(after, desired.GetObjectKind().GroupVersionKind())
+	if err != nil {
+		return "", nil, err
+	}
+	return res, u, nil
+}
+
+// apply is Apply over a live object the caller may hold. The object it
+// returns may be the cache's own (see cacheRead): it is read, never changed.
+func (a *Applier) apply(ctx context.Context, desired client.Object, owner metav1.Object, live client.Object) (Result, client.Object, error) {
 	gvk := desired.GetObjectKind().GroupVersionKind()
 	if gvk.Kind == "" {
 		return "", nil, fmt.Errorf("apply %T %s: TypeMeta must be set for server-side apply", desired, desired.GetName())
 	}
-	desiredMap, err := runtime.DefaultUnstructuredConverter.ToUnstructured(desired)
+	// A typed desired object is hashed, and compared with a live object of
+	// its type, without its unstructured form, which only a write needs.
+	hash, walked, err := hashDesired(desired)
 	if err != nil {
 		return "", nil, err
 	}
-	pruneNulls(desiredMap)
-	delete(desiredMap, "status")
-	hash, err := hashOf(desiredMap)
-	if err != nil {
-		return "", nil, err
+	var desiredMap map[string]any
+	if !walked {
+		if desiredMap, err = desiredContent(desired); err != nil {
+			return "", nil, err
+		}
+		if hash, err = hashOf(desiredMap); err != nil {
+			return "", nil, err
+		}
 	}
-	setAnnotation(desiredMap, a.HashAnnotation, hash)
 
-	live, err := known, error(nil)
 	if live == nil {
-		live, err = a.live(ctx, gvk, client.ObjectKeyFromObject(desired))
+		live, err = a.liveObject(ctx, gvk, client.ObjectKeyFromObject(desired))
 	}
 	exists := err == nil
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -122,9 +143,31 @@ func (a *Applier) ApplyOver(ctx context.Context, desired client.Object, owner me
 	if exists && owner != nil && !metav1.IsControlledBy(live, owner) {
 		return "", nil, &ConflictError{Kind: gvk.Kind, Namespace: desired.GetNamespace(), Name: desired.GetName(), Owner: fmt.Sprintf("%s (uid %s)", owner.GetName(), owner.GetUID()), Holder: HolderOf(live)}
 	}
-	if exists && live.GetAnnotations()[a.HashAnnotation] == hash && Subset(desiredMap, live.Object) {
-		return Unchanged, live, nil
+	if exists && live.GetAnnotations()[a.HashAnnotation] == hash {
+		same, ok := false, false
+		if desiredMap == nil {
+			same, ok = matchDesired(desired, live)
+		}
+		if !ok {
+			if desiredMap == nil {
+				if desiredMap, err = desiredContent(desired); err != nil {
+					return "", nil, err
+				}
+			}
+			if same, err = matches(desiredMap, live, gvk); err != nil {
+				return "", nil, err
+			}
+		}
+		if same {
+			return Unchanged, live, nil
+		}
 	}
+	if desiredMap == nil {
+		if desiredMap, err = desiredContent(desired); err != nil {
+			return "", nil, err
+		}
+	}
+	setAnnotation(desiredMap, a.HashAnnotation, hash)
 	// The client decodes the API server's answer into the apply
 	// configuration's object.
 	answer := &unstructured.Unstructured{Object: desiredMap}
@@ -135,6 +178,36 @@ func (a *Applier) ApplyOver(ctx context.Context, desired client.Object, owner me
 		return Updated, answer, nil
 	}
 	return Created, answer, nil
+}
+
+// desiredContent is what is applied: desired's unstructured form without
+// the nulls the converter writes for unset fields, and without status. The
+// applied hash is of this content (before the hash annotation is added).
+func desiredContent(desired client.Object) (map[string]any, error) {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(desired)
+	if err != nil {
+		return nil, err
+	}
+	pruneNulls(m)
+	delete(m, "status")
+	return m, nil
+}
+
+// matches reports whether live already holds every field of want. A typed
+// object is compared as it is, without converting it, where typedSubset
+// can (see there).
+func matches(want map[string]any, live client.Object, gvk schema.GroupVersionKind) (bool, error) {
+	if u, ok := live.(*unstructured.Unstructured); ok {
+		return Subset(want, u.Object), nil
+	}
+	if same, ok := typedSubset(want, live); ok {
+		return same, nil
+	}
+	u, err := asUnstructured(live, gvk)
+	if err != nil {
+		return false, err
+	}
+	return Subset(want, u.Object), nil
 }
 
 // Observed reads the object of kind gvk from Cache when it serves the kind,
@@ -155,14 +228,25 @@ func (a *Applier) Observed(ctx context.Context, gvk schema.GroupVersionKind, key
 	return live, nil
 }
 
-// live reads the object of kind gvk: from Cache when it serves the kind,
-// from the API server (through Client) when it does not or when the cache
-// has no such object.
+// live reads the object of kind gvk as an unstructured object of the
+// caller's own: see liveObject.
 func (a *Applier) live(ctx context.Context, gvk schema.GroupVersionKind, key client.ObjectKey) (*unstructured.Unstructured, error) {
+	obj, err := a.liveObject(ctx, gvk, key)
+	if err != nil {
+		return nil, err
+	}
+	return asUnstructured(obj, gvk)
+}
+
+// liveObject reads the object of kind gvk: from Cache when it serves the
+// kind, from the API server (through Client) when it does not or when the
+// cache has no such object. What it returns from a typed cache is the
+// cache's own object (see cacheRead).
+func (a *Applier) liveObject(ctx context.Context, gvk schema.GroupVersionKind, key client.ObjectKey) (client.Object, error) {
 	if a.cached(gvk.GroupKind()) {
-		u, err := a.cacheGet(ctx, gvk, key)
+		obj, err := a.cacheRead(ctx, gvk, key)
 		if !apierrors.IsNotFound(err) {
-			return u, err
+			return obj, err
 		}
 	}
 	live := &unstructured.Unstructured{}
@@ -185,29 +269,47 @@ func (a *Applier) cached(gk schema.GroupKind) bool {
 	return false
 }
 
-// cacheGet reads from Cache, typed where the scheme knows the kind (the
-// informers of typed watches hold typed objects), and returns the object in
-// the unstructured form Apply compares.
+// cacheGet reads from Cache and returns the object in the unstructured
+// form callers keep and may change.
 func (a *Applier) cacheGet(ctx context.Context, gvk schema.GroupVersionKind, key client.ObjectKey) (*unstructured.Unstructured, error) {
-	var obj client.Object
-	if a.Client != nil && a.Client.Scheme() != nil && a.Client.Scheme().Recognizes(gvk) {
-		ro, err := a.Client.Scheme().New(gvk)
-		if err != nil {
-			return nil, err
-		}
-		typed, ok := ro.(client.Object)
-		if !ok {
-			return nil, fmt.Errorf("apply: %s is not a client.Object", gvk)
-		}
-		obj = typed
-	} else {
-		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(gvk)
-		obj = u
-	}
-	if err := a.Cache.Get(ctx, key, obj); err != nil {
+	obj, err := a.cacheRead(ctx, gvk, key)
+	if err != nil {
 		return nil, err
 	}
+	return asUnstructured(obj, gvk)
+}
+
+// cacheRead reads from Cache, typed where the scheme knows the kind (the
+// informers of typed watches hold typed objects). A typed object is the
+// cache's own, not a copy: it is only read or converted (which copies),
+// never changed, and never handed to a caller. Copying it first cost as
+// much as the comparison at a cold restart.
+func (a *Applier) cacheRead(ctx context.Context, gvk schema.GroupVersionKind, key client.ObjectKey) (client.Object, error) {
+	if a.Client == nil || a.Client.Scheme() == nil || !a.Client.Scheme().Recognizes(gvk) {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(gvk)
+		if err := a.Cache.Get(ctx, key, u); err != nil {
+			return nil, err
+		}
+		return u, nil
+	}
+	ro, err := a.Client.Scheme().New(gvk)
+	if err != nil {
+		return nil, err
+	}
+	typed, ok := ro.(client.Object)
+	if !ok {
+		return nil, fmt.Errorf("apply: %s is not a client.Object", gvk)
+	}
+	if err := a.Cache.Get(ctx, key, typed, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	return typed, nil
+}
+
+// asUnstructured returns obj as a fresh unstructured object of kind gvk:
+// typed objects from a cache may carry no TypeMeta.
+func asUnstructured(obj client.Object, gvk schema.GroupVersionKind) (*unstructured.Unstructured, error) {
 	if u, ok := obj.(*unstructured.Unstructured); ok {
 		return u, nil
 	}
@@ -216,7 +318,7 @@ func (a *Applier) cacheGet(ctx context.Context, gvk schema.GroupVersionKind, key
 		return nil, err
 	}
 	u := &unstructured.Unstructured{Object: m}
-	u.SetGroupVersionKind(gvk) // typed objects from a cache may carry no TypeMeta
+	u.SetGroupVersionKind(gvk)
 	return u, nil
 }
 
@@ -249,13 +351,18 @@ func (a *Applier) Delete(ctx context.Context, obj client.Object, owner metav1.Ob
 }
 
 func hashOf(m map[string]any) (string, error) {
-	b, err := json.Marshal(m) // map keys are sorted: the hash is stable
+	buf := hashBuffers.Get().(*[]byte)
+	defer hashBuffers.Put(buf)
+	b, err := appendJSON((*buf)[:0], m) // map keys are sorted: the hash is stable
 	if err != nil {
 		return "", err
 	}
+	*buf = b
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:8]), nil
 }
+
+var hashBuffers = sync.Pool{New: func() any { return new([]byte) }}
 
 func setAnnotation(obj map[string]any, key, value string) {
 	meta, _ := obj["metadata"].(map[string]any)
@@ -326,6 +433,11 @@ func Subset(want, live any) bool {
 			}
 		}
 		return true
+	case string:
+		if l, isString := live.(string); isString {
+			return w == l
+		}
+		return w == fmt.Sprint(live)
 	default:
 		return fmt.Sprint(want) == fmt.Sprint(live)
 	}

@@ -421,6 +421,13 @@ func testCachedReads(t *testing.T, env *testenv.Env) {
 		require.Eventually(t, cached(o.obj, o.name), 10*time.Second, 20*time.Millisecond, "the cache sees %s", o.name)
 	}
 	h.reconcile(f) // absorbs the status of the first pass
+	// The Applier compares the cache's own objects, uncopied: as the
+	// informers hold them now, they must still be after the passes.
+	held := map[string]client.Object{}
+	for _, o := range []client.Object{&appsv1.StatefulSet{}, &corev1.Service{}, &networkingv1.NetworkPolicy{}, &corev1.ServiceAccount{}} {
+		require.NoError(t, informers.Get(ctx, types.NamespacedName{Namespace: "cached", Name: "stock"}, o))
+		held[fmt.Sprintf("%T", o)] = o
+	}
 	h.writes.n.Store(0)
 	uncached.Store(0)
 	for i := 0; i < 3; i++ {
@@ -428,6 +435,11 @@ func testCachedReads(t *testing.T, env *testenv.Env) {
 	}
 	assert.Equal(t, int64(0), h.writes.n.Load(), "an unchanged fleet must reconcile with zero writes")
 	assert.Equal(t, int64(0), uncached.Load(), "and without reading its objects from the API server")
+	for kind, before := range held {
+		now := before.DeepCopyObject().(client.Object)
+		require.NoError(t, informers.Get(ctx, client.ObjectKeyFromObject(before), now))
+		assert.Equal(t, before, now, "the cached %s is as it was before the passes", kind)
+	}
 
 	// The restricted cache never holds the foreign Service (no operator
 	// label); the confirming read finds it and the fleet reports it.
