@@ -71,7 +71,7 @@ func childPrune(prune, inList bool) bool { return prune && !inList }
 
 func appendValue(b []byte, v reflect.Value, prune, inList bool) ([]byte, bool, error) {
 	if entry := value.TypeReflectEntryOf(v.Type()); entry.CanConvertToUnstructured() {
-		u, err := entry.ToUnstructured(v)
+		u, err := convertCustom(entry, v)
 		if err != nil {
 			return nil, false, nil // the conversion reports it
 		}
@@ -226,7 +226,7 @@ func appendStruct(b []byte, v reflect.Value, prune, root bool) ([]byte, bool, er
 
 func matchValue(dv, lv reflect.Value, prune, inList bool) (match, ok bool) {
 	if entry := value.TypeReflectEntryOf(dv.Type()); entry.CanConvertToUnstructured() {
-		u, err := entry.ToUnstructured(dv)
+		u, err := convertCustom(entry, dv)
 		if err != nil {
 			return false, false
 		}
@@ -364,21 +364,20 @@ func missingConverted(dv reflect.Value, prune bool) (match, ok bool) {
 // convertsToNull says whether the converter writes null for v, which
 // pruneNulls then drops.
 func convertsToNull(v reflect.Value) (isNull, ok bool) {
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		// A nil pointer is null with or without a converter of its type;
+		// the converter of a pointer type converts what it points to.
+		if v.IsNil() {
+			return true, true
+		}
+		return convertsToNull(v.Elem())
+	}
 	if entry := value.TypeReflectEntryOf(v.Type()); entry.CanConvertToUnstructured() {
-		u, err := entry.ToUnstructured(v)
+		u, err := convertCustom(entry, v)
 		return u == nil, err == nil
 	}
 	switch v.Kind() {
-	case reflect.Pointer:
-		if v.IsNil() {
-			return true, true
-		}
-		return convertsToNull(v.Elem())
-	case reflect.Interface:
-		if v.IsNil() {
-			return true, true
-		}
-		return convertsToNull(v.Elem())
 	case reflect.Map, reflect.Slice:
 		return v.IsNil(), true
 	}

@@ -5,8 +5,10 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/structured-merge-diff/v6/value"
 )
 
@@ -33,7 +35,7 @@ func typedSubset(want map[string]any, obj runtime.Object) (match, ok bool) {
 
 func subsetValue(want any, sv reflect.Value) (match, ok bool) {
 	if entry := value.TypeReflectEntryOf(sv.Type()); entry.CanConvertToUnstructured() {
-		u, err := entry.ToUnstructured(sv)
+		u, err := convertCustom(entry, sv)
 		if err != nil {
 			return false, false
 		}
@@ -142,6 +144,27 @@ func subsetStruct(want map[string]any, sv reflect.Value, skipTypeMeta bool) (mat
 	}
 	return true, true
 }
+
+// convertCustom is entry.ToUnstructured(v) for a type with a converter of
+// its own. An IntOrString (every port of a NetworkPolicy or Service)
+// converts through its MarshalJSON and a JSON decode; its value is read
+// directly instead: the int as int64, or a string that is valid UTF-8
+// (Marshal would replace what is not).
+func convertCustom(entry *value.TypeReflectCacheEntry, v reflect.Value) (any, error) {
+	if v.Type() == intOrStringType {
+		switch intstr.Type(v.Field(0).Int()) {
+		case intstr.Int:
+			return v.Field(1).Int(), nil
+		case intstr.String:
+			if s := v.Field(2).String(); utf8.ValidString(s) {
+				return s, nil
+			}
+		}
+	}
+	return entry.ToUnstructured(v)
+}
+
+var intOrStringType = reflect.TypeFor[intstr.IntOrString]()
 
 // missingMatches is Subset's rule for a field live does not have: only an
 // empty map in want matches it (the server omits empty structs).

@@ -2,7 +2,9 @@ package apply
 
 import (
 	"fmt"
+	"math"
 	"math/rand"
+	"reflect"
 	"testing"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/randfill"
+	"sigs.k8s.io/structured-merge-diff/v6/value"
 )
 
 // The kinds the operators apply (and Pods, the deepest core type), filled
@@ -351,4 +354,20 @@ func randomFiller(rnd *rand.Rand) *randfill.Filler {
 			raw.Raw = []byte(fmt.Sprintf(`{"n":%d}`, c.Intn(3)))
 		},
 	)
+}
+
+// convertCustom reads an IntOrString directly; it must give what its
+// MarshalJSON and the decode give, or refuse as they do.
+func TestConvertCustomIntOrString(t *testing.T) {
+	entry := value.TypeReflectEntryOf(reflect.TypeFor[intstr.IntOrString]())
+	for _, v := range []intstr.IntOrString{
+		intstr.FromInt32(0), intstr.FromInt32(8080), intstr.FromInt32(-1), intstr.FromInt32(math.MaxInt32),
+		intstr.FromString(""), intstr.FromString("http"), intstr.FromString("25%"), intstr.FromString("日本"),
+		intstr.FromString("bad \xff"), {Type: 7, IntVal: 3},
+	} {
+		want, wantErr := entry.ToUnstructured(reflect.ValueOf(v))
+		got, err := convertCustom(entry, reflect.ValueOf(v))
+		assert.Equal(t, wantErr != nil, err != nil, "%#v", v)
+		assert.Equal(t, want, got, "%#v", v)
+	}
 }
