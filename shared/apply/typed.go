@@ -146,11 +146,18 @@ func subsetStruct(want map[string]any, sv reflect.Value, skipTypeMeta bool) (mat
 }
 
 // convertCustom is entry.ToUnstructured(v) for a type with a converter of
-// its own. An IntOrString (every port of a NetworkPolicy or Service)
+// its own. An IntOrString (every port of a NetworkPolicy or Service, by
+// value or by pointer)
 // converts through its MarshalJSON and a JSON decode; its value is read
 // directly instead: the int as int64, or a string that is valid UTF-8
 // (Marshal would replace what is not).
 func convertCustom(entry *value.TypeReflectCacheEntry, v reflect.Value) (any, error) {
+	if v.Type() == intOrStringPointerType { // a NetworkPolicy port
+		if v.IsNil() {
+			return nil, nil
+		}
+		v = v.Elem()
+	}
 	if v.Type() == intOrStringType {
 		switch intstr.Type(v.Field(0).Int()) {
 		case intstr.Int:
@@ -164,7 +171,10 @@ func convertCustom(entry *value.TypeReflectCacheEntry, v reflect.Value) (any, er
 	return entry.ToUnstructured(v)
 }
 
-var intOrStringType = reflect.TypeFor[intstr.IntOrString]()
+var (
+	intOrStringType        = reflect.TypeFor[intstr.IntOrString]()
+	intOrStringPointerType = reflect.TypeFor[*intstr.IntOrString]()
+)
 
 // missingMatches is Subset's rule for a field live does not have: only an
 // empty map in want matches it (the server omits empty structs).

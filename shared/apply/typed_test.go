@@ -356,10 +356,11 @@ func randomFiller(rnd *rand.Rand) *randfill.Filler {
 	)
 }
 
-// convertCustom reads an IntOrString directly; it must give what its
+// convertCustom reads an IntOrString (or a pointer to one) directly; it must give what its
 // MarshalJSON and the decode give, or refuse as they do.
 func TestConvertCustomIntOrString(t *testing.T) {
 	entry := value.TypeReflectEntryOf(reflect.TypeFor[intstr.IntOrString]())
+	pointerEntry := value.TypeReflectEntryOf(reflect.TypeFor[*intstr.IntOrString]())
 	for _, v := range []intstr.IntOrString{
 		intstr.FromInt32(0), intstr.FromInt32(8080), intstr.FromInt32(-1), intstr.FromInt32(math.MaxInt32),
 		intstr.FromString(""), intstr.FromString("http"), intstr.FromString("25%"), intstr.FromString("日本"),
@@ -369,5 +370,12 @@ func TestConvertCustomIntOrString(t *testing.T) {
 		got, err := convertCustom(entry, reflect.ValueOf(v))
 		assert.Equal(t, wantErr != nil, err != nil, "%#v", v)
 		assert.Equal(t, want, got, "%#v", v)
+		want, wantErr = pointerEntry.ToUnstructured(reflect.ValueOf(&v))
+		got, err = convertCustom(pointerEntry, reflect.ValueOf(&v))
+		assert.Equal(t, wantErr != nil, err != nil, "&%#v", v)
+		assert.Equal(t, want, got, "&%#v", v)
 	}
+	got, err := convertCustom(pointerEntry, reflect.ValueOf((*intstr.IntOrString)(nil)))
+	assert.NoError(t, err)
+	assert.Nil(t, got)
 }
