@@ -118,17 +118,26 @@ func (a *Applier) apply(ctx context.Context, desired client.Object, owner metav1
 		return "", nil, fmt.Errorf("apply %T %s: TypeMeta must be set for server-side apply", desired, desired.GetName())
 	}
 	// A typed desired object is hashed, and compared with a live object of
-	// its type, without its unstructured form, which only a write needs.
+	// its type, without its unstructured form, which only a write needs;
+	// content builds that form once, where it is needed.
+	var desiredMap map[string]any
+	content := func() (map[string]any, error) {
+		var err error
+		if desiredMap == nil {
+			desiredMap, err = desiredContent(desired)
+		}
+		return desiredMap, err
+	}
 	hash, walked, err := hashDesired(desired)
 	if err != nil {
 		return "", nil, err
 	}
-	var desiredMap map[string]any
 	if !walked {
-		if desiredMap, err = desiredContent(desired); err != nil {
+		m, err := content()
+		if err != nil {
 			return "", nil, err
 		}
-		if hash, err = hashOf(desiredMap); err != nil {
+		if hash, err = hashOf(m); err != nil {
 			return "", nil, err
 		}
 	}
@@ -145,16 +154,15 @@ func (a *Applier) apply(ctx context.Context, desired client.Object, owner metav1
 	}
 	if exists && live.GetAnnotations()[a.HashAnnotation] == hash {
 		same, ok := false, false
-		if desiredMap == nil {
+		if walked {
 			same, ok = matchDesired(desired, live)
 		}
 		if !ok {
-			if desiredMap == nil {
-				if desiredMap, err = desiredContent(desired); err != nil {
-					return "", nil, err
-				}
+			m, err := content()
+			if err != nil {
+				return "", nil, err
 			}
-			if same, err = matches(desiredMap, live, gvk); err != nil {
+			if same, err = matches(m, live, gvk); err != nil {
 				return "", nil, err
 			}
 		}
@@ -162,10 +170,8 @@ func (a *Applier) apply(ctx context.Context, desired client.Object, owner metav1
 			return Unchanged, live, nil
 		}
 	}
-	if desiredMap == nil {
-		if desiredMap, err = desiredContent(desired); err != nil {
-			return "", nil, err
-		}
+	if _, err := content(); err != nil {
+		return "", nil, err
 	}
 	setAnnotation(desiredMap, a.HashAnnotation, hash)
 	// The client decodes the API server's answer into the apply
@@ -307,8 +313,9 @@ func (a *Applier) cacheRead(ctx context.Context, gvk schema.GroupVersionKind, ke
 	return typed, nil
 }
 
-// asUnstructured returns obj as a fresh unstructured object of kind gvk:
-// typed objects from a cache may carry no TypeMeta.
+// asUnstructured returns obj in unstructured form: an unstructured obj as
+// it is, a typed one converted (a copy) and given kind gvk, since typed
+// objects from a cache may carry no TypeMeta.
 func asUnstructured(obj client.Object, gvk schema.GroupVersionKind) (*unstructured.Unstructured, error) {
 	if u, ok := obj.(*unstructured.Unstructured); ok {
 		return u, nil

@@ -4,12 +4,10 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"fmt"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/structured-merge-diff/v6/value"
@@ -17,8 +15,9 @@ import (
 
 // A typed desired object is hashed and compared as it is, without the
 // unstructured copy the write needs: most applies write nothing, and at a
-// cold restart every object is compared once (issue #20: converting the
-// desired objects was a third of the applies' CPU). Both walks give exactly
+// cold restart every object is compared once (issue #20: converting both
+// sides, copying the cached one and hashing through encoding/json took
+// 0.8-1.0 s of CPU in the first pass over 1,000 fleets). Both walks give exactly
 // what the unstructured path gives for the converter's output with nulls
 // pruned and status dropped (TestDesiredWalksAgreeWithConversion): the
 // applied-hash annotations written before them stay valid. Where a shape
@@ -404,127 +403,4 @@ func pruneValue(u any, prune, inList bool) any {
 		}
 	}
 	return u
-}
-
-// convertValue converts one value alone with the converter, as the single
-// field of a struct made for it.
-func convertValue(v reflect.Value) (any, error) {
-	if !v.CanInterface() {
-		return nil, fmt.Errorf("apply: cannot convert %s", v.Type())
-	}
-	holder, _ := holderTypes.Load(v.Type())
-	if holder == nil {
-		holder = reflect.StructOf([]reflect.StructField{{Name: "V", Type: v.Type(), Tag: `json:"v"`}})
-		holderTypes.Store(v.Type(), holder)
-	}
-	h := reflect.New(holder.(reflect.Type))
-	h.Elem().Field(0).Set(v)
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(h.Interface())
-	if err != nil {
-		return nil, err
-	}
-	return m["v"], nil
-}
-
-var holderTypes sync.Map // reflect.Type → the struct type convertValue wraps it in
-
-// A keyPlan is one key the converter may write for a struct type, with
-// the fields (through embedded structs) that can supply it, in field order:
-// the last one not omitted wins, as the converter writes them in order into
-// one map.
-type keyPlan struct {
-	name  string
-	paths [][]fieldStep
-}
-
-type fieldStep struct {
-	index     int
-	omitempty bool
-	omitzero  func(reflect.Value) bool
-	inline    bool
-}
-
-type structPlan struct {
-	keys      []keyPlan // sorted by name, as Marshal writes them
-	byName    map[string]int
-	supported bool
-}
-
-var structPlans sync.Map // reflect.Type → *structPlan
-
-// planOf reads t's json tags the way the converter does (see structFields).
-func planOf(t reflect.Type) *structPlan {
-	if cached, found := structPlans.Load(t); found {
-		return cached.(*structPlan)
-	}
-	plan := &structPlan{byName: map[string]int{}, supported: true}
-	var walk func(t reflect.Type, prefix []fieldStep)
-	walk = func(t reflect.Type, prefix []fieldStep) {
-		fields, supported := structFields(t)
-		if !supported {
-			plan.supported = false
-			return
-		}
-		for _, f := range fields {
-			path := append(slices.Clip(prefix), fieldStep{index: f.index, omitempty: f.omitempty, omitzero: f.omitzero, inline: f.inline})
-			if f.inline {
-				ft := t.Field(f.index).Type
-				if value.TypeReflectEntryOf(ft).CanConvertToUnstructured() {
-					plan.supported = false
-					return
-				}
-				if ft.Kind() == reflect.Pointer {
-					ft = ft.Elem()
-				}
-				if ft.Kind() != reflect.Struct || value.TypeReflectEntryOf(ft).CanConvertToUnstructured() {
-					plan.supported = false
-					return
-				}
-				walk(ft, path)
-				continue
-			}
-			i, found := plan.byName[f.name]
-			if !found {
-				i = len(plan.keys)
-				plan.byName[f.name] = i
-				plan.keys = append(plan.keys, keyPlan{name: f.name})
-			}
-			plan.keys[i].paths = append(plan.keys[i].paths, path)
-		}
-	}
-	walk(t, nil)
-	slices.SortFunc(plan.keys, func(x, y keyPlan) int { return strings.Compare(x.name, y.name) })
-	for i, k := range plan.keys {
-		plan.byName[k.name] = i
-	}
-	structPlans.Store(t, plan)
-	return plan
-}
-
-// resolve returns the value the converter writes under k for the struct
-// v; present is false when it writes none.
-func (k *keyPlan) resolve(v reflect.Value) (fv reflect.Value, present bool) {
-	for i := len(k.paths) - 1; i >= 0; i-- {
-		if fv, ok := follow(v, k.paths[i]); ok {
-			return fv, true
-		}
-	}
-	return reflect.Value{}, false
-}
-
-func follow(v reflect.Value, path []fieldStep) (reflect.Value, bool) {
-	for _, step := range path {
-		fv := v.Field(step.index)
-		if step.omitempty && isEmpty(fv) || step.omitzero != nil && step.omitzero(fv) {
-			return reflect.Value{}, false
-		}
-		if step.inline && fv.Kind() == reflect.Pointer {
-			if fv.IsNil() {
-				return reflect.Value{}, false
-			}
-			fv = fv.Elem()
-		}
-		v = fv
-	}
-	return v, true
 }

@@ -3,20 +3,17 @@ package apply
 import (
 	"encoding/base64"
 	"reflect"
-	"strings"
-	"sync"
-	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/structured-merge-diff/v6/value"
 )
 
 // typedSubset answers Subset(want, ToUnstructured(obj)) for a typed object
 // without converting it: it walks only the fields want sets. Converting a
 // cached StatefulSet converts every server default of its Pod template, and
-// a restarted operator compares every object it owns once (issue #20's cold
-// restart, where the conversions were a sixth of the pass's CPU).
+// a restarted operator compares every object it owns once. It answers where
+// desired is not walked itself (unstructured, see matchDesired) or where
+// matchDesired gives up.
 //
 // It follows runtime.DefaultUnstructuredConverter's rules (field names and
 // omitempty/omitzero from json tags, embedded structs inlined, custom
@@ -145,130 +142,9 @@ func subsetStruct(want map[string]any, sv reflect.Value, skipTypeMeta bool) (mat
 	return true, true
 }
 
-// convertCustom is entry.ToUnstructured(v) for a type with a converter of
-// its own. An IntOrString (every port of a NetworkPolicy or Service, by
-// value or by pointer)
-// converts through its MarshalJSON and a JSON decode; its value is read
-// directly instead: the int as int64, or a string that is valid UTF-8
-// (Marshal would replace what is not).
-func convertCustom(entry *value.TypeReflectCacheEntry, v reflect.Value) (any, error) {
-	if v.Type() == intOrStringPointerType { // a NetworkPolicy port
-		if v.IsNil() {
-			return nil, nil
-		}
-		v = v.Elem()
-	}
-	if v.Type() == intOrStringType {
-		switch intstr.Type(v.Field(0).Int()) {
-		case intstr.Int:
-			return v.Field(1).Int(), nil
-		case intstr.String:
-			if s := v.Field(2).String(); utf8.ValidString(s) {
-				return s, nil
-			}
-		}
-	}
-	return entry.ToUnstructured(v)
-}
-
-var (
-	intOrStringType        = reflect.TypeFor[intstr.IntOrString]()
-	intOrStringPointerType = reflect.TypeFor[*intstr.IntOrString]()
-)
-
 // missingMatches is Subset's rule for a field live does not have: only an
 // empty map in want matches it (the server omits empty structs).
 func missingMatches(want any) bool {
 	m, isMap := want.(map[string]any)
 	return isMap && len(m) == 0
-}
-
-// structField finds the value the converter would write under name for the
-// struct sv: present is false when the converter would leave the key out.
-func structField(sv reflect.Value, name string) (v reflect.Value, present, ok bool) {
-	plan := planOf(sv.Type())
-	if !plan.supported {
-		return reflect.Value{}, false, false
-	}
-	i, found := plan.byName[name]
-	if !found {
-		return reflect.Value{}, false, true
-	}
-	v, present = plan.keys[i].resolve(sv)
-	return v, present, true
-}
-
-type fieldInfo struct {
-	index     int
-	name      string
-	inline    bool
-	omitempty bool
-	omitzero  func(reflect.Value) bool
-}
-
-type structInfo struct {
-	fields    []fieldInfo
-	supported bool
-}
-
-var structInfos sync.Map // reflect.Type → structInfo
-
-// structFields reads sv's json tags the way the converter does (its
-// fieldInfoFromField): no tag or an empty name means the Go field name,
-// except on an embedded field, which is inlined; "-" is skipped.
-func structFields(t reflect.Type) ([]fieldInfo, bool) {
-	if cached, found := structInfos.Load(t); found {
-		info := cached.(structInfo)
-		return info.fields, info.supported
-	}
-	info := structInfo{supported: true}
-	for i := 0; i < t.NumField(); i++ {
-		sf := t.Field(i)
-		f := fieldInfo{index: i}
-		tag, _ := sf.Tag.Lookup("json")
-		items := strings.Split(tag, ",")
-		f.name = items[0]
-		for _, item := range items[1:] {
-			switch item {
-			case "omitempty":
-				f.omitempty = true
-			case "omitzero":
-				f.omitzero = value.OmitZeroFunc(sf.Type)
-			case "embed":
-				info.supported = false // inlined from Go 1.27 on; not mirrored
-			}
-		}
-		switch {
-		case f.name == "-":
-			continue
-		case f.name == "" && sf.Anonymous:
-			f.inline = true
-		case f.name == "":
-			f.name = sf.Name
-		}
-		info.fields = append(info.fields, f)
-	}
-	structInfos.Store(t, info)
-	return info.fields, info.supported
-}
-
-// isEmpty is the converter's omitempty test.
-func isEmpty(v reflect.Value) bool {
-	switch v.Kind() {
-	case reflect.Array, reflect.String:
-		return v.Len() == 0
-	case reflect.Bool:
-		return !v.Bool()
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return v.Int() == 0
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return v.Uint() == 0
-	case reflect.Float32, reflect.Float64:
-		return v.Float() == 0
-	case reflect.Map, reflect.Slice:
-		return v.IsNil() || v.Len() == 0
-	case reflect.Pointer, reflect.Interface:
-		return v.IsNil()
-	}
-	return false
 }
