@@ -113,24 +113,9 @@ func appendValue(b []byte, v reflect.Value, prune, inList bool) ([]byte, bool, e
 		first := true
 		for _, k := range keys {
 			e := v.MapIndex(k)
-			if prune {
-				isNull, ok := convertsToNull(e)
-				if !ok {
-					return nil, false, nil
-				}
-				if isNull {
-					continue
-				}
-			}
-			if !first {
-				b = append(b, ',')
-			}
-			first = false
-			b = appendString(b, k.String())
-			b = append(b, ':')
 			var ok bool
 			var err error
-			if b, ok, err = appendValue(b, e, prune, false); !ok || err != nil {
+			if b, first, ok, err = appendEntry(b, first, k.String(), e, prune); !ok || err != nil {
 				return nil, ok, err
 			}
 		}
@@ -199,24 +184,9 @@ func appendStruct(b []byte, v reflect.Value, prune, root bool) ([]byte, bool, er
 		if !present {
 			continue
 		}
-		if prune {
-			isNull, ok := convertsToNull(fv)
-			if !ok {
-				return nil, false, nil
-			}
-			if isNull {
-				continue
-			}
-		}
-		if !first {
-			b = append(b, ',')
-		}
-		first = false
-		b = appendString(b, k.name)
-		b = append(b, ':')
 		var ok bool
 		var err error
-		if b, ok, err = appendValue(b, fv, prune, false); !ok || err != nil {
+		if b, first, ok, err = appendEntry(b, first, k.name, fv, prune); !ok || err != nil {
 			return nil, ok, err
 		}
 	}
@@ -262,24 +232,8 @@ func matchValue(dv, lv reflect.Value, prune, inList bool) (match, ok bool) {
 		}
 		iter := dv.MapRange()
 		for iter.Next() {
-			e := iter.Value()
-			if prune {
-				isNull, ok := convertsToNull(e)
-				if !ok {
-					return false, false
-				}
-				if isNull {
-					continue
-				}
-			}
 			le := lv.MapIndex(iter.Key())
-			if !le.IsValid() {
-				if m, ok := missingConverted(e, prune); !ok || !m {
-					return m, ok
-				}
-				continue
-			}
-			if m, ok := matchValue(e, le, prune, false); !ok || !m {
+			if m, ok := matchEntry(iter.Value(), le, le.IsValid(), prune); !ok || !m {
 				return m, ok
 			}
 		}
@@ -318,27 +272,49 @@ func matchStruct(dv, lv reflect.Value, prune, root bool) (match, ok bool) {
 		if !present {
 			continue
 		}
-		if prune {
-			isNull, ok := convertsToNull(fv)
-			if !ok {
-				return false, false
-			}
-			if isNull {
-				continue
-			}
-		}
-		le, present := k.resolve(lv)
-		if !present {
-			if m, ok := missingConverted(fv, prune); !ok || !m {
-				return m, ok
-			}
-			continue
-		}
-		if m, ok := matchValue(fv, le, prune, false); !ok || !m {
+		le, livePresent := k.resolve(lv)
+		if m, ok := matchEntry(fv, le, livePresent, prune); !ok || !m {
 			return m, ok
 		}
 	}
 	return true, true
+}
+
+// written says whether a map entry or struct field with value v is
+// written: in pruneNulls' reach, not when the converter writes null.
+func written(v reflect.Value, prune bool) (yes, ok bool) {
+	if !prune {
+		return true, true
+	}
+	isNull, ok := convertsToNull(v)
+	return !isNull, ok
+}
+
+// appendEntry appends `"name":value` to an object that has had entries
+// before unless first, and says whether the next one is still the first.
+func appendEntry(b []byte, first bool, name string, v reflect.Value, prune bool) ([]byte, bool, bool, error) {
+	if yes, ok := written(v, prune); !ok || !yes {
+		return b, first, ok, nil
+	}
+	if !first {
+		b = append(b, ',')
+	}
+	b = appendString(b, name)
+	b = append(b, ':')
+	b, ok, err := appendValue(b, v, prune, false)
+	return b, false, ok, err
+}
+
+// matchEntry is Subset for one entry of a map or struct: d the desired
+// value, l the live one where the live side has the key.
+func matchEntry(d, l reflect.Value, livePresent, prune bool) (match, ok bool) {
+	if yes, ok := written(d, prune); !ok || !yes {
+		return ok, ok // an entry not written asks nothing of live
+	}
+	if !livePresent {
+		return missingConverted(d, prune)
+	}
+	return matchValue(d, l, prune, false)
 }
 
 // matchConverted is the exact answer for a shape the walk does not

@@ -9,9 +9,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -25,18 +22,8 @@ func TestDesiredWalksAgreeWithConversion(t *testing.T) {
 	t.Logf("seed %d", seed)
 	rnd := rand.New(rand.NewSource(seed))
 	fill := randomFiller(rnd)
-	kinds := []func() runtime.Object{
-		func() runtime.Object { return &appsv1.StatefulSet{} },
-		func() runtime.Object { return &corev1.Service{} },
-		func() runtime.Object { return &corev1.ServiceAccount{} },
-		func() runtime.Object { return &networkingv1.NetworkPolicy{} },
-		func() runtime.Object { return &networkingv1.Ingress{} },
-		func() runtime.Object { return &policyv1.PodDisruptionBudget{} },
-		func() runtime.Object { return &corev1.Pod{} },
-		func() runtime.Object { return &corev1.Secret{} },
-	}
 	var hashed, compared, matched, fellBack int
-	for _, newObj := range kinds {
+	for _, newObj := range appliedKinds {
 		for range 120 {
 			desired := newObj()
 			fill.Fill(desired)

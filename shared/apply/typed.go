@@ -78,13 +78,7 @@ func subsetValue(want any, sv reflect.Value) (match, ok bool) {
 		keyType := sv.Type().Key()
 		for k, wv := range w {
 			lv := sv.MapIndex(reflect.ValueOf(k).Convert(keyType))
-			if !lv.IsValid() {
-				if missingMatches(wv) {
-					continue
-				}
-				return false, true
-			}
-			if m, ok := subsetValue(wv, lv); !ok || !m {
+			if m, ok := subsetEntry(wv, lv, lv.IsValid()); !ok || !m {
 				return m, ok
 			}
 		}
@@ -129,17 +123,20 @@ func subsetStruct(want map[string]any, sv reflect.Value, skipTypeMeta bool) (mat
 		if !ok {
 			return false, false
 		}
-		if !present {
-			if missingMatches(wv) {
-				continue
-			}
-			return false, true
-		}
-		if m, ok := subsetValue(wv, lv); !ok || !m {
+		if m, ok := subsetEntry(wv, lv, present); !ok || !m {
 			return m, ok
 		}
 	}
 	return true, true
+}
+
+// subsetEntry is Subset for one entry of a map or struct, lv the live
+// value where the live side has the key.
+func subsetEntry(want any, lv reflect.Value, present bool) (match, ok bool) {
+	if !present {
+		return missingMatches(want), true
+	}
+	return subsetValue(want, lv)
 }
 
 // missingMatches is Subset's rule for a field live does not have: only an

@@ -31,19 +31,9 @@ func TestTypedSubsetAgreesWithConversion(t *testing.T) {
 	t.Logf("seed %d", seed)
 	rnd := rand.New(rand.NewSource(seed))
 	fill := randomFiller(rnd)
-	kinds := []func() runtime.Object{
-		func() runtime.Object { return &appsv1.StatefulSet{} },
-		func() runtime.Object { return &corev1.Service{} },
-		func() runtime.Object { return &corev1.ServiceAccount{} },
-		func() runtime.Object { return &networkingv1.NetworkPolicy{} },
-		func() runtime.Object { return &networkingv1.Ingress{} },
-		func() runtime.Object { return &policyv1.PodDisruptionBudget{} },
-		func() runtime.Object { return &corev1.Pod{} },
-		func() runtime.Object { return &corev1.Secret{} }, // []byte values
-	}
 	derivations := []func(map[string]any, *rand.Rand) map[string]any{exactCopy, someFields, oneLeafChanged, oneFieldAdded, oneLeafRetyped, oneNodeFlattened}
 	var judged, matched, fellBack int
-	for _, newObj := range kinds {
+	for _, newObj := range appliedKinds {
 		for range 150 {
 			live := newObj()
 			fill.Fill(live)
@@ -378,4 +368,17 @@ func TestConvertCustomIntOrString(t *testing.T) {
 	got, err := convertCustom(pointerEntry, reflect.ValueOf((*intstr.IntOrString)(nil)))
 	assert.NoError(t, err)
 	assert.Nil(t, got)
+}
+
+// appliedKinds makes the kinds the operators apply, and Pods (the deepest
+// core type) and Secrets ([]byte values), for the random-object tests.
+var appliedKinds = []func() runtime.Object{
+	func() runtime.Object { return &appsv1.StatefulSet{} },
+	func() runtime.Object { return &corev1.Service{} },
+	func() runtime.Object { return &corev1.ServiceAccount{} },
+	func() runtime.Object { return &networkingv1.NetworkPolicy{} },
+	func() runtime.Object { return &networkingv1.Ingress{} },
+	func() runtime.Object { return &policyv1.PodDisruptionBudget{} },
+	func() runtime.Object { return &corev1.Pod{} },
+	func() runtime.Object { return &corev1.Secret{} }, // []byte values
 }
