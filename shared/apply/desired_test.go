@@ -4,7 +4,6 @@ import (
 	"math/rand"
 	"reflect"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -18,10 +17,7 @@ import (
 // objects that are the desired one, a mix of it and another at every depth,
 // or another altogether.
 func TestDesiredWalksAgreeWithConversion(t *testing.T) {
-	seed := time.Now().UnixNano()
-	t.Logf("seed %d", seed)
-	rnd := rand.New(rand.NewSource(seed))
-	fill := randomFiller(rnd)
+	rnd, fill := randomFiller(t)
 	var hashed, compared, matched, fellBack int
 	for _, newObj := range appliedKinds {
 		for range 120 {

@@ -27,10 +27,7 @@ import (
 // at random; every want derived from one is judged by typedSubset and by
 // Subset over the converted object, and the two must agree.
 func TestTypedSubsetAgreesWithConversion(t *testing.T) {
-	seed := time.Now().UnixNano()
-	t.Logf("seed %d", seed)
-	rnd := rand.New(rand.NewSource(seed))
-	fill := randomFiller(rnd)
+	rnd, fill := randomFiller(t)
 	derivations := []func(map[string]any, *rand.Rand) map[string]any{exactCopy, someFields, oneLeafChanged, oneFieldAdded, oneLeafRetyped, oneNodeFlattened}
 	var judged, matched, fellBack int
 	for _, newObj := range appliedKinds {
@@ -324,9 +321,13 @@ func BenchmarkCompareServedStatefulSet(b *testing.B) {
 }
 
 // randomFiller fills API objects at random, with valid quantities, ports,
-// times and raw extensions (the converter needs them well formed).
-func randomFiller(rnd *rand.Rand) *randfill.Filler {
-	return randfill.New().RandSource(rnd).NilChance(0.3).NumElements(0, 2).MaxDepth(12).Funcs(
+// times and raw extensions (the converter needs them well formed). The seed
+// is logged so that a failure can be replayed.
+func randomFiller(t *testing.T) (*rand.Rand, *randfill.Filler) {
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rnd := rand.New(rand.NewSource(seed))
+	return rnd, randfill.New().RandSource(rnd).NilChance(0.3).NumElements(0, 2).MaxDepth(12).Funcs(
 		func(q *resource.Quantity, c randfill.Continue) {
 			*q = resource.MustParse([]string{"0", "1", "500m", "1Gi", "2.5", "100M"}[c.Intn(6)])
 		},
