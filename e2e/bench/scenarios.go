@@ -553,11 +553,7 @@ func (b *bench) rollOverhead(ctx context.Context) error {
 	for _, p := range list.Items {
 		old[p.UID] = p.Name
 	}
-	type member struct {
-		created time.Time
-		ready   time.Time
-	}
-	members := map[types.UID]*member{}
+	members := map[types.UID]*rollMember{}
 	names := map[types.UID]string{}
 	deleted := map[string]time.Time{} // old Pod name → first seen terminating or gone
 	start := time.Now()
@@ -565,7 +561,20 @@ func (b *bench) rollOverhead(ctx context.Context) error {
 		return err
 	}
 	deadline := start.Add(*flagTimeout)
+	var end time.Time
 	for {
+		// The fleet is read before the Pods: once it reports Ready the
+		// list that follows holds every replacement Ready, so the roll
+		// ends with each new member seen serving. Read the other way
+		// round, the last replacement could turn Ready between the two
+		// reads and the loop ended without seeing it (CI, 8754249).
+		got := &fleetv1.CelldFleet{}
+		if err := b.k8s.Get(ctx, client.ObjectKeyFromObject(f), got); err != nil {
+			return err
+		}
+		if end.IsZero() && readyOn(got, "1.1.0") {
+			end = time.Now()
+		}
 		list := &corev1.PodList{}
 		if err := b.k8s.List(ctx, list, client.InNamespace(ns)); err != nil {
 			return err
@@ -590,11 +599,15 @@ func (b *bench) rollOverhead(ctx context.Context) error {
 				if now.Before(created) {
 					created = now
 				}
-				m = &member{created: created}
+				m = &rollMember{created: created}
 				members[p.UID], names[p.UID] = m, p.Name
 			}
 			if m.ready.IsZero() && podReady(p) && b.serving(p.Status.PodIP, "1.1.0") {
 				m.ready = now
+				if !end.IsZero() {
+					// The fleet's Ready already said it served.
+					m.ready = end
+				}
 			}
 		}
 		for uid, name := range old {
@@ -602,25 +615,18 @@ func (b *bench) rollOverhead(ctx context.Context) error {
 				deleted[name] = now
 			}
 		}
-		got := &fleetv1.CelldFleet{}
-		if err := b.k8s.Get(ctx, client.ObjectKeyFromObject(f), got); err != nil {
-			return err
-		}
-		if readyOn(got, "1.1.0") {
+		if !end.IsZero() && servingCount(members) == len(members) {
 			break
 		}
-		if now.After(deadline) {
-			return fmt.Errorf("roll not done after %s", *flagTimeout)
+		if now.After(deadline) || !end.IsZero() && now.Sub(end) > 30*time.Second {
+			return fmt.Errorf("roll not done after %s: fleet Ready on the new version %v, %d of %d new members seen serving",
+				now.Sub(start).Round(time.Second), !end.IsZero(), servingCount(members), len(members))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	end := time.Now()
 	r := Roll{Members: rollMembers, RollSeconds: round(end.Sub(start).Seconds(), 2), MemberSeconds: map[string]float64{}}
 	since := func(t time.Time) float64 { return round(t.Sub(start).Seconds(), 2) }
 	for uid, m := range members {
-		if m.ready.IsZero() {
-			return fmt.Errorf("member %s never seen serving", names[uid])
-		}
 		// Both ends are seen by the same 100 ms poll, so their errors
 		// roughly cancel.
 		d := m.ready.Sub(m.created).Seconds()
@@ -650,6 +656,22 @@ func (b *bench) rollOverhead(ctx context.Context) error {
 	r.OverheadPerMember = round(r.OverheadSeconds/float64(rollMembers), 2)
 	b.res.Roll = r
 	return nil
+}
+
+// rollMember is one replacement Pod of the rolled fleet, as the poll saw it.
+type rollMember struct {
+	created time.Time
+	ready   time.Time // first poll that saw it Ready with a healthy /state on the new version
+}
+
+func servingCount(members map[types.UID]*rollMember) int {
+	n := 0
+	for _, m := range members {
+		if !m.ready.IsZero() {
+			n++
+		}
+	}
+	return n
 }
 
 // Reaction is the image change → first member delete probe.
