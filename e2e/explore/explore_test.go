@@ -120,7 +120,7 @@ func TestExplore(t *testing.T) {
 			require.NoError(t, err)
 			res := runSequence(t, r, seq.Actions)
 			if len(res.Violations) > 0 {
-				t.Errorf("sequence (found: %s)\n%s\nviolates:\n%s", seq.Found, Describe(seq.Actions), strings.Join(res.Violations, "\n"))
+				t.Errorf("sequence (found: %s)\n%s\nviolates:\n%s%s", seq.Found, Describe(seq.Actions), strings.Join(res.Violations, "\n"), traceOf(res))
 			}
 		})
 	}
@@ -134,7 +134,7 @@ func TestExplore(t *testing.T) {
 			t.Run(fmt.Sprintf("replay-%d", i+1), func(t *testing.T) {
 				res := runSequence(t, r, seq.Actions)
 				if len(res.Violations) > 0 {
-					t.Errorf("%s\nviolates:\n%s", Describe(seq.Actions), strings.Join(res.Violations, "\n"))
+					t.Errorf("%s\nviolates:\n%s%s", Describe(seq.Actions), strings.Join(res.Violations, "\n"), traceOf(res))
 				}
 			})
 		}
@@ -163,7 +163,7 @@ func TestExplore(t *testing.T) {
 				return
 			}
 			found := res.Violations[0]
-			t.Errorf("seed %d (EXPLORE_SEED=%d EXPLORE_COUNT=1 EXPLORE_ACTIONS=%d):\n%s\nviolates:\n%s", seed, seed, actions, Describe(seq), strings.Join(res.Violations, "\n"))
+			t.Errorf("seed %d (EXPLORE_SEED=%d EXPLORE_COUNT=1 EXPLORE_ACTIONS=%d):\n%s\nviolates:\n%s%s", seed, seed, actions, Describe(seq), strings.Join(res.Violations, "\n"), traceOf(res))
 			// Shrinking reruns the sequence once per removal: only under
 			// make explore (EXPLORE_COUNT), never in make test.
 			if os.Getenv("EXPLORE_COUNT") == "" || os.Getenv("EXPLORE_SHRINK") == "0" {
@@ -234,4 +234,12 @@ func envInt(t *testing.T, name string, def int) int {
 	n, err := strconv.Atoi(v)
 	require.NoError(t, err, name)
 	return n
+}
+
+// traceOf prints the states that led to the first violation.
+func traceOf(res Result) string {
+	if len(res.Trace) == 0 {
+		return ""
+	}
+	return "\nthe states up to the first violation (P proxy, C captured, T terminating, ~ not running yet):\n  " + strings.Join(res.Trace, "\n  ")
 }

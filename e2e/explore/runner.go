@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -50,9 +51,15 @@ type Runner struct {
 // Result is what one sequence showed.
 type Result struct {
 	Violations []string
-	States     int
-	Took       time.Duration
+	// Trace: the states replayed up to the first violation, the last
+	// traceLength of them (snapshot.describe), so that an intermittent
+	// finding shows how it came about.
+	Trace  []string
+	States int
+	Took   time.Duration
 }
+
+const traceLength = 40
 
 // operatorWrites are the resources whose writes count at rest (everything
 // either operator writes; Pods are left out: kwok and the played istio-cni
@@ -119,13 +126,24 @@ func (r *Runner) Run(ctx context.Context, seq []Action) (Result, error) {
 		_ = r.K8s.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	}
 	j := newJudgement(w)
-	states := rec.replay(func(s *snapshot) { j.check(s, s.step) })
+	var recent, trace []string
+	states := rec.replay(func(s *snapshot) {
+		clean := len(j.violations) == 0
+		j.check(s, s.step)
+		recent = append(recent, s.describe(w.app))
+		if len(recent) > traceLength {
+			recent = recent[1:]
+		}
+		if clean && len(j.violations) > 0 {
+			trace = slices.Clone(recent)
+		}
+	})
 	if j.last != nil {
 		j.atRest = true
 		j.check(j.last, len(seq)+1)
 	}
 	problems = append(append(append(append(j.violations, j.missing()...), j.strictAtRest(j.last)...), j.honestAtRest(j.last)...), problems...)
-	return Result{Violations: problems, States: states, Took: time.Since(start)}, nil
+	return Result{Violations: problems, Trace: trace, States: states, Took: time.Since(start)}, nil
 }
 
 // reset removes what an earlier sequence left cluster-wide: the

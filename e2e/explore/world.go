@@ -54,6 +54,9 @@ type event struct {
 	step int
 	// at is when the recorder saw it.
 	at time.Time
+	// listed: found by a list after a watch ended, so recorded at the
+	// list's resourceVersion, not at the change's own.
+	listed bool
 }
 
 // recorder keeps every change of the watched resources, so the states the
@@ -177,13 +180,13 @@ func (r *recorder) resync(gvr schema.GroupVersionResource, list *unstructured.Un
 		listed[key(u)] = true
 		if old := known[key(u)]; old == nil || old.GetResourceVersion() != u.GetResourceVersion() {
 			known[key(u)] = u
-			record(event{rv: n, gvr: gvr, typ: watch.Modified, obj: u})
+			record(event{rv: n, gvr: gvr, typ: watch.Modified, obj: u, listed: true})
 		}
 	}
 	for k, u := range known {
 		if !listed[k] {
 			delete(known, k)
-			record(event{rv: n, gvr: gvr, typ: watch.Deleted, obj: u})
+			record(event{rv: n, gvr: gvr, typ: watch.Deleted, obj: u, listed: true})
 		}
 	}
 }
@@ -259,6 +262,9 @@ func (r *recorder) replay(check func(*snapshot)) int {
 	for _, e := range evs {
 		apply(e)
 		s.rv, s.step, s.at, s.last = e.rv, e.step, e.at, fmt.Sprintf("%s %s %s/%s", e.typ, e.gvr.Resource, e.obj.GetNamespace(), e.obj.GetName())
+		if e.listed {
+			s.last += " (found by a relist)"
+		}
 		check(s)
 	}
 	return len(evs) + 1
@@ -429,4 +435,42 @@ func uniq(values ...string) []string {
 		}
 	}
 	return out
+}
+
+// describe is one line of a state, for the trace printed with a violation:
+// the event that led to it and, in namespace ns, each Pod (P: runs a
+// proxy, C: redirected to ztunnel, T: terminating, ~: not running with an
+// address yet), the Istio policies, the namespace's data plane and mTLS
+// labels, and whether a ZTunnel exists.
+func (s *snapshot) describe(ns string) string {
+	var pods []string
+	for _, u := range s.in(gvrPods, ns) {
+		p := &corev1.Pod{}
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, p) != nil {
+			continue
+		}
+		flags := ""
+		for _, f := range []struct {
+			on bool
+			c  string
+		}{{podmesh.HasProxy(p), "P"}, {podmesh.Redirected(p), "C"}, {p.DeletionTimestamp != nil, "T"},
+			{p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "", "~"}} {
+			if f.on {
+				flags += f.c
+			}
+		}
+		uid := string(p.UID)
+		pods = append(pods, fmt.Sprintf("%s[%s]%s", p.Name, uid[max(0, len(uid)-4):], flags))
+	}
+	names := func(gvr schema.GroupVersionResource) []string {
+		var out []string
+		for _, u := range s.in(gvr, ns) {
+			out = append(out, u.GetName())
+		}
+		return out
+	}
+	nl := s.nsLabels(ns)
+	return fmt.Sprintf("rv %d step %d %s | pods %v | PA %v AP %v | ns %s=%q %s=%q | ztunnel %v",
+		s.rv, s.step, s.last, pods, names(gvrPAs), names(gvrAPs),
+		labels.IstioDataPlaneMode, nl[labels.IstioDataPlaneMode], labels.MeshMTLS, nl[labels.MeshMTLS], len(s.objs[gvrZTunnels]) > 0)
 }
