@@ -20,6 +20,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -602,4 +603,54 @@ func testAmbientSharedServiceAccount(t *testing.T, env *testenv.Env) {
 	assert.Equal(t, string(v1alpha1.ReasonAmbientSharedServiceAccount), c.Reason, c.Message)
 	assert.Contains(t, c.Message, "checkout")
 	assert.Contains(t, c.Message, "8080")
+}
+
+// testAmbientMemberMissing: a fleet in a STRICT ambient namespace stays
+// relaxed while a member it wants is missing. Between a member's old Pod
+// going and its replacement appearing, and for as long as the operator's
+// cache lags behind that replacement, every member it sees is captured;
+// tightening then refuses the replacement's plaintext to its peers until
+// istio-cni captures it (the explorer's sidecars-leave-for-ambient: sidecars
+// leaving for ambient, the last replacement not yet seen).
+func testAmbientMemberMissing(t *testing.T, env *testenv.Env) {
+	ctx := context.Background()
+	env.InstallCRDs(t, istioCRDFile(t))
+	createNamespace(t, env.Client, "gap")
+	f := fleet("gap", "g")
+	f.Spec.Replicas = ptr.To[int32](2)
+	f.Annotations = map[string]string{labels.IstioControlPlane: "istio-system"} // it ran sidecars before
+	require.NoError(t, env.Client.Create(ctx, f))
+	enroll(t, env.Client, "gap", "ambient")
+	h := newHarness(t, env, true)
+	h.reconcile(f)
+	playStatefulSet(t, env.Client, "gap", "g", "rev1")
+	capture := func(ordinal int) {
+		t.Helper()
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"enabled"}}}`, labels.IstioAmbientRedirection)
+		require.NoError(t, env.Client.Patch(ctx, memberPod("gap", "g", ordinal, false), client.RawPatch(types.MergePatchType, []byte(patch))))
+	}
+	relaxed := func() bool {
+		t.Helper()
+		err := h.get(policy(mesh.PeerAuthenticationKind), "gap", "g-mesh")
+		require.True(t, err == nil || apierrors.IsNotFound(err), "reading the PeerAuthentication: %v", err)
+		return err == nil
+	}
+	for m := range 2 {
+		runningMember(t, env.Client, "gap", "g", m, false, "rev1", "")
+		capture(m)
+	}
+	h.reconcile(f)
+	require.False(t, relaxed(), "every member captured under STRICT: 8081 is not relaxed")
+
+	// g-1 is replaced: its old Pod is gone, its replacement not created yet.
+	require.NoError(t, env.Client.Delete(ctx, memberPod("gap", "g", 1, false), client.GracePeriodSeconds(0)))
+	h.reconcile(f)
+	assert.True(t, relaxed(), "g-1 is missing and its replacement starts uncaptured: 8081 stays PERMISSIVE for it")
+
+	runningMember(t, env.Client, "gap", "g", 1, false, "rev2", "")
+	h.reconcile(f)
+	assert.True(t, relaxed(), "the replacement runs, not captured yet")
+	capture(1)
+	h.reconcile(f)
+	assert.False(t, relaxed(), "every member captured again")
 }

@@ -173,6 +173,7 @@ func TestIntegration(t *testing.T) {
 	t.Run("a name another fleet holds is reported naming both fleets", func(t *testing.T) { testCollisionNamesBothFleets(t, env) })
 	t.Run("proxies the fleet did not ask for are explained", func(t *testing.T) { testUnexplainedProxies(t, env) })
 	t.Run("ambient: a ServiceAccount shared with non-members is reported", func(t *testing.T) { testAmbientSharedServiceAccount(t, env) })
+	t.Run("ambient: a member missing keeps 8081 relaxed until its replacement is captured", func(t *testing.T) { testAmbientMemberMissing(t, env) })
 }
 
 func testCEL(t *testing.T, env *testenv.Env) {

@@ -31,7 +31,7 @@ import (
 // observeMesh decides the fleet's mesh state from the proxies its Pods run.
 func observeMesh(fleet *v1alpha1.CelldFleet, pods []corev1.Pod, sts *appsv1.StatefulSet, in mesh.Intent) mesh.State {
 	o := mesh.Observation{Desired: in.Sidecar, WasMeshed: mesh.WasMeshed(fleet), Ambient: in.Ambient, Requested: in.AsksForMesh(), Strict: in.Strict,
-		MayBeCaptured: in.MayBeCaptured()}
+		MayBeCaptured: in.MayBeCaptured(), Replicas: int(derefReplicas(fleet))}
 	if sts != nil && sts.Status.ObservedGeneration >= sts.Generation {
 		o.TargetRevision = sts.Status.UpdateRevision
 	}

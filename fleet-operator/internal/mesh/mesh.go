@@ -75,7 +75,9 @@ type Observation struct {
 	MayBeCaptured bool
 	// TargetRevision is the StatefulSet's update revision ("" if unknown).
 	TargetRevision string
-	Pods           []Pod
+	// Replicas is how many members the fleet wants (0: not known).
+	Replicas int
+	Pods     []Pod
 }
 
 // State is the decision.
@@ -117,9 +119,12 @@ type State struct {
 
 // Decide computes the state from what the cluster shows now.
 func Decide(o Observation) State {
-	withProxy, withoutProxy, captured, uncaptured := 0, 0, 0, 0
+	withProxy, withoutProxy, captured, uncaptured, running := 0, 0, 0, 0, 0
 	var missing, unwanted []string
 	for _, p := range o.Pods {
+		if !p.Terminating {
+			running++
+		}
 		switch {
 		case p.Terminating || p.Proxy:
 		case p.Captured:
@@ -175,7 +180,14 @@ func Decide(o Observation) State {
 		// lets the fleet be relaxed before the first release. (At PERMISSIVE
 		// plaintext is accepted anyway; the NetworkPolicy still limits 8081
 		// to peers and the operator.)
-		return State{Phase: Ambient, Policies: true, Relaxed: uncaptured > 0 || !o.Ambient || !o.Strict, Captured: captured > 0}
+		//
+		// A member the fleet wants but nobody sees running (its old Pod gone,
+		// its replacement not created yet or not in the cache yet) is a
+		// member still to be captured: counting only the Pods in sight would
+		// tighten 8081 just before a replacement starts, uncaptured, next to
+		// peers that then refuse its plaintext.
+		awaited := running < o.Replicas
+		return State{Phase: Ambient, Policies: true, Relaxed: uncaptured > 0 || awaited || !o.Ambient || !o.Strict, Captured: captured > 0}
 	case o.WasMeshed:
 		return State{Phase: Left, Standby: o.Requested, Relaxed: o.Requested}
 	default:
