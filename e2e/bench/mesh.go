@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -69,7 +70,12 @@ type MeshResult struct {
 	FloorSeconds float64 `json:"floorSeconds"`
 	FloorWrites  int     `json:"floorWrites"`
 	FloorRatio   float64 `json:"floorRatio"`
-	Error        string  `json:"error,omitempty"`
+	// PassCPU is where the CPU went from creating the ServiceMesh until all
+	// STRICT (the client: the mesh operator); FloorCPU over the floor (the
+	// client: this process, which sends the floor's writes).
+	PassCPU  CPUSplit `json:"passCPU"`
+	FloorCPU CPUSplit `json:"floorCPU"`
+	Error    string   `json:"error,omitempty"`
 }
 
 // perNamespaceResources are written once per enrolled namespace.
@@ -133,6 +139,10 @@ func (b *bench) enrollMesh(ctx context.Context, root string, m int, res *MeshRes
 	}
 	defer watch.stop()
 	if err := b.phaseOf(b.meshMetrics(), b.bed.Mesh, &res.Enroll, func() error {
+		cpu, err := b.startCPUWindow(b.bed.Mesh.Pid())
+		if err != nil {
+			return err
+		}
 		start = time.Now()
 		if err := b.k8s.Create(ctx, sm); err != nil {
 			return err
@@ -158,7 +168,8 @@ func (b *bench) enrollMesh(ctx context.Context, root string, m int, res *MeshRes
 				}
 			}
 			if cpReady > 0 && meshReady > 0 && strict > 0 {
-				return nil
+				res.PassCPU, err = cpu.stop()
+				return err
 			}
 			if err := b.bed.Healthy(); err != nil {
 				return err
@@ -321,6 +332,10 @@ func (b *bench) meshFloor(ctx context.Context, names []string, res *MeshResult) 
 		return err
 	}
 	var writes atomic.Int64
+	cpu, err := b.startCPUWindow(os.Getpid())
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	next := make(chan job)
 	errs := make(chan error, floorClients)
@@ -378,6 +393,9 @@ feed:
 		return applyErr
 	}
 	res.FloorSeconds = round(time.Since(start).Seconds(), 2)
+	if res.FloorCPU, err = cpu.stop(); err != nil {
+		return err
+	}
 	res.FloorWrites = int(writes.Load())
 	if res.FloorSeconds > 0 {
 		res.FloorRatio = round(res.ReadyToStrictSeconds/res.FloorSeconds, 2)

@@ -236,6 +236,23 @@ func markdown(r *Run) string {
 				fmtReq(m.Enroll.Requests), m.Enroll.Writes, fmtReq(m.WritesByResource), fmtReq(m.PerNamespace),
 				fmtReq(m.Settle.Requests), m.Settle.Writes, m.PeakRSSMiB, m.LoadAvgStart, m.LoadAvgEnd)
 		}
+		s.WriteString("\nWhere the CPU went, per namespace: the machine's busy cores over each window, and the CPU of the bed's API server, its etcd and the client that sent the writes (the mesh operator for the pass, the bench for the floor), divided by M (see docs/benchmark.md):\n\n")
+		s.WriteString("| M | window | s | busy cores | API server ms/ns | etcd ms/ns | client ms/ns |\n| ---: | --- | ---: | ---: | ---: | ---: | ---: |\n")
+		for _, m := range r.Mesh {
+			if m.Error != "" || m.Namespaces == 0 {
+				continue
+			}
+			for _, w := range []struct {
+				name string
+				cpu  CPUSplit
+			}{{"creating the ServiceMesh → all STRICT", m.PassCPU}, {"floor", m.FloorCPU}} {
+				if w.cpu.Seconds == 0 {
+					continue // not run (the smoke runs no floor)
+				}
+				fmt.Fprintf(&s, "| %d | %s | %.1f | %.2f | %s | %s | %s |\n", m.Namespaces, w.name, w.cpu.Seconds, w.cpu.BusyCores,
+					perNamespaceMS(w.cpu.APIServerSeconds, m.Namespaces), perNamespaceMS(w.cpu.EtcdSeconds, m.Namespaces), perNamespaceMS(w.cpu.ClientSeconds, m.Namespaces))
+			}
+		}
 		if len(r.MeshLinearity) > 0 {
 			s.WriteString("\nWrites as a per namespace + a fixed part, over the namespace counts (see docs/benchmark.md):\n\n")
 			for _, l := range r.MeshLinearity {
@@ -528,4 +545,9 @@ func median(v []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// perNamespaceMS is seconds of CPU as milliseconds per namespace.
+func perNamespaceMS(seconds float64, namespaces int) string {
+	return fmt.Sprintf("%.1f", seconds*1000/float64(namespaces))
 }

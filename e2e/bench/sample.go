@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ericdev/fleetmesh/e2e/cluster/local"
 	"github.com/ericdev/fleetmesh/e2e/harness"
 )
 
@@ -327,4 +328,89 @@ func reconcileErrorsFrom(path string, offset int64) int {
 		return 0
 	}
 	return strings.Count(string(b[offset:]), `"Reconciler error"`)
+}
+
+// CPUSplit is where the machine's CPU went over one timed window: how many
+// cores were busy on average (every process on the host, from /proc/stat),
+// and the CPU seconds of the bed's API server and etcd and of the client
+// whose writes were timed. Both the mesh pass and its floor run with every
+// core busy on the 2-core host, so their times compare the CPU each spends
+// per namespace more than any latency; this says whose CPU it was.
+type CPUSplit struct {
+	Seconds          float64 `json:"seconds"`
+	BusyCores        float64 `json:"busyCores"`
+	APIServerSeconds float64 `json:"apiServerCPUSeconds"`
+	EtcdSeconds      float64 `json:"etcdCPUSeconds"`
+	ClientSeconds    float64 `json:"clientCPUSeconds"`
+}
+
+// cpuWindow is a CPUSplit being measured.
+type cpuWindow struct {
+	pids  [3]int // API server, etcd, client
+	start time.Time
+	busy  float64
+	cpu   [3]float64
+}
+
+// startCPUWindow starts measuring the machine, the bed's API server and
+// etcd, and client (a pid) from now.
+func (b *bench) startCPUWindow(client int) (*cpuWindow, error) {
+	apiserver, etcd, err := controlPlanePIDs(b.bed)
+	if err != nil {
+		return nil, err
+	}
+	w := &cpuWindow{pids: [3]int{apiserver, etcd, client}, start: time.Now()}
+	if w.busy, err = machineBusySeconds(); err != nil {
+		return nil, err
+	}
+	for i, pid := range w.pids {
+		if w.cpu[i], err = cpuSeconds(pid); err != nil {
+			return nil, fmt.Errorf("CPU of pid %d: %w", pid, err)
+		}
+	}
+	return w, nil
+}
+
+// stop ends the window.
+func (w *cpuWindow) stop() (CPUSplit, error) {
+	elapsed := time.Since(w.start).Seconds()
+	busy, err := machineBusySeconds()
+	if err != nil {
+		return CPUSplit{}, err
+	}
+	var cpu [3]float64
+	for i, pid := range w.pids {
+		c, err := cpuSeconds(pid)
+		if err != nil {
+			return CPUSplit{}, fmt.Errorf("CPU of pid %d: %w", pid, err)
+		}
+		cpu[i] = round(c-w.cpu[i], 2)
+	}
+	return CPUSplit{Seconds: round(elapsed, 2), BusyCores: round((busy-w.busy)/elapsed, 2),
+		APIServerSeconds: cpu[0], EtcdSeconds: cpu[1], ClientSeconds: cpu[2]}, nil
+}
+
+// controlPlanePIDs finds the bed's kube-apiserver and etcd in the local
+// provider's process records: each is the leader of its own process group.
+func controlPlanePIDs(bed *harness.Bed) (apiserver, etcd int, err error) {
+	dir := bed.Opts.Cluster.WorkDir
+	if dir == "" {
+		dir = filepath.Join(bed.Opts.WorkDir, "cluster")
+	}
+	recs, err := local.ReadProcessRecords(dir)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, r := range recs {
+		switch r.Name {
+		case "kube-apiserver":
+			apiserver = r.PGID
+		case "etcd":
+			etcd = r.PGID
+		}
+	}
+	if apiserver == 0 || etcd == 0 {
+		return 0, 0, fmt.Errorf("no kube-apiserver or etcd in %s's process records", dir)
+	}
+	return apiserver, etcd, nil
 }

@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"runtime"
 	"testing"
 	"time"
 
@@ -59,6 +60,18 @@ func TestBenchSmoke(t *testing.T) {
 			assert.NotContains(t, k, " "+r, "a namespace-scoped write after all STRICT: %v", m.SettleWritesByResource)
 		}
 	}
+	// Where the CPU went over the pass: the bed's own API server and etcd
+	// were found and measured, and so was the operator. (The smoke runs no
+	// floor; the full bench measures it the same way.)
+	w := m.PassCPU
+	assert.Greater(t, w.Seconds, 0.0, "%+v", w)
+	assert.Greater(t, w.APIServerSeconds, 0.0, "the API server served the writes (%+v)", w)
+	assert.Greater(t, w.ClientSeconds, 0.0, "the operator sent them (%+v)", w)
+	assert.Greater(t, w.BusyCores, 0.0, "%+v", w)
+	assert.LessOrEqual(t, w.BusyCores, float64(runtime.NumCPU())+0.1, "busy cores are at most the host's (%+v)", w)
+	assert.LessOrEqual(t, w.APIServerSeconds+w.EtcdSeconds+w.ClientSeconds, w.BusyCores*w.Seconds+0.2, "part of the machine's busy time (%+v)", w)
+	assert.Contains(t, markdown(r), "| 10 | creating the ServiceMesh → all STRICT |", "the report shows where the CPU went")
+	assert.NotContains(t, markdown(r), "| 10 | floor |", "no floor was run")
 	assert.NotEmpty(t, r.Targets)
 	assert.NotEmpty(t, r.Host.UptimeStart)
 }
