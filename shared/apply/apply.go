@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -63,10 +64,11 @@ type Applier struct {
 	// Cache, when set, serves the live reads of the kinds in CachedKinds:
 	// typed objects for kinds in Client's scheme, unstructured otherwise.
 	// Give it the manager's cache (or its cache-backed client) and list only
-	// kinds the caller already watches, so no new informer is started. A
-	// NotFound from Cache is confirmed with an uncached read before anything
-	// is created: an object the cache has not seen yet, foreign or ours, is
-	// judged by what the API server holds, exactly as without a cache.
+	// kinds the caller already watches, so no new informer is started. After
+	// a NotFound from Cache the object is created only if nothing holds its
+	// name on the API server (see createOnly): an object the cache has not
+	// seen yet, foreign or ours, is then read and judged by what the API
+	// server holds, exactly as without a cache.
 	Cache client.Reader
 	// CachedKinds are the kinds Cache serves; every other kind is read
 	// through Client.
@@ -81,16 +83,20 @@ type Applier struct {
 
 // Apply makes the object desired (a typed object with TypeMeta set) live.
 // owner, when set, must be desired's controller: a live object without that
-// controller UID is a ConflictError and is never written.
+// controller UID is a ConflictError and is never written. An object that is
+// not there is created only if nothing holds the name when the create
+// arrives (createOnly), so one appearing after the read is never taken over.
 func (a *Applier) Apply(ctx context.Context, desired client.Object, owner metav1.Object) (Result, error) {
-	res, _, err := a.apply(ctx, desired, owner, nil)
+	res, _, err := a.apply(ctx, desired, owner, nil, false)
 	return res, err
 }
 
 // ApplyOver is Apply for a caller that holds the live object already: it
 // listed its own objects a moment ago. That object is compared with instead
-// of reading it once more. A nil live is read as Apply reads it, so an
-// object of someone else with desired's name is still found and refused.
+// of reading it once more. A nil live is one the caller's list did not
+// have: it is created only if nothing holds the name (createOnly), without a
+// read first; an object of someone else with desired's name makes the create
+// fail, and is then read and refused as Apply refuses it.
 // It also returns the object as it stands afterwards: the live one when
 // nothing was written, else the apply's answer, so a caller that decides
 // again in the same pass need not read it back.
@@ -99,7 +105,7 @@ func (a *Applier) ApplyOver(ctx context.Context, desired client.Object, owner me
 	if known != nil {
 		live = known
 	}
-	res, after, err := a.apply(ctx, desired, owner, live)
+	res, after, err := a.apply(ctx, desired, owner, live, true)
 	if err != nil {
 		return "", nil, err
 	}
@@ -112,7 +118,7 @@ func (a *Applier) ApplyOver(ctx context.Context, desired client.Object, owner me
 
 // apply is Apply over a live object the caller may hold. The object it
 // returns may be the cache's own (see cacheRead): it is read, never changed.
-func (a *Applier) apply(ctx context.Context, desired client.Object, owner metav1.Object, live client.Object) (Result, client.Object, error) {
+func (a *Applier) apply(ctx context.Context, desired client.Object, owner metav1.Object, live client.Object, listed bool) (Result, client.Object, error) {
 	gvk := desired.GetObjectKind().GroupVersionKind()
 	if gvk.Kind == "" {
 		return "", nil, fmt.Errorf("apply %T %s: TypeMeta must be set for server-side apply", desired, desired.GetName())
@@ -142,8 +148,35 @@ func (a *Applier) apply(ctx context.Context, desired client.Object, owner metav1
 		}
 	}
 
-	if live == nil {
-		live, err = a.liveObject(ctx, gvk, client.ObjectKeyFromObject(desired))
+	key := client.ObjectKeyFromObject(desired)
+	switch {
+	case live != nil:
+	case a.cached(gvk.GroupKind()):
+		live, err = a.cacheRead(ctx, gvk, key)
+	case listed:
+		err = apierrors.NewNotFound(schema.GroupResource{Group: gvk.Group, Resource: gvk.Kind}, key.Name)
+	default:
+		live, err = a.uncachedRead(ctx, gvk, key)
+	}
+	if apierrors.IsNotFound(err) {
+		// Nothing in sight holds the name: create the object, on the
+		// condition that nothing holds it on the API server either. A cache
+		// miss or the caller's list needs no read to confirm it.
+		m, cerr := content()
+		if cerr != nil {
+			return "", nil, cerr
+		}
+		setAnnotation(m, a.HashAnnotation, hash)
+		created, cerr := a.createOnly(ctx, m)
+		if cerr == nil {
+			return Created, created, nil
+		}
+		if !apierrors.IsConflict(cerr) {
+			return "", nil, fmt.Errorf("creating %s %s/%s: %w", gvk.Kind, desired.GetNamespace(), desired.GetName(), cerr)
+		}
+		// An object holds the name (someone else's, or ours where the cache
+		// lags): it is read and judged as any live object is.
+		live, err = a.uncachedRead(ctx, gvk, key)
 	}
 	exists := err == nil
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -184,6 +217,34 @@ func (a *Applier) apply(ctx context.Context, desired client.Object, owner metav1
 		return Updated, answer, nil
 	}
 	return Created, answer, nil
+}
+
+// createOnlyResourceVersion is the precondition of createOnly: no stored
+// object can have it (etcd's revisions are int64 counters far below it), so
+// the API server refuses the apply with a conflict whenever an object holds
+// the name, and it ignores a resourceVersion when the apply creates.
+const createOnlyResourceVersion = "9223372036854775807"
+
+// createOnly applies m, the whole desired content, only if no object holds
+// its name: a create in one request that never touches an existing object,
+// foreign or ours (a conflict error says one exists). Without it a create
+// needed a read first, and an object of someone else's that appeared between
+// the read and the forced apply was taken over. The returned object is the
+// API server's answer; m itself is not changed.
+func (a *Applier) createOnly(ctx context.Context, m map[string]any) (*unstructured.Unstructured, error) {
+	req := maps.Clone(m)
+	meta, _ := req["metadata"].(map[string]any)
+	meta = maps.Clone(meta)
+	if meta == nil {
+		meta = map[string]any{}
+	}
+	meta["resourceVersion"] = createOnlyResourceVersion
+	req["metadata"] = meta
+	answer := &unstructured.Unstructured{Object: req}
+	if err := a.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(answer), client.FieldOwner(a.FieldManager), client.ForceOwnership); err != nil {
+		return nil, err
+	}
+	return answer, nil
 }
 
 // desiredContent is what is applied: desired's unstructured form without
@@ -255,6 +316,11 @@ func (a *Applier) liveObject(ctx context.Context, gvk schema.GroupVersionKind, k
 			return obj, err
 		}
 	}
+	return a.uncachedRead(ctx, gvk, key)
+}
+
+// uncachedRead reads the object of kind gvk from the API server.
+func (a *Applier) uncachedRead(ctx context.Context, gvk schema.GroupVersionKind, key client.ObjectKey) (client.Object, error) {
 	live := &unstructured.Unstructured{}
 	live.SetGroupVersionKind(gvk)
 	if err := a.Client.Get(ctx, key, live); err != nil {

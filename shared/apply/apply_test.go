@@ -49,8 +49,9 @@ func desiredService() *corev1.Service {
 	}
 }
 
-// counters count the requests each client saw, by verb.
-type counters struct{ apiGets, cacheGets, applies, deletes int }
+// counters count the requests each client saw, by verb; createOnly are
+// the applies that create only if nothing holds the name.
+type counters struct{ apiGets, cacheGets, applies, createOnly, deletes int }
 
 // fixture is an Applier whose Client (the API server) and Cache (the
 // informers) are separate fake stores, so the test controls what each holds.
@@ -74,12 +75,28 @@ func newFixture(t *testing.T, apiObjs, cacheObjs []client.Object, apiErr, cacheE
 			}
 			return c.Get(ctx, key, obj, opts...)
 		},
-		Apply: func(_ context.Context, _ client.WithWatch, obj runtime.ApplyConfiguration, _ ...client.ApplyOption) error {
-			f.n.applies++
+		Apply: func(ctx context.Context, c client.WithWatch, obj runtime.ApplyConfiguration, _ ...client.ApplyOption) error {
 			u, ok := obj.(interface{ UnstructuredContent() map[string]any })
-			if ok {
-				f.applied = u.UnstructuredContent()
+			if !ok {
+				t.Fatalf("apply of %T", obj)
 			}
+			content := u.UnstructuredContent()
+			meta, _ := content["metadata"].(map[string]any)
+			if meta["resourceVersion"] == createOnlyResourceVersion {
+				// The API server's answer to this precondition: a conflict
+				// when any object holds the name (see the integration test).
+				f.n.createOnly++
+				if apiErr != nil {
+					return apiErr
+				}
+				held := &unstructured.Unstructured{Object: map[string]any{"apiVersion": content["apiVersion"], "kind": content["kind"]}}
+				if err := c.Get(ctx, client.ObjectKey{Namespace: meta["namespace"].(string), Name: meta["name"].(string)}, held); err == nil {
+					return apierrors.NewConflict(schema.GroupResource{Resource: "services"}, meta["name"].(string), errors.New("the object has been modified"))
+				}
+			} else {
+				f.n.applies++
+			}
+			f.applied = content
 			return nil
 		},
 		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
@@ -158,9 +175,11 @@ func TestCachedForeignObjectIsAConflict(t *testing.T) {
 	assert.Equal(t, counters{cacheGets: 1}, *f.n, "never written")
 }
 
-// A cache miss is confirmed against the API server: the cache may not have
-// seen the object yet, or (label-selected caches) may never see a foreign one.
-func TestCacheMissIsConfirmedUncached(t *testing.T) {
+// A cache miss is not taken on trust: the cache may not have seen the
+// object yet, or (label-selected caches) may never see a foreign one. The
+// create it leads to succeeds only if nothing holds the name on the API
+// server; otherwise the object is read and judged there.
+func TestCacheMissCreatesOnlyIfNothingHoldsTheName(t *testing.T) {
 	t.Run("foreign object only the API server shows: conflict, no write", func(t *testing.T) {
 		live := liveService(t, "uid-someone-else")
 		live.Labels = nil
@@ -168,21 +187,38 @@ func TestCacheMissIsConfirmedUncached(t *testing.T) {
 		_, err := f.a.Apply(context.Background(), desiredService(), owner)
 		var conflict *ConflictError
 		require.ErrorAs(t, err, &conflict)
-		assert.Equal(t, counters{cacheGets: 1, apiGets: 1}, *f.n)
+		assert.Equal(t, counters{cacheGets: 1, createOnly: 1, apiGets: 1}, *f.n, "the create is refused, then the holder is read")
 	})
 	t.Run("our object the cache has not seen yet: unchanged, no write", func(t *testing.T) {
 		f := newFixture(t, []client.Object{liveService(t, owner.UID)}, nil, nil, nil)
 		res, err := f.a.Apply(context.Background(), desiredService(), owner)
 		require.NoError(t, err)
 		assert.Equal(t, Unchanged, res)
-		assert.Equal(t, counters{cacheGets: 1, apiGets: 1}, *f.n)
+		assert.Equal(t, counters{cacheGets: 1, createOnly: 1, apiGets: 1}, *f.n)
 	})
-	t.Run("absent everywhere: created", func(t *testing.T) {
+	t.Run("absent everywhere: created in one request, without a read", func(t *testing.T) {
 		f := newFixture(t, nil, nil, nil, nil)
 		res, err := f.a.Apply(context.Background(), desiredService(), owner)
 		require.NoError(t, err)
 		assert.Equal(t, Created, res)
-		assert.Equal(t, counters{cacheGets: 1, apiGets: 1, applies: 1}, *f.n)
+		assert.Equal(t, counters{cacheGets: 1, createOnly: 1}, *f.n)
+		assert.NotEmpty(t, f.applied["metadata"].(map[string]any)["annotations"].(map[string]any)[hashKey], "created with the hash annotation")
+	})
+	t.Run("a kind read uncached: read first, then created only if still absent", func(t *testing.T) {
+		f := newFixture(t, nil, nil, nil, nil)
+		f.a.CachedKinds = nil
+		res, err := f.a.Apply(context.Background(), desiredService(), owner)
+		require.NoError(t, err)
+		assert.Equal(t, Created, res)
+		assert.Equal(t, counters{apiGets: 1, createOnly: 1}, *f.n)
+	})
+	t.Run("ApplyOver without a live object: the caller's list stands for the read", func(t *testing.T) {
+		f := newFixture(t, nil, nil, nil, nil)
+		f.a.CachedKinds = nil
+		res, _, err := f.a.ApplyOver(context.Background(), desiredService(), owner, nil)
+		require.NoError(t, err)
+		assert.Equal(t, Created, res)
+		assert.Equal(t, counters{createOnly: 1}, *f.n)
 	})
 }
 
