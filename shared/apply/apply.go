@@ -177,15 +177,20 @@ func (a *Applier) apply(ctx context.Context, desired client.Object, owner metav1
 		// An object holds the name (someone else's, or ours where the cache
 		// lags): it is read and judged as any live object is.
 		live, err = a.uncachedRead(ctx, gvk, key)
+		if apierrors.IsNotFound(err) {
+			// Gone again since the refused create: nothing is created
+			// without the precondition; the caller's next look starts over.
+			return "", nil, fmt.Errorf("creating %s %s/%s: %w", gvk.Kind, desired.GetNamespace(), desired.GetName(), cerr)
+		}
 	}
-	exists := err == nil
-	if err != nil && !apierrors.IsNotFound(err) {
+	if err != nil {
 		return "", nil, err
 	}
-	if exists && owner != nil && !metav1.IsControlledBy(live, owner) {
+	// From here the object exists: it is judged, and updated if it is ours.
+	if owner != nil && !metav1.IsControlledBy(live, owner) {
 		return "", nil, &ConflictError{Kind: gvk.Kind, Namespace: desired.GetNamespace(), Name: desired.GetName(), Owner: fmt.Sprintf("%s (uid %s)", owner.GetName(), owner.GetUID()), Holder: HolderOf(live)}
 	}
-	if exists && live.GetAnnotations()[a.HashAnnotation] == hash {
+	if live.GetAnnotations()[a.HashAnnotation] == hash {
 		same, ok := false, false
 		if walked {
 			same, ok = matchDesired(desired, live)
@@ -213,10 +218,7 @@ func (a *Applier) apply(ctx context.Context, desired client.Object, owner metav1
 	if err := a.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(answer), client.FieldOwner(a.FieldManager), client.ForceOwnership); err != nil {
 		return "", nil, fmt.Errorf("applying %s %s/%s: %w", gvk.Kind, desired.GetNamespace(), desired.GetName(), err)
 	}
-	if exists {
-		return Updated, answer, nil
-	}
-	return Created, answer, nil
+	return Updated, answer, nil
 }
 
 // createOnlyResourceVersion is the precondition of createOnly: no stored

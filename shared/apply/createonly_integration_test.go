@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -122,5 +123,22 @@ func TestCreateOnlyAtTheAPIServer(t *testing.T) {
 		for _, mf := range live.ManagedFields {
 			assert.NotEqual(t, "ours", mf.Manager, "nothing of ours was written to it: %+v", live.ManagedFields)
 		}
+	})
+
+	t.Run("the holder gone again before it is read: an error, nothing created without the precondition", func(t *testing.T) {
+		theirs := foreign(t, "vanishing")
+		vanishing := interceptor.NewClient(withWatch, interceptor.Funcs{
+			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+				if key.Name == "vanishing" {
+					require.NoError(t, c.Delete(ctx, theirs))
+				}
+				return c.Get(ctx, key, obj, opts...)
+			},
+		})
+		_, _, err := applier(vanishing).ApplyOver(ctx, desired("vanishing"), mine, nil)
+		require.Error(t, err)
+		assert.True(t, apierrors.IsConflict(err), "the refused create is the reason: %v", err)
+		err = env.Client.Get(ctx, client.ObjectKeyFromObject(theirs), &corev1.ConfigMap{})
+		assert.True(t, apierrors.IsNotFound(err), "nothing was created in its place: %v", err)
 	})
 }
