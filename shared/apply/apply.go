@@ -64,11 +64,10 @@ type Applier struct {
 	// Cache, when set, serves the live reads of the kinds in CachedKinds:
 	// typed objects for kinds in Client's scheme, unstructured otherwise.
 	// Give it the manager's cache (or its cache-backed client) and list only
-	// kinds the caller already watches, so no new informer is started. After
-	// a NotFound from Cache the object is created only if nothing holds its
-	// name on the API server (see createOnly): an object the cache has not
-	// seen yet, foreign or ours, is then read and judged by what the API
-	// server holds, exactly as without a cache.
+	// kinds the caller already watches, so no new informer is started. A
+	// NotFound from Cache is confirmed with an uncached read before anything
+	// is created: an object the cache has not seen yet, foreign or ours, is
+	// judged by what the API server holds, exactly as without a cache.
 	Cache client.Reader
 	// CachedKinds are the kinds Cache serves; every other kind is read
 	// through Client.
@@ -151,17 +150,17 @@ func (a *Applier) apply(ctx context.Context, desired client.Object, owner metav1
 	key := client.ObjectKeyFromObject(desired)
 	switch {
 	case live != nil:
-	case a.cached(gvk.GroupKind()):
-		live, err = a.cacheRead(ctx, gvk, key)
 	case listed:
 		err = apierrors.NewNotFound(schema.GroupResource{Group: gvk.Group, Resource: gvk.Kind}, key.Name)
 	default:
-		live, err = a.uncachedRead(ctx, gvk, key)
+		// A cache miss is still confirmed with a read: an N=1,000 fleet
+		// run without it converged slower (docs/benchmark.md, tenth round).
+		live, err = a.liveObject(ctx, gvk, key)
 	}
 	if apierrors.IsNotFound(err) {
 		// Nothing in sight holds the name: create the object, on the
-		// condition that nothing holds it on the API server either. A cache
-		// miss or the caller's list needs no read to confirm it.
+		// condition that nothing holds it on the API server either. The
+		// caller's list needs no read to confirm it.
 		m, cerr := content()
 		if cerr != nil {
 			return "", nil, cerr
