@@ -43,13 +43,10 @@ func TestCreateOnlyAtTheAPIServer(t *testing.T) {
 		return cm
 	}
 	var gets, applies atomic.Int32
-	counted := func(c client.WithWatch, onGet func(key client.ObjectKey)) client.Client {
+	counted := func(c client.WithWatch) client.Client {
 		return interceptor.NewClient(c, interceptor.Funcs{
 			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 				gets.Add(1)
-				if onGet != nil {
-					onGet(key)
-				}
 				return c.Get(ctx, key, obj, opts...)
 			},
 			Apply: func(ctx context.Context, c client.WithWatch, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
@@ -67,7 +64,7 @@ func TestCreateOnlyAtTheAPIServer(t *testing.T) {
 
 	t.Run("absent: created in one request, owned by our apply alone", func(t *testing.T) {
 		reset()
-		res, after, err := applier(counted(withWatch, nil)).ApplyOver(ctx, desired("fresh"), mine, nil)
+		res, after, err := applier(counted(withWatch)).ApplyOver(ctx, desired("fresh"), mine, nil)
 		require.NoError(t, err)
 		assert.Equal(t, Created, res)
 		assert.Equal(t, int32(0), gets.Load(), "no read: the caller's list said absent")
@@ -81,7 +78,7 @@ func TestCreateOnlyAtTheAPIServer(t *testing.T) {
 		assert.Equal(t, metav1.ManagedFieldsOperationApply, live.ManagedFields[0].Operation, "a later apply can drop what this one set")
 		assert.Equal(t, live.ResourceVersion, after.GetResourceVersion(), "the answer is the created object")
 
-		res, err = applier(counted(withWatch, nil)).Apply(ctx, desired("fresh"), mine)
+		res, err = applier(counted(withWatch)).Apply(ctx, desired("fresh"), mine)
 		require.NoError(t, err)
 		assert.Equal(t, Unchanged, res, "applied again: nothing to write")
 	})
@@ -89,7 +86,7 @@ func TestCreateOnlyAtTheAPIServer(t *testing.T) {
 	t.Run("someone else's object the caller's list missed: refused, untouched", func(t *testing.T) {
 		theirs := foreign(t, "listed-missed")
 		reset()
-		_, _, err := applier(counted(withWatch, nil)).ApplyOver(ctx, desired("listed-missed"), mine, nil)
+		_, _, err := applier(counted(withWatch)).ApplyOver(ctx, desired("listed-missed"), mine, nil)
 		var conflict *ConflictError
 		require.ErrorAs(t, err, &conflict)
 		assert.Equal(t, int32(1), gets.Load(), "the refused create, then one read of the holder")
