@@ -161,6 +161,7 @@ func TestIntegration(t *testing.T) {
 	t.Run("reads through the restricted cache: no request in steady state, conflicts and drift still seen", func(t *testing.T) { testCachedReads(t, env) })
 	t.Run("paused maintenance keeps the member template", func(t *testing.T) { testPaused(t, env) })
 	t.Run("a larger disk leaves the immutable claim template alone", func(t *testing.T) { testGrowDisk(t, env) })
+	t.Run("a new fleet's StatefulSet is written once, not again by the next pass", func(t *testing.T) { testStatefulSetWrittenOnce(t, env) })
 	// These install Gateway API and Istio CRDs into the shared API server.
 	t.Run("routing: CEL, Gateway API missing then present, Ingress, collisions, mode switch, removal", func(t *testing.T) { testRouting(t, env) })
 	t.Run("mesh: blocked without Istio's API, then join and leave with Istio's own schemas", func(t *testing.T) { testMesh(t, env) })
@@ -331,6 +332,39 @@ func testReconcile(t *testing.T, env *testenv.Env) {
 	assert.Equal(t, int64(1), h.writes.n.Load())
 	require.NoError(t, h.get(np, "gate", "orders"))
 	assert.Len(t, np.Spec.Ingress, 3, "the operator restores its ingress rules (with HBONE and the ambient probe source: an auto fleet asks for the mesh)")
+}
+
+// testStatefulSetWrittenOnce: the pass after the one that created the
+// members' StatefulSet finds it as it wants it. The API server fills in its
+// claim template (volumeMode, status); the next pass takes
+// the live template (claim templates are immutable), and when the first
+// pass's template lacked those fields their hashes differed, so every new
+// fleet's StatefulSet was written a second time, with nothing to change
+// but the hash annotation (1,000 PATCHes at N=1,000, docs/benchmark.md,
+// eleventh round). This API server runs no StatefulSet controller, so only
+// the operator changes the object.
+func testStatefulSetWrittenOnce(t *testing.T, env *testenv.Env) {
+	ctx := context.Background()
+	createNamespace(t, env.Client, "once")
+	for _, f := range []*v1alpha1.CelldFleet{fleet("once", "plain"), withStorageClass(fleet("once", "classed"), "gp3")} {
+		require.NoError(t, env.Client.Create(ctx, f))
+		h := newHarness(t, env, true)
+		h.reconcile(f)
+		created := &appsv1.StatefulSet{}
+		require.NoError(t, h.get(created, "once", f.Name))
+		for i := 0; i < 2; i++ {
+			h.reconcile(f)
+		}
+		now := &appsv1.StatefulSet{}
+		require.NoError(t, h.get(now, "once", f.Name))
+		assert.Equal(t, created.ResourceVersion, now.ResourceVersion, "%s: the StatefulSet is not written again (hash annotation %s, then %s)",
+			f.Name, created.Annotations[HashAnnotation], now.Annotations[HashAnnotation])
+	}
+}
+
+func withStorageClass(f *v1alpha1.CelldFleet, class string) *v1alpha1.CelldFleet {
+	f.Spec.Storage.StorageClassName = &class
+	return f
 }
 
 func testConflict(t *testing.T, env *testenv.Env) {

@@ -86,6 +86,11 @@ func StatefulSet(f *v1alpha1.CelldFleet) *appsv1.StatefulSet {
 		},
 	}
 	if s := f.Spec.Storage; s != nil {
+		// Written as the API server stores it (volumeMode and status are
+		// its defaults): the claim template is immutable, so the operator
+		// applies the live one once the StatefulSet exists, and a template
+		// that differed from it only in those defaults made every new
+		// fleet's second pass write the StatefulSet again.
 		sts.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{{
 			ObjectMeta: metav1.ObjectMeta{Name: DataVolume, Labels: names.CommonLabels(f.Name)},
 			Spec: corev1.PersistentVolumeClaimSpec{
@@ -94,7 +99,9 @@ func StatefulSet(f *v1alpha1.CelldFleet) *appsv1.StatefulSet {
 				Resources: corev1.VolumeResourceRequirements{
 					Requests: corev1.ResourceList{corev1.ResourceStorage: s.Size},
 				},
+				VolumeMode: ptr.To(corev1.PersistentVolumeFilesystem),
 			},
+			Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimPending},
 		}}
 		sts.Spec.PersistentVolumeClaimRetentionPolicy = &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
 			WhenDeleted: retention(s.WhenDeleted),
