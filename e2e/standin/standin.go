@@ -31,6 +31,7 @@ type Member struct {
 	started   time.Time
 	unhealthy bool
 	servers   []*http.Server
+	listeners []net.Listener
 	// firstRead is when /state was first read since the pool's last
 	// ResetStateReads, in Unix nanoseconds (0: not yet).
 	firstRead atomic.Int64
@@ -54,6 +55,7 @@ func (m *Member) Start() error {
 		}
 		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 		m.servers = append(m.servers, srv)
+		m.listeners = append(m.listeners, l)
 		go func() { _ = srv.Serve(l) }()
 	}
 	return nil
@@ -75,12 +77,17 @@ func (m *Member) Serve(appAddr, peerAddr string) error {
 	return <-errs
 }
 
-// Stop closes both listeners.
+// Stop closes both listeners. It closes them itself too: a server closed
+// before its Serve goroutine has run releases the port only when that
+// goroutine gets to it, and the Pod that takes the IP over needs it now.
 func (m *Member) Stop() {
 	for _, s := range m.servers {
 		_ = s.Close()
 	}
-	m.servers = nil
+	for _, l := range m.listeners {
+		_ = l.Close()
+	}
+	m.servers, m.listeners = nil, nil
 }
 
 // SetUnhealthy makes /state report healthy=false (fault injection).
@@ -160,34 +167,75 @@ type Pool struct {
 
 	mu      sync.Mutex
 	members map[string]*Member // by Pod UID
+	// retry holds the Pods whose stand-in could not start (its port was
+	// still taken), by UID; every Update tries them again.
+	retry map[string]PodInfo
 }
 
-// Sync makes the running stand-ins match pods: uid -> (name, ip, image, unhealthy).
+// Sync makes the running stand-ins match pods exactly: it stops those of
+// every other Pod.
 func (p *Pool) Sync(ctx context.Context, pods []PodInfo) []error {
+	want := make(map[string]bool, len(pods))
+	for _, pod := range pods {
+		want[pod.UID] = true
+	}
+	var gone []string
+	p.mu.Lock()
+	for uid := range p.members {
+		if !want[uid] {
+			gone = append(gone, uid)
+		}
+	}
+	for uid := range p.retry {
+		if !want[uid] {
+			gone = append(gone, uid)
+		}
+	}
+	p.mu.Unlock()
+	return p.Update(ctx, gone, pods)
+}
+
+// Update stops the stand-ins of the Pods in gone (by UID) and makes one run
+// for each of pods, retrying those that could not start before; it leaves
+// every other stand-in alone, so a caller that follows a Pod watch does work
+// for what changed, not for every member there is.
+func (p *Pool) Update(_ context.Context, gone []string, pods []PodInfo) []error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.members == nil {
 		p.members = map[string]*Member{}
+		p.retry = map[string]PodInfo{}
 	}
-	var errs []error
-	want := map[string]PodInfo{}
-	for _, pod := range pods {
-		want[pod.UID] = pod
-	}
-	// Stop stand-ins of Pods that are gone or moved first: kwok may hand a
-	// departed Pod's IP straight to its replacement.
-	for uid, m := range p.members {
-		if pod, ok := want[uid]; !ok || pod.IP != m.IP {
+	for _, uid := range gone {
+		if m, ok := p.members[uid]; ok {
 			m.Stop()
 			delete(p.members, uid)
 		}
+		delete(p.retry, uid)
 	}
+	for _, pod := range pods {
+		delete(p.retry, pod.UID) // superseded by what the caller saw now
+	}
+	for _, pod := range p.retry {
+		pods = append(pods, pod)
+	}
+	clear(p.retry)
+	// Stop stand-ins of Pods that moved before starting any: kwok may hand
+	// a departed Pod's IP straight to its replacement.
+	for _, pod := range pods {
+		if m, ok := p.members[pod.UID]; ok && m.IP != pod.IP {
+			m.Stop()
+			delete(p.members, pod.UID)
+		}
+	}
+	var errs []error
 	for _, pod := range pods {
 		m, ok := p.members[pod.UID]
 		if !ok {
 			m = &Member{Pod: pod.Name, IP: pod.IP, Version: VersionFromImage(pod.Image), StartupDelay: p.StartupDelay}
 			if err := m.Start(); err != nil {
 				errs = append(errs, err)
+				p.retry[pod.UID] = pod
 				continue
 			}
 			p.members[pod.UID] = m
