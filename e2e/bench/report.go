@@ -95,14 +95,12 @@ type Result struct {
 	Steady               Phase   `json:"steady"`
 	TemplateRoll         Phase   `json:"templateRoll"`
 	// PeakRSSMiB is the larger VmHWM of the process before and after the
-	// cold restart, taken before the floors; RSSKiBPerFleet = PeakRSSMiB / N.
-	// PeakRSSMiBWithFloors is the VmHWM at the end, the floors' copies in
-	// the operator's caches included.
+	// cold restart (the operator is stopped for the floors); RSSKiBPerFleet
+	// = PeakRSSMiB / N.
 	PeakRSSMiB              float64  `json:"peakRSSMiB"`
 	PeakRSSMiBBeforeRestart float64  `json:"peakRSSMiBBeforeRestart"`
 	PeakRSSMiBAfterRestart  float64  `json:"peakRSSMiBAfterRestart"`
 	RSSKiBPerFleet          float64  `json:"rssKiBPerFleet"`
-	PeakRSSMiBWithFloors    float64  `json:"peakRSSMiBWithFloors"`
 	Reaction                Reaction `json:"reaction"`
 	Restart                 Restart  `json:"restart"`
 	CPUSecondsTotal         float64  `json:"cpuSecondsTotal"`
