@@ -1,6 +1,6 @@
 // Package conditions holds what both operators' status vocabularies share:
 // the kstatus summary (Reconciling/Stalled) and the check that every
-// condition reason an API package declares is explained in
+// condition and event reason an API package declares is explained in
 // docs/troubleshooting.md.
 package conditions
 
@@ -17,15 +17,19 @@ import (
 	"strings"
 )
 
-// ReasonTypeName is the name each API package gives its reason type; the
-// documentation check finds the reasons by it, so a reason declared with
-// that type cannot be forgotten in a hand-kept list.
-const ReasonTypeName = "ConditionReason"
+// ReasonTypeName and EventReasonTypeName are the names each API package
+// gives its condition and event reason types; the documentation check finds
+// the reasons by them, so a reason declared with either type cannot be
+// forgotten in a hand-kept list.
+const (
+	ReasonTypeName      = "ConditionReason"
+	EventReasonTypeName = "EventReason"
+)
 
-// DeclaredReasons returns the string constants of type ReasonTypeName
-// declared in the Go package in dir (tests excluded), by value, with the
-// constant names that carry it.
-func DeclaredReasons(dir string) (map[string][]string, error) {
+// DeclaredReasons returns the string constants of type typeName declared
+// in the Go package in dir (tests excluded), by value, with the constant
+// names that carry it.
+func DeclaredReasons(dir, typeName string) (map[string][]string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
@@ -46,7 +50,7 @@ func DeclaredReasons(dir string) (map[string][]string, error) {
 				continue
 			}
 			for _, spec := range gd.Specs {
-				if err := addReasons(fset, spec.(*ast.ValueSpec), out); err != nil {
+				if err := addReasons(fset, spec.(*ast.ValueSpec), typeName, out); err != nil {
 					return nil, err
 				}
 			}
@@ -55,9 +59,9 @@ func DeclaredReasons(dir string) (map[string][]string, error) {
 	return out, nil
 }
 
-func addReasons(fset *token.FileSet, vs *ast.ValueSpec, out map[string][]string) error {
+func addReasons(fset *token.FileSet, vs *ast.ValueSpec, typeName string, out map[string][]string) error {
 	id, ok := vs.Type.(*ast.Ident)
-	if !ok || id.Name != ReasonTypeName {
+	if !ok || id.Name != typeName {
 		return nil
 	}
 	if len(vs.Values) != len(vs.Names) {
@@ -111,4 +115,40 @@ func Undocumented(declared map[string][]string, documented map[string]bool) []st
 	}
 	sort.Strings(out)
 	return out
+}
+
+// LiteralEventReasons lists the events the Go package in dir (tests
+// excluded) records with a string literal as reason: the reason argument of
+// an Eventf(regarding, related, type, reason, ...) call. Those bypass the
+// EventReason constants, and with them the documentation check.
+func LiteralEventReasons(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	fset := token.NewFileSet()
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, filepath.Join(dir, e.Name()), nil, 0)
+		if err != nil {
+			return nil, err
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok || len(call.Args) < 4 {
+				return true
+			}
+			if sel, ok := call.Fun.(*ast.SelectorExpr); !ok || sel.Sel.Name != "Eventf" {
+				return true
+			}
+			if lit, ok := call.Args[3].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+				out = append(out, fmt.Sprintf("%s: %s", fset.Position(lit.Pos()), lit.Value))
+			}
+			return true
+		})
+	}
+	return out, nil
 }

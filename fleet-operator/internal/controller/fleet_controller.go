@@ -528,6 +528,13 @@ func (r *FleetReconciler) reconcileServiceAccount(ctx context.Context, fleet *v1
 	return err
 }
 
+// membersEvent is the event recorded when an apply of the members'
+// StatefulSet changed it.
+var membersEvent = map[apply.Result]v1alpha1.EventReason{
+	apply.Created: v1alpha1.EventMembersCreated,
+	apply.Updated: v1alpha1.EventMembersUpdated,
+}
+
 // reconcileStatefulSet applies the members' StatefulSet, unless maintenance
 // is paused and it already exists: a paused fleet keeps the template and
 // replica count its members run, so not even a recreated Pod picks up a
@@ -552,7 +559,7 @@ func (r *FleetReconciler) reconcileStatefulSet(ctx context.Context, fleet *v1alp
 		return nil, false, err
 	}
 	if res != apply.Unchanged {
-		r.Recorder.Eventf(fleet, desired, corev1.EventTypeNormal, "Members"+string(res), "Apply",
+		r.Recorder.Eventf(fleet, desired, corev1.EventTypeNormal, string(membersEvent[res]), "Apply",
 			"%s the members' StatefulSet: %d replica(s) of %s", res, *desired.Spec.Replicas, fleet.Spec.Image)
 	}
 	sts = &appsv1.StatefulSet{}
@@ -608,7 +615,7 @@ func (r *FleetReconciler) growClaims(ctx context.Context, fleet *v1alpha1.CelldF
 			problems = append(problems, fmt.Sprintf("%s: %v", key.Name, err))
 			continue
 		}
-		r.Recorder.Eventf(fleet, pvc, corev1.EventTypeNormal, "DiskResizeRequested", "Resize", "Requested %s for claim %s (was %s)", want.String(), pvc.Name, have.String())
+		r.Recorder.Eventf(fleet, pvc, corev1.EventTypeNormal, string(v1alpha1.EventDiskResizeRequested), "Resize", "Requested %s for claim %s (was %s)", want.String(), pvc.Name, have.String())
 	}
 	if len(problems) > 0 {
 		return "Cannot grow member disks to " + want.String() + ": " + strings.Join(problems, "; ")
@@ -672,7 +679,7 @@ func (r *FleetReconciler) rollStep(ctx context.Context, fleet *v1alpha1.CelldFle
 	r.deleted[key] = uid
 	r.mu.Unlock()
 	log.FromContext(ctx).Info("replacing member", "pod", pod.Name, "uid", uid, "from", pod.Labels[revisionLabel], "to", in.TargetRevision, "members", in.Members)
-	r.Recorder.Eventf(fleet, pod, corev1.EventTypeNormal, "MemberReplaced", "Roll",
+	r.Recorder.Eventf(fleet, pod, corev1.EventTypeNormal, string(v1alpha1.EventMemberReplaced), "Roll",
 		"Replacing member %s (revision %s) with revision %s; its disk is kept", pod.Name, pod.Labels[revisionLabel], in.TargetRevision)
 	return nil
 }

@@ -163,7 +163,7 @@ func (r *FleetReconciler) deleteOwned(ctx context.Context, fleet *v1alpha1.Celld
 	if err != nil {
 		return fmt.Errorf("deleting %s %s: %w", desired.GetKind(), desired.GetName(), err)
 	}
-	r.Recorder.Eventf(fleet, nil, corev1.EventTypeNormal, "MeshPolicyDeleted", "Delete", "Deleted %s %s", desired.GetKind(), desired.GetName())
+	r.Recorder.Eventf(fleet, nil, corev1.EventTypeNormal, string(v1alpha1.EventMeshPolicyDeleted), "Delete", "Deleted %s %s", desired.GetKind(), desired.GetName())
 	return nil
 }
 

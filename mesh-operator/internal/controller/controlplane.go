@@ -89,11 +89,11 @@ func (r *ServiceMeshReconciler) reconcileControlPlane(ctx context.Context, mesh 
 	setControlPlaneConditions(st, plan, rd, actErr)
 	log.V(1).Info("control plane", "action", plan.Action, "ready", rd.ready, "reason", rd.reason, "phase", st.next.Phase, "error", actErr)
 	if st.next.Phase == PhaseReady && prevPhase != PhaseReady {
-		r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "ControlPlaneReady", "Reconcile", "%s", rd.msg)
+		r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.EventControlPlaneReady), "Reconcile", "%s", rd.msg)
 	}
 	if rd.controlPlane != nil && rd.controlPlane.Management == v1alpha1.ManagementAdopted &&
 		(mesh.Status.ControlPlane == nil || mesh.Status.ControlPlane.Management != v1alpha1.ManagementAdopted) {
-		r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "Adopted", "Reconcile",
+		r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.EventAdopted), "Reconcile",
 			"Adopted the existing %s control plane in %s; its lifecycle stays with its owner.", plan.Provider, rd.controlPlane.Namespace)
 	}
 
@@ -125,7 +125,7 @@ func setControlPlaneConditions(st *status, plan detect.Plan, rd readiness, actEr
 	case plan.Deferred:
 		st.next.Phase = PhaseDeferred
 		summaryReason, summaryMsg = blockedReason, blockedMsg
-		st.warnReason, st.warnMessage = "Deferred", blockedMsg
+		st.warnReason, st.warnMessage = string(v1alpha1.EventDeferred), blockedMsg
 	case blockedReason != "":
 		st.next.Phase = PhaseBlocked
 		summaryReason, summaryMsg = blockedReason, blockedMsg
@@ -248,7 +248,7 @@ func (r *ServiceMeshReconciler) installSail(ctx context.Context, mesh *v1alpha1.
 			rd.msg = err.Error()
 			return rd, withReason(v1alpha1.ReasonSailInstallFailed, err)
 		}
-		r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "SailOperatorInstalled", "Install",
+		r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.EventSailOperatorInstalled), "Install",
 			"Installed the Sail Operator chart %s %s into namespace %s.", ch.Metadata.Name, ch.Metadata.Version, ns)
 	}
 	if up := sailinstall.DecideUpgrade(rel, ch.Metadata.Version, r.Config.SailValues, sole); up.Upgrade {
@@ -260,7 +260,7 @@ func (r *ServiceMeshReconciler) installSail(ctx context.Context, mesh *v1alpha1.
 			rd.msg = err.Error()
 			return rd, withReason("SailInstallFailed", err)
 		}
-		r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "SailOperatorUpgraded", "Upgrade",
+		r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.EventSailOperatorUpgraded), "Upgrade",
 			"Upgraded the Sail Operator release in namespace %s (%s).", ns, up.Why)
 	}
 	rd.msg = fmt.Sprintf("The Sail Operator (chart %s %s) is installed in %s; the control plane is created next.", ch.Metadata.Name, ch.Metadata.Version, ns)

@@ -339,7 +339,7 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 		var conflict *enrollConflict
 		if errors.As(err, &conflict) {
 			conflicts = append(conflicts, fmt.Sprintf("%s %s/%s", conflict.err.Kind, conflict.err.Namespace, conflict.err.Name))
-			r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, "EnrollmentConflict", "Reconcile", "%s", err.Error())
+			r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, string(v1alpha1.EventEnrollmentConflict), "Reconcile", "%s", err.Error())
 		}
 		if err != nil {
 			errs = append(errs, err)
@@ -352,7 +352,7 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 			migrating = append(migrating, res.migration)
 		}
 		if !slices.Contains(mesh.Status.EnrolledNamespaces, ns.Name) {
-			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "NamespaceEnrolled", "Reconcile",
+			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.EventNamespaceEnrolled), "Reconcile",
 				"Enrolled namespace %s (requested by %s) at %s mTLS.", ns.Name, d.Reason, strings.ToUpper(res.mode.Mode))
 		}
 		if res.mode.Mode == contract.MTLSPermissive {
@@ -374,7 +374,7 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 		if err := r.leaveNamespace(ctx, mesh, ns, policies[ns.Name]); err != nil {
 			errs = append(errs, err)
 		} else if slices.Contains(mesh.Status.EnrolledNamespaces, ns.Name) {
-			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "NamespaceReleased", "Reconcile",
+			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.EventNamespaceReleased), "Reconcile",
 				"Released namespace %s (%s): state labels, policies and data-plane label removed.", ns.Name, decisions[ns.Name].Reason)
 		}
 	}
@@ -395,7 +395,7 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 	}
 	if len(errs) > 0 {
 		err := errors.Join(errs...)
-		r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, "EnrollmentFailed", "Reconcile", "%s", err.Error())
+		r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, string(v1alpha1.EventEnrollmentFailed), "Reconcile", "%s", err.Error())
 		return wait, err
 	}
 	return wait, nil
@@ -871,7 +871,7 @@ func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha
 		}
 		delete(res.policies, policyKey(enroll.KindAuthorizationPolicy, enroll.BaselinePolicyName))
 		if deleted {
-			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "BaselineWithdrawn", "Reconcile",
+			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.EventBaselineWithdrawn), "Reconcile",
 				"Removed AuthorizationPolicy %s/%s: %s (%s mTLS in force, %s).", ns.Name, enroll.BaselinePolicyName,
 				baselineWhy(mesh.Spec.Isolation), strings.ToUpper(mtlsInForce), res.mode.Reason)
 		}
@@ -916,7 +916,7 @@ func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha
 		}
 		res.policies[policyKey(enroll.KindAuthorizationPolicy, enroll.BaselinePolicyName)] = after
 		if result == apply.Created {
-			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, "BaselineApplied", "Reconcile",
+			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.EventBaselineApplied), "Reconcile",
 				"Applied the allow-nothing AuthorizationPolicy %s/%s (isolation strict, STRICT mTLS in force): workloads admit only what their own ALLOW policies admit.",
 				ns.Name, enroll.BaselinePolicyName)
 		}

@@ -147,7 +147,7 @@ func (r *ServiceMeshReconciler) awaitCNIRelease(ctx context.Context, mesh *v1alp
 	}
 	deadline := mesh.DeletionTimestamp.Add(timeout)
 	if r.Now().After(deadline) {
-		r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, "CNIReleaseTimedOut", "Delete",
+		r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, string(v1alpha1.EventCNIReleaseTimedOut), "Delete",
 			"Removing ZTunnel and IstioCNI after waiting %s: istio-cni still redirects %d Pods of namespaces that left the mesh (%s); restart them to restore their traffic.",
 			timeout, len(pods), listed(pods))
 		return "", nil
