@@ -38,8 +38,8 @@ func (b *bench) all(ctx context.Context) error {
 	// The fleet operator's CPU over this N, summed over its processes (the
 	// cold restart and the floors each start a new one): retire adds what
 	// the running one used since base, before it is stopped.
-	cpuSpent, cpuBase := 0.0, 0.0
-	cpuBase, _ = cpuSeconds(b.bed.Fleet.Pid())
+	cpuSpent := 0.0
+	cpuBase, _ := cpuSeconds(b.bed.Fleet.Pid())
 	retire := func() {
 		if cpu, err := cpuSeconds(b.bed.Fleet.Pid()); err == nil {
 			cpuSpent += cpu - cpuBase
