@@ -30,20 +30,12 @@ const (
 // in the Go package in dir (tests excluded), by value, with the constant
 // names that carry it.
 func DeclaredReasons(dir, typeName string) (map[string][]string, error) {
-	entries, err := os.ReadDir(dir)
+	fset, files, err := parsePackage(dir)
 	if err != nil {
 		return nil, err
 	}
-	fset := token.NewFileSet()
 	out := map[string][]string{}
-	for _, e := range entries {
-		if e.IsDir() || !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, filepath.Join(dir, e.Name()), nil, 0)
-		if err != nil {
-			return nil, err
-		}
+	for _, f := range files {
 		for _, d := range f.Decls {
 			gd, ok := d.(*ast.GenDecl)
 			if !ok || gd.Tok != token.CONST {
@@ -122,20 +114,12 @@ func Undocumented(declared map[string][]string, documented map[string]bool) []st
 // an Eventf(regarding, related, type, reason, ...) call. Those bypass the
 // EventReason constants, and with them the documentation check.
 func LiteralEventReasons(dir string) ([]string, error) {
-	entries, err := os.ReadDir(dir)
+	fset, files, err := parsePackage(dir)
 	if err != nil {
 		return nil, err
 	}
-	fset := token.NewFileSet()
 	var out []string
-	for _, e := range entries {
-		if e.IsDir() || !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, filepath.Join(dir, e.Name()), nil, 0)
-		if err != nil {
-			return nil, err
-		}
+	for _, f := range files {
 		ast.Inspect(f, func(n ast.Node) bool {
 			call, ok := n.(*ast.CallExpr)
 			if !ok || len(call.Args) < 4 {
@@ -151,4 +135,25 @@ func LiteralEventReasons(dir string) ([]string, error) {
 		})
 	}
 	return out, nil
+}
+
+// parsePackage parses the Go files of the package in dir, tests excluded.
+func parsePackage(dir string) (*token.FileSet, []*ast.File, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	fset := token.NewFileSet()
+	var files []*ast.File
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, filepath.Join(dir, e.Name()), nil, 0)
+		if err != nil {
+			return nil, nil, err
+		}
+		files = append(files, f)
+	}
+	return fset, files, nil
 }
