@@ -135,26 +135,11 @@ func (b *bench) all(ctx context.Context) error {
 	b.res.RSSKiBPerFleet = round(b.res.PeakRSSMiB*1024/float64(b.n), 1)
 
 	// 1: the control plane's floors, one client in sequence, then 8 in
-	// parallel, with the fleet operator stopped, as the mesh floor runs
-	// without the mesh operator: running, it kept reading every member's
-	// /state (and the stand-ins answering), and its label-restricted caches
-	// took in the copies, which carry the fleets' labels: a load the floors
-	// carried and the convergence, starting from no member, did not.
-	if !b.noFloors {
-		retire()
-		if err := b.bed.Fleet.Stop(30 * time.Second); err != nil {
-			return err
-		}
-	}
-	if err := b.floors(ctx); err != nil {
+	// parallel, the fleet operator stopped meanwhile.
+	if err := b.floors(ctx, retire); err != nil {
 		return err
 	}
-	if !b.noFloors {
-		if err := b.resumeFleetOperator(); err != nil {
-			return fmt.Errorf("starting the fleet operator after the floors: %w", err)
-		}
-		newPid = b.bed.Fleet.Pid()
-	}
+	newPid = b.bed.Fleet.Pid()
 
 	// 4: roll overhead of a 5-member fleet.
 	if err := b.rollOverhead(ctx); err != nil {
@@ -172,11 +157,21 @@ func (b *bench) all(ctx context.Context) error {
 }
 
 // floors measures the sequential floor, and with the probes the parallel
-// one, and the convergence ratios against them; with noFloors nothing.
-func (b *bench) floors(ctx context.Context) error {
+// one, and the convergence ratios against them; with noFloors nothing. The
+// fleet operator is stopped for them (retire is called first, to count its
+// CPU) and started again after them, as the mesh floor runs without the
+// mesh operator: running, it kept reading every member's /state (and the
+// stand-ins answering), and its label-restricted caches took in the
+// copies, which carry the fleets' labels: a load the floors carried and
+// the convergence, starting from no member, did not.
+func (b *bench) floors(ctx context.Context, retire func()) error {
 	if b.noFloors {
 		logf("N=%d: floors skipped (-no-floors)", b.n)
 		return nil
+	}
+	retire()
+	if err := b.bed.Fleet.Stop(30 * time.Second); err != nil {
+		return err
 	}
 	if err := b.floor(ctx, "floor", 1, &b.res.FloorSeconds); err != nil {
 		return fmt.Errorf("floor: %w", err)
@@ -211,6 +206,9 @@ func (b *bench) floors(ctx context.Context) error {
 	b.http.CloseIdleConnections()
 	if err := b.dropCopy(ctx, last); err != nil {
 		return fmt.Errorf("removing the last floor's copy: %w", err)
+	}
+	if err := b.resumeFleetOperator(); err != nil {
+		return fmt.Errorf("starting the fleet operator after the floors: %w", err)
 	}
 	return nil
 }

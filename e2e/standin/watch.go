@@ -33,9 +33,9 @@ func Run(ctx context.Context, cfg *rest.Config, pool *Pool, report func(error)) 
 	informer := factory.Core().V1().Pods().Informer()
 	// The handlers note which Pods changed; the loop below looks at those
 	// alone. Rebuilding every member from the whole store on each change
-	// took the bench process about a quarter of a core, and most of its
-	// garbage collection, at 6,000 Pods, on the two cores the operator and
-	// the control plane share (docs/benchmark.md, eleventh round).
+	// kept the bench process at about half a core (that loop and the
+	// garbage it made) at 6,000 Pods, on the two cores the operator and the
+	// control plane share (docs/benchmark.md, eleventh round).
 	var mu sync.Mutex
 	changedKeys := map[string]struct{}{}
 	changed := make(chan struct{}, 1)
