@@ -577,10 +577,11 @@ func (b *bench) phaseOf(addr string, p *harness.Process, ph *Phase, fn func() er
 		return err
 	}
 	ph.ReconcileErrors = reconcileErrors(p.LogPath) - errs0
+	ph.Reconciles = after.reconciles - before.reconciles
 	ph.Requests = Requests{}
 	ph.Writes = 0
-	for m, v := range after {
-		if d := v - before[m]; d != 0 {
+	for m, v := range after.requests {
+		if d := v - before.requests[m]; d != 0 {
 			ph.Requests[m] = d
 			switch m {
 			case "POST", "PUT", "PATCH", "DELETE":
@@ -591,16 +592,16 @@ func (b *bench) phaseOf(addr string, p *harness.Process, ph *Phase, fn func() er
 	return nil
 }
 
-func scrapeAddr(c *http.Client, addr string) (Requests, error) {
+func scrapeAddr(c *http.Client, addr string) (scraped, error) {
 	resp, err := c.Get("http://" + addr + "/metrics")
 	if err != nil {
-		return nil, err
+		return scraped{}, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("metrics %s: %s", addr, resp.Status)
+		return scraped{}, fmt.Errorf("metrics %s: %s", addr, resp.Status)
 	}
-	return parseRequests(resp.Body)
+	return parseMetrics(resp.Body)
 }
 
 // meshLinearity reports, per write key of the mesh results, how the count

@@ -30,6 +30,9 @@ type Phase struct {
 	// ReconcileErrors counts "Reconciler error" lines in the operator's log
 	// (each one means a rate-limited requeue).
 	ReconcileErrors int `json:"reconcileErrors"`
+	// Reconciles is how many reconciles the operator's controllers ran
+	// (controller_runtime_reconcile_total, every result).
+	Reconciles float64 `json:"reconciles"`
 }
 
 // Roll is the roll-overhead measurement of one 5-member fleet.

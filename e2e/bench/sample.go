@@ -85,28 +85,40 @@ func (b *bench) waitMetrics(addr string) error {
 	}
 }
 
-func parseRequests(r io.Reader) (Requests, error) {
-	out := Requests{}
+// scraped is what the bench reads from an operator's metrics: its requests to
+// the API server by method, and the reconciles its controllers ran.
+type scraped struct {
+	requests   Requests
+	reconciles float64
+}
+
+func parseMetrics(r io.Reader) (scraped, error) {
+	out := scraped{requests: Requests{}}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "rest_client_requests_total{") {
+		name, rest, ok := strings.Cut(line, "{")
+		if !ok || (name != "rest_client_requests_total" && name != "controller_runtime_reconcile_total") {
 			continue
 		}
-		end := strings.LastIndex(line, "}")
-		labels, value := line[len("rest_client_requests_total{"):end], strings.TrimSpace(line[end+1:])
+		end := strings.LastIndex(rest, "}")
+		labels, value := rest[:end], strings.TrimSpace(rest[end+1:])
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			return scraped{}, fmt.Errorf("metrics line %q: %w", line, err)
+		}
+		if name == "controller_runtime_reconcile_total" {
+			out.reconciles += v
+			continue
+		}
 		method := ""
 		for _, kv := range strings.Split(labels, ",") {
 			if v, ok := strings.CutPrefix(kv, `method="`); ok {
 				method = strings.TrimSuffix(v, `"`)
 			}
 		}
-		v, err := strconv.ParseFloat(value, 64)
-		if err != nil {
-			return nil, fmt.Errorf("metrics line %q: %w", line, err)
-		}
-		out[method] += v
+		out.requests[method] += v
 	}
 	return out, sc.Err()
 }

@@ -65,7 +65,7 @@ func (b *bench) all(ctx context.Context) error {
 	}
 	b.res.ConvergenceSeconds = round(time.Since(start).Seconds(), 2)
 	b.res.Create = created
-	logf("N=%d: %d fleets Ready in %.1fs; %v", b.n, len(fleets), b.res.ConvergenceSeconds, created.Requests)
+	logf("N=%d: %d fleets Ready in %.1fs; %v, %.0f reconciles, operator CPU %.1f s", b.n, len(fleets), b.res.ConvergenceSeconds, created.Requests, created.Reconciles, created.CPUSeconds)
 
 	// Steady state: poke every fleet (annotation → reconcile) and wait three
 	// state intervals, so every fleet re-reads /state several times.
@@ -935,8 +935,9 @@ func (b *bench) coldRestart(ctx context.Context) error {
 		return err
 	}
 	r.Phase.Seconds = round(time.Since(start).Seconds(), 2)
+	r.Phase.Reconciles = after.reconciles
 	r.Phase.Requests = Requests{}
-	for m, v := range after {
+	for m, v := range after.requests {
 		if v != 0 {
 			r.Phase.Requests[m] = v
 			switch m {
