@@ -65,9 +65,10 @@ type Applier struct {
 	// typed objects for kinds in Client's scheme, unstructured otherwise.
 	// Give it the manager's cache (or its cache-backed client) and list only
 	// kinds the caller already watches, so no new informer is started. A
-	// NotFound from Cache is confirmed with an uncached read before anything
-	// is created: an object the cache has not seen yet, foreign or ours, is
-	// judged by what the API server holds, exactly as without a cache.
+	// NotFound from Cache leads to a create-only apply (createOnly), without
+	// a read first: an object the cache has not seen yet, foreign or ours,
+	// makes that create fail, and is then read from the API server and
+	// judged exactly as without a cache.
 	Cache client.Reader
 	// CachedKinds are the kinds Cache serves; every other kind is read
 	// through Client.
@@ -88,6 +89,19 @@ type Applier struct {
 func (a *Applier) Apply(ctx context.Context, desired client.Object, owner metav1.Object) (Result, error) {
 	res, _, err := a.apply(ctx, desired, owner, nil, false)
 	return res, err
+}
+
+// ApplyAndRead is Apply that also returns the object as it stands
+// afterwards (a copy the caller may keep): the live one when nothing was
+// written, else the API server's answer to the write. A caller that goes on
+// with the object need not read back one it has just created, which the
+// cache may not hold yet.
+func (a *Applier) ApplyAndRead(ctx context.Context, desired client.Object, owner metav1.Object) (Result, client.Object, error) {
+	res, after, err := a.apply(ctx, desired, owner, nil, false)
+	if err != nil {
+		return "", nil, err
+	}
+	return res, after.DeepCopyObject().(client.Object), nil
 }
 
 // ApplyOver is Apply for a caller that holds the live object already: it
@@ -152,10 +166,13 @@ func (a *Applier) apply(ctx context.Context, desired client.Object, owner metav1
 	case live != nil:
 	case listed:
 		err = apierrors.NewNotFound(schema.GroupResource{Group: gvk.Group, Resource: gvk.Kind}, key.Name)
+	case a.cached(gvk.GroupKind()):
+		// A cache miss is not confirmed with a read: the create-only apply
+		// below is refused if anything holds the name, ours (where the
+		// cache lags) or someone else's, and only then is it read.
+		live, err = a.cacheRead(ctx, gvk, key)
 	default:
-		// A cache miss is still confirmed with a read: an N=1,000 fleet
-		// run without it converged slower (docs/benchmark.md, tenth round).
-		live, err = a.liveObject(ctx, gvk, key)
+		live, err = a.uncachedRead(ctx, gvk, key)
 	}
 	if apierrors.IsNotFound(err) {
 		// Nothing in sight holds the name: create the object, on the

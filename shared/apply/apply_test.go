@@ -179,7 +179,10 @@ func TestCachedForeignObjectIsAConflict(t *testing.T) {
 // seen the object yet, or (label-selected caches) may never see a foreign
 // one. The create it leads to succeeds only if nothing holds the name on
 // the API server when it arrives.
-func TestCacheMissIsConfirmedAndCreatedOnlyIfAbsent(t *testing.T) {
+// TestCacheMissGoesToACreateOnlyApply: a cache miss is not confirmed with a
+// read; the create-only apply is refused when anything holds the name, and
+// only then is the holder read and judged.
+func TestCacheMissGoesToACreateOnlyApply(t *testing.T) {
 	t.Run("foreign object only the API server shows: conflict, no write", func(t *testing.T) {
 		live := liveService(t, "uid-someone-else")
 		live.Labels = nil
@@ -187,21 +190,21 @@ func TestCacheMissIsConfirmedAndCreatedOnlyIfAbsent(t *testing.T) {
 		_, err := f.a.Apply(context.Background(), desiredService(), owner)
 		var conflict *ConflictError
 		require.ErrorAs(t, err, &conflict)
-		assert.Equal(t, counters{cacheGets: 1, apiGets: 1}, *f.n)
+		assert.Equal(t, counters{cacheGets: 1, createOnly: 1, apiGets: 1}, *f.n, "the refused create, then the read")
 	})
 	t.Run("our object the cache has not seen yet: unchanged, no write", func(t *testing.T) {
 		f := newFixture(t, []client.Object{liveService(t, owner.UID)}, nil, nil, nil)
 		res, err := f.a.Apply(context.Background(), desiredService(), owner)
 		require.NoError(t, err)
 		assert.Equal(t, Unchanged, res)
-		assert.Equal(t, counters{cacheGets: 1, apiGets: 1}, *f.n)
+		assert.Equal(t, counters{cacheGets: 1, createOnly: 1, apiGets: 1}, *f.n, "the refused create, then the read")
 	})
-	t.Run("absent everywhere: created only if still absent", func(t *testing.T) {
+	t.Run("absent everywhere: created in one request", func(t *testing.T) {
 		f := newFixture(t, nil, nil, nil, nil)
 		res, err := f.a.Apply(context.Background(), desiredService(), owner)
 		require.NoError(t, err)
 		assert.Equal(t, Created, res)
-		assert.Equal(t, counters{cacheGets: 1, apiGets: 1, createOnly: 1}, *f.n)
+		assert.Equal(t, counters{cacheGets: 1, createOnly: 1}, *f.n)
 		assert.NotEmpty(t, f.applied["metadata"].(map[string]any)["annotations"].(map[string]any)[hashKey], "created with the hash annotation")
 	})
 	t.Run("a kind read uncached: read first, then created only if still absent", func(t *testing.T) {
@@ -230,8 +233,8 @@ func TestReadErrorsStopBeforeAnyWrite(t *testing.T) {
 		require.ErrorIs(t, err, boom)
 		assert.Equal(t, counters{cacheGets: 1}, *f.n)
 	})
-	t.Run("confirming read fails after a cache miss", func(t *testing.T) {
-		f := newFixture(t, nil, nil, apierrors.NewServiceUnavailable("injected"), nil)
+	t.Run("the read after a refused create fails", func(t *testing.T) {
+		f := newFixture(t, []client.Object{liveService(t, owner.UID)}, nil, apierrors.NewServiceUnavailable("injected"), nil)
 		_, err := f.a.Apply(context.Background(), desiredService(), owner)
 		require.True(t, apierrors.IsServiceUnavailable(err), "%v", err)
 		assert.Equal(t, 0, f.n.applies)
@@ -301,4 +304,26 @@ func TestDeleteReadsCachedKindsFromTheCache(t *testing.T) {
 		assert.False(t, deleted)
 		assert.Equal(t, 1, f.n.deletes, "the delete is sent and finds nothing")
 	})
+}
+
+// TestApplyAndReadReturnsTheObjectAfterwards: a created object is the
+// API server's answer (the cache may not hold it yet); an unchanged one is
+// the live object, read from the cache and not read again.
+func TestApplyAndReadReturnsTheObjectAfterwards(t *testing.T) {
+	f := newFixture(t, nil, nil, nil, nil)
+	res, after, err := f.a.ApplyAndRead(context.Background(), desiredService(), owner)
+	require.NoError(t, err)
+	assert.Equal(t, Created, res)
+	assert.Equal(t, "svc", after.GetName())
+	assert.NotEmpty(t, after.GetAnnotations()[hashKey], "the object as the create answered it")
+
+	live := liveService(t, owner.UID)
+	f = newFixture(t, []client.Object{live.DeepCopy()}, []client.Object{live.DeepCopy()}, nil, nil)
+	res, after, err = f.a.ApplyAndRead(context.Background(), desiredService(), owner)
+	require.NoError(t, err)
+	assert.Equal(t, Unchanged, res)
+	svc, ok := after.(*corev1.Service)
+	require.True(t, ok, "the typed live object, got %T", after)
+	assert.Equal(t, "10.0.0.1", svc.Spec.ClusterIP)
+	assert.Equal(t, counters{cacheGets: 1}, *f.n)
 }

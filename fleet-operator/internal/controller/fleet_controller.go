@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -31,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -89,6 +91,10 @@ type FleetReconciler struct {
 	// second member while the first is down.
 	mu      sync.Mutex
 	deleted map[types.NamespacedName]types.UID
+	// written remembers the status a fleet's last status patch wrote and
+	// the resourceVersion it was computed from, until the cache shows a
+	// newer fleet (see statusView).
+	written map[types.NamespacedName]writtenStatus
 	// Served answers whether the API server serves a kind (see servedMaxAge).
 	Served *served.Catalog
 	// istioCaches serve the Applier's reads of Istio's kinds while they are
@@ -144,9 +150,9 @@ func (r *FleetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if workers == 0 {
 		workers = DefaultWorkers
 	}
-	b = b.For(&v1alpha1.CelldFleet{}).WithOptions(controller.Options{MaxConcurrentReconciles: workers})
+	b = b.For(&v1alpha1.CelldFleet{}, builder.WithPredicates(notStatusOnly)).WithOptions(controller.Options{MaxConcurrentReconciles: workers})
 	for _, o := range owned {
-		b = b.Owns(o)
+		b = b.Owns(o, builder.WithPredicates(ownCreatesDropped))
 	}
 	if r.Applier != nil && r.Applier.Cache != nil {
 		// Exactly the kinds watched above: their informers exist, so reading
@@ -181,6 +187,42 @@ func (r *FleetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// Namespace labels carry the mesh contract (enrollment, state, edges).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.namespaceToFleets), builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		Complete(r)
+}
+
+// notStatusOnly drops the update events of a fleet in which only its status
+// (and so its resourceVersion and managedFields) changed. The operator writes
+// that status itself, and each write came back as a reconcile that found
+// nothing to do: about five per fleet while its members start, a sixth of
+// the reconciles of a thousand fleets converging. Spec (generation), labels,
+// annotations, finalizers and deletion still wake the fleet. A status that
+// someone else rewrote is corrected at the fleet's next look (at most the
+// /state interval) or at its next event; status reports, it never steers.
+var notStatusOnly = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	return !onlyStatusChanged(e.ObjectOld, e.ObjectNew)
+}}
+
+// ownCreatesDropped drops the create events of the fleets' owned objects,
+// as the Istio caches' handler does: the operator made the object (the pass
+// that made it is still running or just ended; the next one, woken at once
+// by the create, found the newest object missing from the cache and had to
+// read it from the API server), or an informer just started and listed it
+// (every fleet is then woken by its own create event). Updates and deletes
+// still wake the fleet. The routing objects keep their create event: they
+// are the owned objects a spec change deletes again, and finding them reads
+// the cache without confirming a miss (removeOwned), so a route removed
+// from the spec right after its creation is deleted when its create event
+// brings the fleet back, not at the fleet's next look.
+var ownCreatesDropped = predicate.Funcs{CreateFunc: func(e event.CreateEvent) bool {
+	c := metav1.GetControllerOf(e.Object)
+	return c != nil && e.Object.GetName() == names.Routing(c.Name)
+}}
+
+func onlyStatusChanged(before, after client.Object) bool {
+	return before.GetGeneration() == after.GetGeneration() &&
+		maps.Equal(before.GetLabels(), after.GetLabels()) &&
+		maps.Equal(before.GetAnnotations(), after.GetAnnotations()) &&
+		slices.Equal(before.GetFinalizers(), after.GetFinalizers()) &&
+		before.GetDeletionTimestamp().Equal(after.GetDeletionTimestamp())
 }
 
 // cachedKinds are the group-kinds of the watched objects.
@@ -289,7 +331,7 @@ func (r *FleetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	next := r.nextLook(fleet, obs)
+	next := r.nextLook(obs)
 	return ctrl.Result{RequeueAfter: next, Priority: lookPriority(next)}, nil
 }
 
@@ -311,10 +353,11 @@ func lookPriority(next time.Duration) *int {
 }
 
 // nextLook is when to reconcile again without an event: soon while members
-// move (their /state health changes without one), later while waiting on
+// run but are not healthy (their /state health changes without one), or a
+// roll waits on the StatefulSet controller; later while waiting on
 // something outside (a CRD being installed, a conflicting object removed, a
 // Gateway's verdict), and at the /state interval otherwise.
-func (r *FleetReconciler) nextLook(fleet *v1alpha1.CelldFleet, obs *observed) time.Duration {
+func (r *FleetReconciler) nextLook(obs *observed) time.Duration {
 	next := r.Config.StateInterval
 	switch {
 	case obs.blocked != nil:
@@ -323,13 +366,30 @@ func (r *FleetReconciler) nextLook(fleet *v1alpha1.CelldFleet, obs *observed) ti
 		next = startingPoll
 	case obs.decision.Rolling() || obs.stsSettling:
 		next = rollPoll
-	case !allAvailable(fleet, obs):
+	case runningUnhealthy(obs):
 		next = notReadyPoll
 	}
 	if !obs.routing.ready() && next > routingPoll {
 		next = routingPoll
 	}
 	return next
+}
+
+// runningUnhealthy reports a running member that /state does not report
+// healthy: its health changes without an event, so the fleet looks again
+// soon. A member that does not run yet (being scheduled, its claim bound,
+// its image pulled) changes through Pod events, which wake the fleet by
+// themselves; looking every 5 s meanwhile only re-applied the fleet's
+// objects while a busy cluster scheduled its Pods (a quarter of the
+// reconciles of 300 fleets converging, docs/benchmark.md).
+func runningUnhealthy(obs *observed) bool {
+	for i := range obs.pods {
+		p := &obs.pods[i]
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && !healthy(obs.reports[p.Name]) {
+			return true
+		}
+	}
+	return false
 }
 
 // memberStarting reports a member whose Pod turned Ready within
@@ -499,20 +559,28 @@ func (r *FleetReconciler) liveStatefulSet(ctx context.Context, fleet *v1alpha1.C
 }
 
 func (r *FleetReconciler) apply(ctx context.Context, fleet *v1alpha1.CelldFleet, obj client.Object) error {
-	_, err := r.applyResult(ctx, fleet, obj)
-	return err
+	res, err := r.Applier.Apply(ctx, obj, fleet)
+	return r.applied(ctx, obj, res, err)
 }
 
-func (r *FleetReconciler) applyResult(ctx context.Context, fleet *v1alpha1.CelldFleet, obj client.Object) (apply.Result, error) {
-	res, err := r.Applier.Apply(ctx, obj, fleet)
+// applyAndRead is apply that also returns the object as it stands after it
+// (apply.Applier.ApplyAndRead).
+func (r *FleetReconciler) applyAndRead(ctx context.Context, fleet *v1alpha1.CelldFleet, obj client.Object) (apply.Result, client.Object, error) {
+	res, after, err := r.Applier.ApplyAndRead(ctx, obj, fleet)
+	return res, after, r.applied(ctx, obj, res, err)
+}
+
+// applied notes what an apply did: an error may say that the kind's API is
+// gone (kindGone), and a write is logged.
+func (r *FleetReconciler) applied(ctx context.Context, obj client.Object, res apply.Result, err error) error {
 	if err != nil {
 		r.kindGone(obj.GetObjectKind().GroupVersionKind(), err)
-		return "", err
+		return err
 	}
 	if res != apply.Unchanged {
 		log.FromContext(ctx).Info("applied", "kind", obj.GetObjectKind().GroupVersionKind().Kind, "name", obj.GetName(), "result", res)
 	}
-	return res, nil
+	return nil
 }
 
 func (r *FleetReconciler) reconcileServiceAccount(ctx context.Context, fleet *v1alpha1.CelldFleet) error {
@@ -554,7 +622,9 @@ func (r *FleetReconciler) reconcileStatefulSet(ctx context.Context, fleet *v1alp
 		// larger spec.storage.size is applied to the claims themselves.
 		desired.Spec.VolumeClaimTemplates = live.Spec.VolumeClaimTemplates
 	}
-	res, err := r.applyResult(ctx, fleet, desired)
+	// The StatefulSet as it stands after the apply: a new one is the API
+	// server's answer to its create, which the cache may not hold yet.
+	res, after, err := r.applyAndRead(ctx, fleet, desired)
 	if err != nil {
 		return nil, false, err
 	}
@@ -562,19 +632,15 @@ func (r *FleetReconciler) reconcileStatefulSet(ctx context.Context, fleet *v1alp
 		r.Recorder.Eventf(fleet, desired, corev1.EventTypeNormal, string(membersEvent[res]), "Apply",
 			"%s the members' StatefulSet: %d replica(s) of %s", res, *desired.Spec.Replicas, fleet.Spec.Image)
 	}
-	sts = &appsv1.StatefulSet{}
-	err = r.Client.Get(ctx, client.ObjectKeyFromObject(desired), sts)
-	if apierrors.IsNotFound(err) {
-		// Just created: the cache has not seen it yet. Read it from the API
-		// server (unstructured reads are not cached) instead of failing the
-		// reconcile into a backoff.
-		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("StatefulSet"))
-		if err = r.Client.Get(ctx, client.ObjectKeyFromObject(desired), u); err == nil {
-			err = runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, sts)
-		}
+	if sts, ok := after.(*appsv1.StatefulSet); ok {
+		return sts, false, nil
 	}
-	if err != nil {
+	u, ok := after.(*unstructured.Unstructured)
+	if !ok {
+		return nil, false, fmt.Errorf("StatefulSet %s: the apply returned a %T", desired.Name, after)
+	}
+	sts = &appsv1.StatefulSet{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, sts); err != nil {
 		return nil, false, err
 	}
 	return sts, false, nil
@@ -694,12 +760,51 @@ func (r *FleetReconciler) forget(key types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.deleted, key)
+	delete(r.written, key)
+}
+
+// writtenStatus is a status patch: the status it wrote, and the
+// resourceVersion of the fleet it was computed from.
+type writtenStatus struct {
+	from   string
+	status v1alpha1.CelldFleetStatus
+}
+
+// statusView is the fleet with the status it holds: the one its last
+// status patch wrote while the cache still shows the fleet that patch was
+// computed from (the patch has not reached the cache yet), else the
+// cache's. A pass woken right after the previous one (by the finalizer it
+// added, or a member's event) compared with the stale status and sent the
+// same status again. Any other write to the fleet changes its
+// resourceVersion, and the cache's status counts again.
+func (r *FleetReconciler) statusView(fleet *v1alpha1.CelldFleet) *v1alpha1.CelldFleet {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	key := client.ObjectKeyFromObject(fleet)
+	w, ok := r.written[key]
+	if !ok || w.from != fleet.ResourceVersion {
+		delete(r.written, key) // the cache has caught up: nothing to keep
+		return fleet
+	}
+	view := *fleet // read only: computeStatus changes nothing it is given
+	view.Status = w.status
+	return &view
+}
+
+func (r *FleetReconciler) rememberWritten(fleet *v1alpha1.CelldFleet, next v1alpha1.CelldFleetStatus) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.written == nil {
+		r.written = map[types.NamespacedName]writtenStatus{}
+	}
+	r.written[client.ObjectKeyFromObject(fleet)] = writtenStatus{from: fleet.ResourceVersion, status: next}
 }
 
 // updateStatus writes status only when it differs from what is stored.
 func (r *FleetReconciler) updateStatus(ctx context.Context, fleet *v1alpha1.CelldFleet, obs *observed) error {
-	next := computeStatus(fleet, obs, r.Now())
-	if equality.Semantic.DeepEqual(fleet.Status, next) {
+	view := r.statusView(fleet)
+	next := computeStatus(view, obs, r.Now())
+	if equality.Semantic.DeepEqual(view.Status, next) {
 		return nil
 	}
 	updated := fleet.DeepCopy()
@@ -707,6 +812,7 @@ func (r *FleetReconciler) updateStatus(ctx context.Context, fleet *v1alpha1.Cell
 	if err := r.Client.Status().Patch(ctx, updated, client.MergeFrom(fleet)); err != nil {
 		return fmt.Errorf("updating status: %w", err)
 	}
+	r.rememberWritten(fleet, next)
 	return nil
 }
 

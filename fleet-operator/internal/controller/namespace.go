@@ -108,6 +108,9 @@ func (r *FleetReconciler) reconcileDeclarations(ctx context.Context, fleet *v1al
 			return err
 		}
 		controllerutil.AddFinalizer(fleet, DeclarationsFinalizer)
+		// The version this write made is the one this pass's status patch
+		// follows (statusView); the spec stays the one read at the start.
+		fleet.ResourceVersion = fresh.ResourceVersion
 	}
 	if _, err := contract.ApplyLabels(ctx, r.Client, r.freshReader(), contract.WorkloadOperator, declarationManager(fleet), view.ns.DeepCopy(), want); err != nil {
 		return fmt.Errorf("declaring namespace labels: %w", err)

@@ -102,3 +102,49 @@ func TestSpecChangeJumpsThePeriodicLooks(t *testing.T) {
 	assert.Less(t, took[len(took)-1], 1500*time.Millisecond,
 		"a spec change is handled before the fleets at rest whose periodic look is due (one reconcile takes ≥ 400 ms; seven wait)")
 }
+
+// TestStatusWritesWakeNoReconcile: a fleet is reconciled when something the
+// operator reads changes, not when only its status does. The operator writes
+// that status itself, and each write used to come back as a reconcile that
+// found nothing to do. Seen through /state: with the periodic look an hour
+// away, every reconcile of this one-member fleet reads its /state once.
+func TestStatusWritesWakeNoReconcile(t *testing.T) {
+	ctx := context.Background()
+	env := testenv.Start(t, newScheme(t), "fleet-operator/config/crd/bases")
+	createNamespace(t, env.Client, "echo")
+	cfg := newHarness(t, env, true).r.Config
+	cfg.StateInterval = time.Hour
+
+	var reads atomic.Int32
+	serve := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		reads.Add(1)
+		_ = json.NewEncoder(w).Encode(state.Report{Healthy: true, Phase: "Running", Version: "1.0.0"})
+	})
+	// 127.253/16: apart from the other tests' 127.251/16 and 127.252/16.
+	oneMemberFleets(t, env.Client, "echo", 1, 253, serve)
+	startOperator(t, env, env.Config, cfg)
+	key := types.NamespacedName{Namespace: "echo", Name: "f0"}
+	require.Eventually(t, func() bool { return playStatefulSetErr(env.Client, "echo", "f0", "rev1") == nil }, 10*time.Second, 50*time.Millisecond)
+	f := &v1alpha1.CelldFleet{}
+	require.Eventually(t, func() bool { return env.Client.Get(ctx, key, f) == nil && f.Status.Phase == PhaseReady }, 30*time.Second, 50*time.Millisecond)
+	quiet := func() int32 { // reads once no reconcile has run for two seconds
+		for last := reads.Load(); ; {
+			time.Sleep(2 * time.Second)
+			if n := reads.Load(); n == last {
+				return n
+			}
+			last = reads.Load()
+		}
+	}
+	before := quiet()
+
+	require.NoError(t, env.Client.Get(ctx, key, f))
+	f.Status.Phase = "Restored-From-Backup"
+	require.NoError(t, env.Client.Status().Update(ctx, f), "someone else writes the status only")
+	assert.Equal(t, before, quiet(), "a status write wakes no reconcile")
+
+	require.NoError(t, env.Client.Patch(ctx, f, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"poke":"1"}}}`))))
+	require.Eventually(t, func() bool { return env.Client.Get(ctx, key, f) == nil && f.Status.Phase == PhaseReady }, 10*time.Second, 50*time.Millisecond,
+		"an annotation wakes a reconcile, which rewrites the status from what it observes")
+	assert.Greater(t, reads.Load(), before)
+}

@@ -23,24 +23,30 @@ import (
 func TestNextLook(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	r := &FleetReconciler{Config: Config{StateInterval: 30 * time.Second}, Now: func() time.Time { return now }}
-	f := &v1alpha1.CelldFleet{Spec: v1alpha1.CelldFleetSpec{Replicas: ptr.To[int32](1)}}
 	readySince := func(d time.Duration) corev1.Pod {
-		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "f-0"}, Status: corev1.PodStatus{Conditions: []corev1.PodCondition{
+		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "f-0"}, Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{
 			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now.Add(-d))}}}}
 	}
 	readyPod := readySince(time.Hour)
 	healthy := map[string]state.Result{"f-0": {Report: &state.Report{Healthy: true}}}
 	steady := func() *observed { return &observed{pods: []corev1.Pod{readyPod}, reports: healthy} }
 
-	assert.Equal(t, 30*time.Second, r.nextLook(f, steady()), "steady: the /state interval")
+	assert.Equal(t, 30*time.Second, r.nextLook(steady()), "steady: the /state interval")
 
 	rolling := steady()
 	rolling.decision = roll.Decision{Outdated: 1}
-	assert.Equal(t, rollPoll, r.nextLook(f, rolling), "members move without events")
+	assert.Equal(t, rollPoll, r.nextLook(rolling), "members move without events")
 
 	notReady := steady()
-	notReady.reports = map[string]state.Result{}
-	assert.Equal(t, notReadyPoll, r.nextLook(f, notReady))
+	notReady.reports = map[string]state.Result{"f-0": {Err: errors.New("connection refused")}}
+	assert.Equal(t, notReadyPoll, r.nextLook(notReady), "a running member's /state changes without an event")
+
+	// A member that does not run yet changes through Pod events; there is
+	// nothing to read until then.
+	pending := &observed{pods: []corev1.Pod{{ObjectMeta: metav1.ObjectMeta{Name: "f-0"}, Status: corev1.PodStatus{Phase: corev1.PodPending}}}, reports: map[string]state.Result{}}
+	assert.Equal(t, 30*time.Second, r.nextLook(pending), "a member being scheduled is not polled")
+	missing := &observed{reports: map[string]state.Result{}}
+	assert.Equal(t, 30*time.Second, r.nextLook(missing), "a member the StatefulSet controller has yet to create is not polled")
 
 	// A member that just turned Ready and is still Starting on /state: soon,
 	// in a roll (the next member waits for it) and after its last step
@@ -52,21 +58,21 @@ func TestNextLook(t *testing.T) {
 		}
 		return o
 	}
-	assert.Equal(t, startingPoll, r.nextLook(f, starting(time.Second, true)))
-	assert.Equal(t, startingPoll, r.nextLook(f, starting(time.Second, false)))
-	assert.Equal(t, rollPoll, r.nextLook(f, starting(startingWindow, true)), "past the window: the roll's poll")
-	assert.Equal(t, notReadyPoll, r.nextLook(f, starting(startingWindow, false)))
+	assert.Equal(t, startingPoll, r.nextLook(starting(time.Second, true)))
+	assert.Equal(t, startingPoll, r.nextLook(starting(time.Second, false)))
+	assert.Equal(t, rollPoll, r.nextLook(starting(startingWindow, true)), "past the window: the roll's poll")
+	assert.Equal(t, notReadyPoll, r.nextLook(starting(startingWindow, false)))
 	terminating := starting(time.Second, true)
 	terminating.pods[0].DeletionTimestamp = ptr.To(metav1.NewTime(now))
-	assert.Equal(t, rollPoll, r.nextLook(f, terminating), "a terminating member sends events")
+	assert.Equal(t, rollPoll, r.nextLook(terminating), "a terminating member sends events")
 
 	blocked := steady()
 	blocked.blocked = &blockage{reason: v1alpha1.ReasonIstioAPIUnavailable}
-	assert.Equal(t, 30*time.Second, r.nextLook(f, blocked), "a blocked fleet still looks again: a CRD install sends no event")
+	assert.Equal(t, 30*time.Second, r.nextLook(blocked), "a blocked fleet still looks again: a CRD install sends no event")
 
 	awaiting := steady()
 	awaiting.routing = routingOutcome{readiness: &routing.Readiness{Status: metav1.ConditionUnknown}}
-	assert.Equal(t, routingPoll, r.nextLook(f, awaiting))
+	assert.Equal(t, routingPoll, r.nextLook(awaiting))
 }
 
 // The fleets' gauges are their spec and status as the cache holds them, on
@@ -110,5 +116,39 @@ func TestLookPriority(t *testing.T) {
 	}
 	for _, rest := range []time.Duration{30 * time.Second, routingPoll, 50 * time.Millisecond} {
 		assert.Equal(t, handler.LowPriority, *lookPriority(rest), "at rest or waiting outside: %s goes after events", rest)
+	}
+}
+
+// TestOnlyStatusChanged: the fleet's own status writes wake no reconcile;
+// every change a user or another controller makes to what the operator reads
+// does.
+func TestOnlyStatusChanged(t *testing.T) {
+	base := func() *v1alpha1.CelldFleet {
+		return &v1alpha1.CelldFleet{ObjectMeta: metav1.ObjectMeta{
+			Name: "f", Generation: 2, ResourceVersion: "10",
+			Labels: map[string]string{"team": "a"}, Annotations: map[string]string{"note": "x"}, Finalizers: []string{"celld.eric.dev/declarations"},
+		}}
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(f *v1alpha1.CelldFleet)
+		only   bool
+	}{
+		{"status and resourceVersion", func(f *v1alpha1.CelldFleet) {
+			f.ResourceVersion = "11"
+			f.Status.Phase = PhaseReady
+			f.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "fleet-operator", Subresource: "status"}}
+		}, true},
+		{"nothing (a resync)", func(*v1alpha1.CelldFleet) {}, true},
+		{"spec", func(f *v1alpha1.CelldFleet) { f.Generation = 3 }, false},
+		{"a label", func(f *v1alpha1.CelldFleet) { f.Labels["team"] = "b" }, false},
+		{"an annotation added", func(f *v1alpha1.CelldFleet) { f.Annotations["poke"] = "1" }, false},
+		{"annotations removed", func(f *v1alpha1.CelldFleet) { f.Annotations = nil }, false},
+		{"a finalizer", func(f *v1alpha1.CelldFleet) { f.Finalizers = nil }, false},
+		{"deletion", func(f *v1alpha1.CelldFleet) { f.DeletionTimestamp = ptr.To(metav1.Now()) }, false},
+	} {
+		after := base()
+		tc.change(after)
+		assert.Equal(t, tc.only, onlyStatusChanged(base(), after), tc.name)
 	}
 }
