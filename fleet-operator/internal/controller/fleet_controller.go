@@ -150,9 +150,13 @@ func (r *FleetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if workers == 0 {
 		workers = DefaultWorkers
 	}
-	b = b.For(&v1alpha1.CelldFleet{}, builder.WithPredicates(notStatusOnly)).WithOptions(controller.Options{MaxConcurrentReconciles: workers})
+	b = b.For(&v1alpha1.CelldFleet{}, builder.WithPredicates(statusOnlyDropped)).WithOptions(controller.Options{MaxConcurrentReconciles: workers})
 	for _, o := range owned {
-		b = b.Owns(o, builder.WithPredicates(ownCreatesDropped))
+		drop := []predicate.Predicate{ownCreatesDropped}
+		if _, ok := o.(*appsv1.StatefulSet); ok {
+			drop = append(drop, countersOnlyDropped)
+		}
+		b = b.Owns(o, builder.WithPredicates(drop...))
 	}
 	if r.Applier != nil && r.Applier.Cache != nil {
 		// Exactly the kinds watched above: their informers exist, so reading
@@ -189,15 +193,15 @@ func (r *FleetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// notStatusOnly drops the update events of a fleet in which only its status
+// statusOnlyDropped drops the update events of a fleet in which only its status
 // (and so its resourceVersion and managedFields) changed. The operator writes
 // that status itself, and each write came back as a reconcile that found
-// nothing to do: about five per fleet while its members start, a sixth of
-// the reconciles of a thousand fleets converging. Spec (generation), labels,
+// nothing to do: about six per fleet while its members start, a sixth of
+// the reconciles of 300 fleets converging. Spec (generation), labels,
 // annotations, finalizers and deletion still wake the fleet. A status that
 // someone else rewrote is corrected at the fleet's next look (at most the
 // /state interval) or at its next event; status reports, it never steers.
-var notStatusOnly = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+var statusOnlyDropped = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 	return !onlyStatusChanged(e.ObjectOld, e.ObjectNew)
 }}
 
@@ -217,12 +221,31 @@ var ownCreatesDropped = predicate.Funcs{CreateFunc: func(e event.CreateEvent) bo
 	return c != nil && e.Object.GetName() == names.Routing(c.Name)
 }}
 
+// countersOnlyDropped drops the updates of a member StatefulSet in which
+// only status counters changed (replicas, readyReplicas, availableReplicas
+// and the like): the StatefulSet controller writes one as it creates each
+// member and as each turns ready, and that member's own Pod event wakes the
+// fleet already. What the operator reads of that status (observedGeneration
+// and the two revisions) still wakes it, as does any change of the spec or
+// metadata.
+var countersOnlyDropped = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	before, ok1 := e.ObjectOld.(*appsv1.StatefulSet)
+	after, ok2 := e.ObjectNew.(*appsv1.StatefulSet)
+	return !ok1 || !ok2 || !onlyStatusChanged(before, after) ||
+		before.Status.ObservedGeneration != after.Status.ObservedGeneration ||
+		before.Status.CurrentRevision != after.Status.CurrentRevision ||
+		before.Status.UpdateRevision != after.Status.UpdateRevision
+}}
+
+// onlyStatusChanged reports an update that changed neither spec (generation)
+// nor the metadata anyone acts on.
 func onlyStatusChanged(before, after client.Object) bool {
 	return before.GetGeneration() == after.GetGeneration() &&
 		maps.Equal(before.GetLabels(), after.GetLabels()) &&
 		maps.Equal(before.GetAnnotations(), after.GetAnnotations()) &&
 		slices.Equal(before.GetFinalizers(), after.GetFinalizers()) &&
-		before.GetDeletionTimestamp().Equal(after.GetDeletionTimestamp())
+		before.GetDeletionTimestamp().Equal(after.GetDeletionTimestamp()) &&
+		equality.Semantic.DeepEqual(before.GetOwnerReferences(), after.GetOwnerReferences())
 }
 
 // cachedKinds are the group-kinds of the watched objects.
@@ -353,10 +376,13 @@ func lookPriority(next time.Duration) *int {
 }
 
 // nextLook is when to reconcile again without an event: soon while members
-// run but are not healthy (their /state health changes without one), or a
-// roll waits on the StatefulSet controller; later while waiting on
-// something outside (a CRD being installed, a conflicting object removed, a
-// Gateway's verdict), and at the /state interval otherwise.
+// run but are not healthy or a roll goes on (/state health changes without
+// one); later while waiting on something outside (a CRD being installed, a
+// conflicting object removed, a Gateway's verdict), and at the /state
+// interval otherwise. A StatefulSet the StatefulSet controller has yet to
+// observe is not polled: its status update wakes the fleet. Polled every
+// second, each of a thousand new fleets was reconciled every second until
+// a busy controller got to it (docs/benchmark.md, twelfth round).
 func (r *FleetReconciler) nextLook(obs *observed) time.Duration {
 	next := r.Config.StateInterval
 	switch {
@@ -364,7 +390,7 @@ func (r *FleetReconciler) nextLook(obs *observed) time.Duration {
 		return next
 	case r.memberStarting(obs):
 		next = startingPoll
-	case obs.decision.Rolling() || obs.stsSettling:
+	case obs.decision.Rolling():
 		next = rollPoll
 	case runningUnhealthy(obs):
 		next = notReadyPoll
@@ -380,8 +406,8 @@ func (r *FleetReconciler) nextLook(obs *observed) time.Duration {
 // soon. A member that does not run yet (being scheduled, its claim bound,
 // its image pulled) changes through Pod events, which wake the fleet by
 // themselves; looking every 5 s meanwhile only re-applied the fleet's
-// objects while a busy cluster scheduled its Pods (a quarter of the
-// reconciles of 300 fleets converging, docs/benchmark.md).
+// objects while a busy cluster scheduled its Pods (docs/benchmark.md,
+// twelfth round).
 func runningUnhealthy(obs *observed) bool {
 	for i := range obs.pods {
 		p := &obs.pods[i]

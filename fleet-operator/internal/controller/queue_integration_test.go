@@ -104,9 +104,9 @@ func TestSpecChangeJumpsThePeriodicLooks(t *testing.T) {
 }
 
 // TestStatusWritesWakeNoReconcile: a fleet is reconciled when something the
-// operator reads changes, not when only its status does. The operator writes
+// operator reads changes, not when only its status does (the operator writes
 // that status itself, and each write used to come back as a reconcile that
-// found nothing to do. Seen through /state: with the periodic look an hour
+// found nothing to do), nor when only its StatefulSet's counters do. Seen through /state: with the periodic look an hour
 // away, every reconcile of this one-member fleet reads its /state once.
 func TestStatusWritesWakeNoReconcile(t *testing.T) {
 	ctx := context.Background()
@@ -142,6 +142,12 @@ func TestStatusWritesWakeNoReconcile(t *testing.T) {
 	f.Status.Phase = "Restored-From-Backup"
 	require.NoError(t, env.Client.Status().Update(ctx, f), "someone else writes the status only")
 	assert.Equal(t, before, quiet(), "a status write wakes no reconcile")
+
+	sts := &appsv1.StatefulSet{}
+	require.NoError(t, env.Client.Get(ctx, key, sts))
+	sts.Status.ReadyReplicas, sts.Status.AvailableReplicas = 1, 1
+	require.NoError(t, env.Client.Status().Update(ctx, sts), "playing the StatefulSet controller: its member turned ready")
+	assert.Equal(t, before, quiet(), "the StatefulSet's counters wake no reconcile: the member's Pod event does")
 
 	require.NoError(t, env.Client.Patch(ctx, f, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"poke":"1"}}}`))))
 	require.Eventually(t, func() bool { return env.Client.Get(ctx, key, f) == nil && f.Status.Phase == PhaseReady }, 10*time.Second, 50*time.Millisecond,

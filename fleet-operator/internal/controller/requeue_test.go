@@ -9,9 +9,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
@@ -36,6 +38,10 @@ func TestNextLook(t *testing.T) {
 	rolling := steady()
 	rolling.decision = roll.Decision{Outdated: 1}
 	assert.Equal(t, rollPoll, r.nextLook(rolling), "members move without events")
+
+	settling := steady()
+	settling.stsSettling = true
+	assert.Equal(t, 30*time.Second, r.nextLook(settling), "the StatefulSet controller's status update wakes the fleet; it is not polled")
 
 	notReady := steady()
 	notReady.reports = map[string]state.Result{"f-0": {Err: errors.New("connection refused")}}
@@ -146,9 +152,38 @@ func TestOnlyStatusChanged(t *testing.T) {
 		{"annotations removed", func(f *v1alpha1.CelldFleet) { f.Annotations = nil }, false},
 		{"a finalizer", func(f *v1alpha1.CelldFleet) { f.Finalizers = nil }, false},
 		{"deletion", func(f *v1alpha1.CelldFleet) { f.DeletionTimestamp = ptr.To(metav1.Now()) }, false},
+		{"owner references", func(f *v1alpha1.CelldFleet) { f.OwnerReferences = []metav1.OwnerReference{{Name: "x"}} }, false},
 	} {
 		after := base()
 		tc.change(after)
 		assert.Equal(t, tc.only, onlyStatusChanged(base(), after), tc.name)
+	}
+}
+
+// TestStatefulSetCountersWakeNoReconcile: of a member StatefulSet's status,
+// only what the operator reads wakes the fleet.
+func TestStatefulSetCountersWakeNoReconcile(t *testing.T) {
+	base := func() *appsv1.StatefulSet {
+		return &appsv1.StatefulSet{
+			ObjectMeta: metav1.ObjectMeta{Name: "f", Generation: 2, Annotations: map[string]string{HashAnnotation: "h1"}},
+			Status:     appsv1.StatefulSetStatus{ObservedGeneration: 2, CurrentRevision: "f-1", UpdateRevision: "f-1", Replicas: 1},
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(s *appsv1.StatefulSet)
+		wakes  bool
+	}{
+		{"a member created", func(s *appsv1.StatefulSet) { s.Status.Replicas = 2 }, false},
+		{"members ready", func(s *appsv1.StatefulSet) { s.Status.ReadyReplicas, s.Status.AvailableReplicas = 2, 2 }, false},
+		{"observed the new generation", func(s *appsv1.StatefulSet) { s.Status.ObservedGeneration = 3 }, true},
+		{"a new update revision", func(s *appsv1.StatefulSet) { s.Status.UpdateRevision = "f-2" }, true},
+		{"the roll finished", func(s *appsv1.StatefulSet) { s.Status.CurrentRevision = "f-0" }, true},
+		{"spec", func(s *appsv1.StatefulSet) { s.Generation = 3 }, true},
+		{"someone edited the hash", func(s *appsv1.StatefulSet) { s.Annotations[HashAnnotation] = "x" }, true},
+	} {
+		after := base()
+		tc.change(after)
+		assert.Equal(t, tc.wakes, countersOnlyDropped.Update(event.UpdateEvent{ObjectOld: base(), ObjectNew: after}), tc.name)
 	}
 }
