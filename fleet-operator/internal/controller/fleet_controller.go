@@ -91,9 +91,8 @@ type FleetReconciler struct {
 	// second member while the first is down.
 	mu      sync.Mutex
 	deleted map[types.NamespacedName]types.UID
-	// written remembers the status a fleet's last status patch wrote and
-	// the resourceVersion it was computed from, until the cache shows a
-	// newer fleet (see statusView).
+	// written remembers the status patches the cache has yet to show (see
+	// statusView).
 	written map[types.NamespacedName]writtenStatus
 	// Served answers whether the API server serves a kind (see servedMaxAge).
 	Served *served.Catalog
@@ -296,6 +295,9 @@ type observed struct {
 	// wiring: the identities isolation strict admits on 8080 (Strict false
 	// outside isolation strict).
 	wiring mesh.Wiring
+	// ownVersions are the resourceVersions of the operator's own writes to
+	// the fleet in this pass (its finalizer), for statusView.
+	ownVersions []string
 	// failed is the step that failed, if one did; what the reconcile did
 	// not get to see is then reported as last known.
 	failed *stepError
@@ -514,7 +516,7 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 		return failed("mesh policies", err)
 	}
 	decl := declaration(fleet, view, obs.intent, r.Config.OperatorNamespace)
-	if err := r.reconcileDeclarations(ctx, fleet, view, decl); err != nil {
+	if err := r.reconcileDeclarations(ctx, fleet, obs, view, decl); err != nil {
 		return failed("namespace declarations", err)
 	}
 
@@ -789,26 +791,30 @@ func (r *FleetReconciler) forget(key types.NamespacedName) {
 	delete(r.written, key)
 }
 
-// writtenStatus is a status patch: the status it wrote, and the
-// resourceVersion of the fleet it was computed from.
+// writtenStatus is what a fleet's status patches wrote while the cache had
+// yet to show them: the status the last one wrote, and the
+// resourceVersions the cache may still show that precede it (the fleet the
+// first of them was computed from, the operator's own writes since).
 type writtenStatus struct {
-	from   string
-	status v1alpha1.CelldFleetStatus
+	behind []string
+	// written is the resourceVersion the last patch made; a later patch
+	// puts it behind.
+	written string
+	status  v1alpha1.CelldFleetStatus
 }
 
-// statusView is the fleet with the status it holds: the one its last
-// status patch wrote while the cache still shows the fleet that patch was
-// computed from (the patch has not reached the cache yet), else the
-// cache's. A pass woken right after the previous one (by the finalizer it
-// added, or a member's event) compared with the stale status and sent the
-// same status again. Any other write to the fleet changes its
-// resourceVersion, and the cache's status counts again.
+// statusView is the fleet with the status it holds: the one the last status
+// patch wrote while the cache still shows a fleet from before that patch,
+// else the cache's own. A pass woken right after the previous one (by the
+// finalizer it added, or a member's event) compared with the stale status
+// and sent the same status again. Once the cache shows the last patch, or
+// any write of someone else's, its status counts again.
 func (r *FleetReconciler) statusView(fleet *v1alpha1.CelldFleet) *v1alpha1.CelldFleet {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	key := client.ObjectKeyFromObject(fleet)
 	w, ok := r.written[key]
-	if !ok || w.from != fleet.ResourceVersion {
+	if !ok || !slices.Contains(w.behind, fleet.ResourceVersion) {
 		delete(r.written, key) // the cache has caught up: nothing to keep
 		return fleet
 	}
@@ -817,13 +823,22 @@ func (r *FleetReconciler) statusView(fleet *v1alpha1.CelldFleet) *v1alpha1.Celld
 	return &view
 }
 
-func (r *FleetReconciler) rememberWritten(fleet *v1alpha1.CelldFleet, next v1alpha1.CelldFleetStatus) {
+// rememberWritten notes a status patch: it wrote status over the fleet the
+// cache showed (read) and the operator's writes of this pass (obs), and
+// answered with the resourceVersion written.
+func (r *FleetReconciler) rememberWritten(read *v1alpha1.CelldFleet, obs *observed, status v1alpha1.CelldFleetStatus, written string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.written == nil {
 		r.written = map[types.NamespacedName]writtenStatus{}
 	}
-	r.written[client.ObjectKeyFromObject(fleet)] = writtenStatus{from: fleet.ResourceVersion, status: next}
+	key := client.ObjectKeyFromObject(read)
+	behind := r.written[key].behind // set only if this pass compared with it
+	if last := r.written[key].written; last != "" {
+		behind = append(behind, last)
+	}
+	behind = append(behind, read.ResourceVersion)
+	r.written[key] = writtenStatus{behind: append(behind, obs.ownVersions...), written: written, status: status}
 }
 
 // updateStatus writes status only when it differs from what is stored.
@@ -838,7 +853,7 @@ func (r *FleetReconciler) updateStatus(ctx context.Context, fleet *v1alpha1.Cell
 	if err := r.Client.Status().Patch(ctx, updated, client.MergeFrom(fleet)); err != nil {
 		return fmt.Errorf("updating status: %w", err)
 	}
-	r.rememberWritten(fleet, next)
+	r.rememberWritten(fleet, obs, next, updated.ResourceVersion)
 	return nil
 }
 

@@ -83,7 +83,7 @@ func (r *FleetReconciler) freshReader() client.Reader {
 // another writer's identical label is not disturbed, the label goes only
 // with its last writer, an admin's core.navique.com/mesh=disabled is never
 // replaced, and nothing is written when the labels already stand.
-func (r *FleetReconciler) reconcileDeclarations(ctx context.Context, fleet *v1alpha1.CelldFleet, view namespaceView, d contract.Declaration) error {
+func (r *FleetReconciler) reconcileDeclarations(ctx context.Context, fleet *v1alpha1.CelldFleet, obs *observed, view namespaceView, d contract.Declaration) error {
 	want, err := d.Labels(fleet.Namespace)
 	if err != nil {
 		return err
@@ -108,9 +108,7 @@ func (r *FleetReconciler) reconcileDeclarations(ctx context.Context, fleet *v1al
 			return err
 		}
 		controllerutil.AddFinalizer(fleet, DeclarationsFinalizer)
-		// The version this write made is the one this pass's status patch
-		// follows (statusView); the spec stays the one read at the start.
-		fleet.ResourceVersion = fresh.ResourceVersion
+		obs.ownVersions = append(obs.ownVersions, fresh.ResourceVersion)
 	}
 	if _, err := contract.ApplyLabels(ctx, r.Client, r.freshReader(), contract.WorkloadOperator, declarationManager(fleet), view.ns.DeepCopy(), want); err != nil {
 		return fmt.Errorf("declaring namespace labels: %w", err)
