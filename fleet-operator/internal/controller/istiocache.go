@@ -2,11 +2,9 @@ package controller
 
 import (
 	"context"
-	"maps"
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -314,10 +312,7 @@ func (oc *optionalCaches) handler(ctx context.Context) toolscache.ResourceEventH
 			}
 			// Status written by Istio's control plane changes no generation
 			// and none of what the operator applies.
-			if o.GetGeneration() == n.GetGeneration() && maps.Equal(o.GetLabels(), n.GetLabels()) &&
-				maps.Equal(o.GetAnnotations(), n.GetAnnotations()) &&
-				equality.Semantic.DeepEqual(o.GetOwnerReferences(), n.GetOwnerReferences()) &&
-				(o.GetDeletionTimestamp() == nil) == (n.GetDeletionTimestamp() == nil) {
+			if onlyStatusChanged(o, n) {
 				return
 			}
 			send(n)
