@@ -50,6 +50,7 @@ import (
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/state"
 	"github.com/ericdev/fleetmesh/shared/apply"
 	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/podmesh"
 	"github.com/ericdev/fleetmesh/shared/served"
 )
 
@@ -186,7 +187,7 @@ func (r *FleetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// others, before the workers start.
 		WatchesRawSource(source.Kind(mgr.GetCache(), client.Object(&corev1.PersistentVolumeClaim{}), handler.Funcs{})).
 		// Member Pods belong to the StatefulSet; map them to their fleet by label.
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToFleet), builder.WithPredicates()).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToFleet), builder.WithPredicates(unreadPodChangesDropped)).
 		// Namespace labels carry the mesh contract (enrollment, state, edges).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.namespaceToFleets), builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		Complete(r)
@@ -235,6 +236,51 @@ var countersOnlyDropped = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) 
 		before.Status.CurrentRevision != after.Status.CurrentRevision ||
 		before.Status.UpdateRevision != after.Status.UpdateRevision
 }}
+
+// unreadPodChangesDropped drops the updates of a member Pod that change
+// nothing the fleet reads of it (memberFacts): the scheduler's PodScheduled
+// condition and binding, container states, host IP and the like. While
+// 1,000 fleets start, each member went through about four updates, half of
+// them of this kind, and each woke its fleet for a pass that found nothing
+// new (docs/benchmark.md, thirteenth round).
+var unreadPodChangesDropped = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	before, ok1 := e.ObjectOld.(*corev1.Pod)
+	after, ok2 := e.ObjectNew.(*corev1.Pod)
+	return !ok1 || !ok2 || !equality.Semantic.DeepEqual(memberFactsOf(before), memberFactsOf(after))
+}}
+
+// memberFacts is everything the reconciler reads of a member Pod: what
+// status, the roll, the mesh state and the /state reads are computed
+// from. A new read of a Pod field belongs here too, or an update of that
+// field alone would not wake the fleet (TestUnreadPodChangesDropped).
+type memberFacts struct {
+	Labels, Annotations map[string]string
+	Terminating         bool
+	Phase               corev1.PodPhase
+	IP                  string
+	Ready               *corev1.PodCondition
+	Restarts            map[string]int32
+	Proxy               bool
+}
+
+func memberFactsOf(p *corev1.Pod) memberFacts {
+	f := memberFacts{
+		Labels: p.Labels, Annotations: p.Annotations, Terminating: p.DeletionTimestamp != nil,
+		Phase: p.Status.Phase, IP: p.Status.PodIP, Proxy: podmesh.HasProxy(p),
+	}
+	for i, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			f.Ready = &p.Status.Conditions[i]
+		}
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		if f.Restarts == nil {
+			f.Restarts = map[string]int32{}
+		}
+		f.Restarts[c.Name] = c.RestartCount
+	}
+	return f
+}
 
 // onlyStatusChanged reports an update that changed neither spec (generation)
 // nor the metadata anyone acts on.

@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -148,6 +150,13 @@ func TestStatusWritesWakeNoReconcile(t *testing.T) {
 	sts.Status.ReadyReplicas, sts.Status.AvailableReplicas = 1, 1
 	require.NoError(t, env.Client.Status().Update(ctx, sts), "playing the StatefulSet controller: its member turned ready")
 	assert.Equal(t, before, quiet(), "the StatefulSet's counters wake no reconcile: the member's Pod event does")
+
+	pod := &corev1.Pod{}
+	require.NoError(t, env.Client.Get(ctx, types.NamespacedName{Namespace: "echo", Name: "f0-0"}, pod))
+	pod.Status.HostIP = "127.0.0.1"
+	pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()})
+	require.NoError(t, env.Client.Status().Update(ctx, pod), "playing the scheduler and the kubelet: fields the operator does not read")
+	assert.Equal(t, before, quiet(), "a member Pod change the fleet does not read wakes no reconcile")
 
 	require.NoError(t, env.Client.Patch(ctx, f, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"poke":"1"}}}`))))
 	require.Eventually(t, func() bool { return env.Client.Get(ctx, key, f) == nil && f.Status.Phase == PhaseReady }, 10*time.Second, 50*time.Millisecond,

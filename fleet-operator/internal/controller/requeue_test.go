@@ -20,6 +20,8 @@ import (
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/roll"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/routing"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/state"
+	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/podmesh"
 )
 
 func TestNextLook(t *testing.T) {
@@ -185,6 +187,47 @@ func TestStatefulSetCountersWakeNoReconcile(t *testing.T) {
 		after := base()
 		tc.change(after)
 		assert.Equal(t, tc.wakes, countersOnlyDropped.Update(event.UpdateEvent{ObjectOld: base(), ObjectNew: after}), tc.name)
+	}
+}
+
+// TestUnreadPodChangesDropped: of a member Pod, the changes the fleet reads
+// wake it, and the updates the scheduler and the kubelet make on the way
+// that change none of those do not.
+func TestUnreadPodChangesDropped(t *testing.T) {
+	since := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	base := func() *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "f-0", Labels: map[string]string{revisionLabel: "f-1"}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "celld"}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.9", Conditions: []corev1.PodCondition{
+				{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
+				{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: since},
+			}, ContainerStatuses: []corev1.ContainerStatus{{Name: "celld"}}},
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(p *corev1.Pod)
+		wakes  bool
+	}{
+		{"bound to a node", func(p *corev1.Pod) { p.Spec.NodeName, p.Status.HostIP = "n1", "127.0.0.1" }, false},
+		{"not schedulable", func(p *corev1.Pod) { p.Status.Conditions[0].Status = corev1.ConditionFalse }, false},
+		{"a container started", func(p *corev1.Pod) {
+			p.Status.ContainerStatuses[0].State.Running = &corev1.ContainerStateRunning{StartedAt: since}
+		}, false},
+		{"ready", func(p *corev1.Pod) { p.Status.Conditions[1].Status = corev1.ConditionTrue }, true},
+		{"ready again, later", func(p *corev1.Pod) { p.Status.Conditions[1].LastTransitionTime = metav1.NewTime(since.Add(time.Minute)) }, true},
+		{"phase", func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }, true},
+		{"IP", func(p *corev1.Pod) { p.Status.PodIP = "127.0.0.10" }, true},
+		{"restarted", func(p *corev1.Pod) { p.Status.ContainerStatuses[0].RestartCount = 1 }, true},
+		{"revision", func(p *corev1.Pod) { p.Labels[revisionLabel] = "f-2" }, true},
+		{"an annotation (ztunnel's capture)", func(p *corev1.Pod) { p.Annotations = map[string]string{labels.IstioAmbientRedirection: "enabled"} }, true},
+		{"terminating", func(p *corev1.Pod) { p.DeletionTimestamp = &since }, true},
+		{"a proxy", func(p *corev1.Pod) { p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: podmesh.ProxyContainer}) }, true},
+	} {
+		after := base()
+		tc.change(after)
+		assert.Equal(t, tc.wakes, unreadPodChangesDropped.Update(event.UpdateEvent{ObjectOld: base(), ObjectNew: after}), tc.name)
 	}
 }
 
