@@ -216,14 +216,18 @@ func TestUnreadPodChangesDropped(t *testing.T) {
 			p.Status.ContainerStatuses[0].State.Running = &corev1.ContainerStateRunning{StartedAt: since}
 		}, false},
 		{"ready", func(p *corev1.Pod) { p.Status.Conditions[1].Status = corev1.ConditionTrue }, true},
-		{"ready again, later", func(p *corev1.Pod) { p.Status.Conditions[1].LastTransitionTime = metav1.NewTime(since.Add(time.Minute)) }, true},
+		{"ready again, later", func(p *corev1.Pod) {
+			p.Status.Conditions[1].LastTransitionTime = metav1.NewTime(since.Add(time.Minute))
+		}, true},
 		{"phase", func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }, true},
 		{"IP", func(p *corev1.Pod) { p.Status.PodIP = "127.0.0.10" }, true},
 		{"restarted", func(p *corev1.Pod) { p.Status.ContainerStatuses[0].RestartCount = 1 }, true},
 		{"revision", func(p *corev1.Pod) { p.Labels[revisionLabel] = "f-2" }, true},
 		{"an annotation (ztunnel's capture)", func(p *corev1.Pod) { p.Annotations = map[string]string{labels.IstioAmbientRedirection: "enabled"} }, true},
 		{"terminating", func(p *corev1.Pod) { p.DeletionTimestamp = &since }, true},
-		{"a proxy", func(p *corev1.Pod) { p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: podmesh.ProxyContainer}) }, true},
+		{"a proxy", func(p *corev1.Pod) {
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: podmesh.ProxyContainer})
+		}, true},
 	} {
 		after := base()
 		tc.change(after)
