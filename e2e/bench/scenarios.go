@@ -47,6 +47,11 @@ func (b *bench) all(ctx context.Context) error {
 		cpuBase = 0
 	}
 	pid := b.bed.Fleet.Pid()
+	if *flagTimeline {
+		ctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go b.timeline(ctx)
+	}
 
 	// 1+2: create N fleets and wait for all Ready.
 	fleets, err := b.createFleets(ctx)

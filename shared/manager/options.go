@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -36,7 +38,30 @@ type Options struct {
 	// mesh operator) its license Secret live.
 	Namespace      string
 	GracefulPeriod time.Duration
-	zap            zap.Options
+	// APIPace paces every request the process sends to the API server
+	// (--kube-api-qps, --kube-api-burst); Bind takes the defaults from it.
+	APIPace Pace
+	zap     zap.Options
+}
+
+// Pace is a client-side rate limit: QPS requests per second on average,
+// Burst at once. A QPS of zero or less leaves the requests unpaced.
+type Pace struct {
+	QPS   float64
+	Burst int
+}
+
+// paced gives cfg one token bucket for every client built from it. A limit
+// in QPS and Burst alone would be one bucket per client, and the manager
+// builds a client per kind: a fleet's first pass writes eight kinds, so
+// each bucket saw an eighth of the requests and never held any back.
+func (p Pace) paced(cfg *rest.Config) *rest.Config {
+	if p.QPS <= 0 {
+		return cfg
+	}
+	cfg.QPS, cfg.Burst = float32(p.QPS), p.Burst
+	cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
+	return cfg
 }
 
 // Bind registers the common flags on fs. leaderElectionID must be unique per operator.
@@ -51,6 +76,8 @@ func (o *Options) Bind(fs *flag.FlagSet, leaderElectionID string) {
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader Lease (default: --namespace)")
 	fs.StringVar(&o.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace the operator runs in (default: $POD_NAMESPACE)")
 	fs.DurationVar(&o.GracefulPeriod, "graceful-shutdown-timeout", 30*time.Second, "how long running reconciles get to finish on SIGTERM")
+	fs.Float64Var(&o.APIPace.QPS, "kube-api-qps", o.APIPace.QPS, "requests per second the operator sends to the API server on average, over all its clients (docs/benchmark.md, thirteenth round); 0 or less: unpaced")
+	fs.IntVar(&o.APIPace.Burst, "kube-api-burst", o.APIPace.Burst, "requests the operator may send at once above --kube-api-qps")
 	o.zap.Development = false
 	o.zap.BindFlags(fs)
 }
@@ -59,6 +86,9 @@ func (o *Options) Bind(fs *flag.FlagSet, leaderElectionID string) {
 func (o *Options) Validate() error {
 	if o.Namespace == "" {
 		return fmt.Errorf("--namespace (or $POD_NAMESPACE) is required: the operator keeps its lease and reads its configuration there")
+	}
+	if o.APIPace.QPS > 0 && o.APIPace.Burst < 1 {
+		return fmt.Errorf("--kube-api-burst must be at least 1 when --kube-api-qps is set (got %d): no request could be sent", o.APIPace.Burst)
 	}
 	return nil
 }
@@ -89,7 +119,7 @@ func (o *Options) NewManager(scheme *runtime.Scheme, customize func(*ctrl.Option
 	if customize != nil {
 		customize(&opts)
 	}
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), opts)
+	mgr, err := ctrl.NewManager(o.APIPace.paced(ctrl.GetConfigOrDie()), opts)
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
 	}

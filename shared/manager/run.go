@@ -32,6 +32,9 @@ type Operator struct {
 	Setup func(ctrl.Manager) error
 	// StartupValues are logged with the start-up line; may be nil.
 	StartupValues func() []any
+	// APIPace is the default of --kube-api-qps and --kube-api-burst; the
+	// zero Pace leaves the operator unpaced.
+	APIPace Pace
 }
 
 // Main runs op until SIGTERM and exits the process with its result.
@@ -43,7 +46,7 @@ func Main(op Operator) {
 }
 
 func run(op Operator, fs *flag.FlagSet, args []string, stdout io.Writer) error {
-	var common Options
+	common := Options{APIPace: op.APIPace}
 	common.Bind(fs, op.LeaderElectionID)
 	op.BindFlags(fs)
 	printVersion := fs.Bool("version", false, "print the version and exit")
@@ -77,7 +80,7 @@ func run(op Operator, fs *flag.FlagSet, args []string, stdout io.Writer) error {
 	if err := op.Setup(mgr); err != nil {
 		return fmt.Errorf("setting up controllers: %w", err)
 	}
-	values := []any{"version", version.Version, "namespace", common.Namespace}
+	values := []any{"version", version.Version, "namespace", common.Namespace, "kubeAPIQPS", common.APIPace.QPS, "kubeAPIBurst", common.APIPace.Burst}
 	if op.StartupValues != nil {
 		values = append(values, op.StartupValues()...)
 	}
