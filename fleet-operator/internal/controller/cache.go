@@ -37,9 +37,9 @@ func RestrictCache(cfg Config, o *cache.Options) {
 	members := k8slabels.SelectorFromSet(k8slabels.Set{labels.Name: names.Runtime})
 	// Of the kinds fleets own, only what the operator made: every object it
 	// applies carries this label. A foreign object with a fleet's name is
-	// not in the cache; the Applier confirms a cache miss against the API
-	// server before it writes, so such an object is still reported as an
-	// ownership conflict and never adopted.
+	// not in the cache; the Applier's create-only apply on a cache miss is
+	// refused because of it, and only then is it read, so such an object is
+	// still reported as an ownership conflict and never adopted.
 	ours := k8slabels.SelectorFromSet(k8slabels.Set{labels.ManagedBy: names.Operator})
 	// The operator reads no managed fields of the fleets, their members and
 	// claims, or the objects it applies (an apply compares the applied-hash

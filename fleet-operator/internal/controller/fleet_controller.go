@@ -239,10 +239,10 @@ var countersOnlyDropped = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) 
 
 // unreadPodChangesDropped drops the updates of a member Pod that change
 // nothing the fleet reads of it (memberFacts): the scheduler's PodScheduled
-// condition and binding, container states, host IP and the like. While
-// 1,000 fleets start, each member went through about four updates, half of
-// them of this kind, and each woke its fleet for a pass that found nothing
-// new (docs/benchmark.md, thirteenth round).
+// condition and binding, container states, host IP and the like: a pass
+// they woke found nothing new. While 1,000 fleets start, that is one of
+// the three updates each member goes through (docs/benchmark.md,
+// thirteenth round).
 var unreadPodChangesDropped = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 	before, ok1 := e.ObjectOld.(*corev1.Pod)
 	after, ok2 := e.ObjectNew.(*corev1.Pod)
