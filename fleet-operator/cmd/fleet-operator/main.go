@@ -26,9 +26,9 @@ func main() {
 		Cache:         func(o *cache.Options) { controller.RestrictCache(cfg, o) },
 		Setup:         func(mgr ctrl.Manager) error { return controller.SetupWithManager(mgr, cfg) },
 		StartupValues: func() []any { return []any{"networkPolicyEnforced", cfg.NetworkPolicyEnforced} },
-		// Paced: unpaced, a thousand fleets created at once converged in
-		// 320 s on the bench's two cores, paced at 100 per second in 205 s
-		// (docs/benchmark.md, thirteenth round).
+		// A thousand fleets created at once on the bench's two cores
+		// converged in about 320 s unpaced and in 205 s at 100 requests a
+		// second (docs/benchmark.md, thirteenth round).
 		APIPace: manager.Pace{QPS: 100, Burst: 200},
 	})
 }

@@ -266,12 +266,7 @@ type memberFacts struct {
 func memberFactsOf(p *corev1.Pod) memberFacts {
 	f := memberFacts{
 		Labels: p.Labels, Annotations: p.Annotations, Terminating: p.DeletionTimestamp != nil,
-		Phase: p.Status.Phase, IP: p.Status.PodIP, Proxy: podmesh.HasProxy(p),
-	}
-	for i, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			f.Ready = &p.Status.Conditions[i]
-		}
+		Phase: p.Status.Phase, IP: p.Status.PodIP, Ready: readyCondition(p), Proxy: podmesh.HasProxy(p),
 	}
 	for _, c := range p.Status.ContainerStatuses {
 		if f.Restarts == nil {
@@ -477,10 +472,8 @@ func (r *FleetReconciler) memberStarting(obs *observed) bool {
 		if p.DeletionTimestamp != nil || healthy(obs.reports[p.Name]) {
 			continue
 		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue && now.Sub(c.LastTransitionTime.Time) < startingWindow {
-				return true
-			}
+		if c := readyCondition(p); c != nil && c.Status == corev1.ConditionTrue && now.Sub(c.LastTransitionTime.Time) < startingWindow {
+			return true
 		}
 	}
 	return false
@@ -924,12 +917,18 @@ func derefReplicas(f *v1alpha1.CelldFleet) int32 {
 func healthy(r state.Result) bool { return r.Err == nil && r.Report != nil && r.Report.Healthy }
 
 func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
+	c := readyCondition(p)
+	return c != nil && c.Status == corev1.ConditionTrue
+}
+
+// readyCondition is the Pod's Ready condition, nil while it has none.
+func readyCondition(p *corev1.Pod) *corev1.PodCondition {
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == corev1.PodReady {
+			return &p.Status.Conditions[i]
 		}
 	}
-	return false
+	return nil
 }
 
 func ordinal(pod string) int {
