@@ -71,6 +71,9 @@ const (
 	rollPoll       = time.Second
 	notReadyPoll   = 5 * time.Second
 	routingPoll    = 10 * time.Second
+	// idleLooks: a fleet none of whose members runs looks again after this
+	// many /state intervals (see nextLook).
+	idleLooks = 6
 )
 
 // FleetReconciler reconciles CelldFleets.
@@ -418,14 +421,20 @@ func lookPriority(next time.Duration) *int {
 	return ptr.To(handler.LowPriority)
 }
 
-// nextLook is when to reconcile again without an event: soon while members
-// run but are not healthy or a roll goes on (/state health changes without
-// one); later while waiting on something outside (a CRD being installed, a
-// conflicting object removed, a Gateway's verdict), and at the /state
-// interval otherwise. A StatefulSet the StatefulSet controller has yet to
-// observe is not polled: its status update wakes the fleet. Polled every
-// second, each of a thousand new fleets was reconciled every second until
-// a busy controller got to it (docs/benchmark.md, twelfth round).
+// nextLook is when to reconcile again without an event: soon while members run but are not healthy or a roll goes on
+// (/state health changes without one); later while waiting on something
+// outside (a CRD being installed, a conflicting object removed, a
+// Gateway's verdict), and at the /state interval otherwise. A StatefulSet
+// the StatefulSet controller has yet to observe is not polled: its status
+// update wakes the fleet. Polled every second, each of a thousand new
+// fleets was reconciled every second until a busy controller got to it
+// (docs/benchmark.md, twelfth round). A fleet none of whose members runs
+// has no /state to read: what it waits for (the StatefulSet controller, the
+// scheduler, a claim being bound) ends in a Pod event, and until then a
+// look at the /state interval found nothing new (docs/benchmark.md,
+// fourteenth round). It still looks now and then (idleLooks intervals):
+// an API being installed or removed (Istio's, the Gateway API) sends no
+// event.
 func (r *FleetReconciler) nextLook(obs *observed) time.Duration {
 	next := r.Config.StateInterval
 	switch {
@@ -437,11 +446,21 @@ func (r *FleetReconciler) nextLook(obs *observed) time.Duration {
 		next = rollPoll
 	case runningUnhealthy(obs):
 		next = notReadyPoll
+	case !slices.ContainsFunc(obs.pods, readable) && obs.diskResize == "":
+		// A claim that cannot grow sends the fleet no event: it keeps its
+		// look, so the condition clears once the claim can.
+		next *= idleLooks
 	}
 	if !obs.routing.ready() && next > routingPoll {
 		next = routingPoll
 	}
 	return next
+}
+
+// readable is a member whose /state is read: its Pod runs and is not
+// being deleted.
+func readable(p corev1.Pod) bool {
+	return p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning
 }
 
 // runningUnhealthy reports a running member that /state does not report
@@ -454,7 +473,7 @@ func (r *FleetReconciler) nextLook(obs *observed) time.Duration {
 func runningUnhealthy(obs *observed) bool {
 	for i := range obs.pods {
 		p := &obs.pods[i]
-		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && !healthy(obs.reports[p.Name]) {
+		if readable(*p) && !healthy(obs.reports[p.Name]) {
 			return true
 		}
 	}
@@ -759,7 +778,7 @@ func (r *FleetReconciler) growClaims(ctx context.Context, fleet *v1alpha1.CelldF
 func (r *FleetReconciler) readStates(ctx context.Context, pods []corev1.Pod) map[string]state.Result {
 	targets := make([]state.Target, 0, len(pods))
 	for _, p := range pods {
-		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+		if readable(p) {
 			targets = append(targets, state.Target{Key: p.Name, IP: p.Status.PodIP})
 		}
 	}

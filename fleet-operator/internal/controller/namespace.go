@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -95,25 +96,39 @@ func (r *FleetReconciler) reconcileDeclarations(ctx context.Context, fleet *v1al
 	writable, _ := contract.Withhold(view.ns.Labels, held, want)
 	if len(writable)+len(held) > 0 && !controllerutil.ContainsFinalizer(fleet, DeclarationsFinalizer) {
 		// The finalizer comes first: a fleet deleted right after declaring
-		// must still withdraw its labels. The patch goes through a fresh
-		// copy: earlier steps of this reconcile may have patched the fleet
-		// (the lock needs its current resourceVersion), and the answer may
-		// carry a newer spec, which this reconcile must not switch to
-		// halfway (nor report as observed).
-		fresh := &v1alpha1.CelldFleet{}
-		if err := r.freshReader().Get(ctx, client.ObjectKeyFromObject(fleet), fresh); err != nil {
-			return fmt.Errorf("reading the fleet to add finalizer %s: %w", DeclarationsFinalizer, err)
-		}
-		if err := apply.AddFinalizer(ctx, r.Client, fresh, DeclarationsFinalizer); err != nil {
+		// must still withdraw its labels.
+		added, err := r.addDeclarationsFinalizer(ctx, fleet)
+		if err != nil {
 			return err
 		}
 		controllerutil.AddFinalizer(fleet, DeclarationsFinalizer)
-		obs.ownVersions = append(obs.ownVersions, fresh.ResourceVersion)
+		obs.ownVersions = append(obs.ownVersions, added.ResourceVersion)
 	}
 	if _, err := contract.ApplyLabels(ctx, r.Client, r.freshReader(), contract.WorkloadOperator, declarationManager(fleet), view.ns.DeepCopy(), want); err != nil {
 		return fmt.Errorf("declaring namespace labels: %w", err)
 	}
 	return nil
+}
+
+// addDeclarationsFinalizer adds the finalizer with the fleet's cached
+// resourceVersion as the patch's lock, so the first pass over a new fleet
+// reads nothing (a read per new fleet before: docs/benchmark.md,
+// fourteenth round). Only when the lock fails (an earlier step of this
+// pass, or someone else, wrote the fleet since the cache saw it) is the
+// fleet read and the patch sent again. The patch goes through a copy: the
+// answer may carry a newer spec, which this reconcile must not switch to
+// halfway (nor report as observed). It returns the fleet as written.
+func (r *FleetReconciler) addDeclarationsFinalizer(ctx context.Context, fleet *v1alpha1.CelldFleet) (*v1alpha1.CelldFleet, error) {
+	added := fleet.DeepCopy()
+	err := apply.AddFinalizer(ctx, r.Client, added, DeclarationsFinalizer)
+	if !apierrors.IsConflict(err) {
+		return added, err
+	}
+	added = &v1alpha1.CelldFleet{}
+	if err := r.freshReader().Get(ctx, client.ObjectKeyFromObject(fleet), added); err != nil {
+		return nil, fmt.Errorf("reading the fleet to add finalizer %s: %w", DeclarationsFinalizer, err)
+	}
+	return added, apply.AddFinalizer(ctx, r.Client, added, DeclarationsFinalizer)
 }
 
 // withdrawDeclarations removes the fleet's namespace labels and then its

@@ -50,11 +50,24 @@ func TestNextLook(t *testing.T) {
 	assert.Equal(t, notReadyPoll, r.nextLook(notReady), "a running member's /state changes without an event")
 
 	// A member that does not run yet changes through Pod events; there is
-	// nothing to read until then.
-	pending := &observed{pods: []corev1.Pod{{ObjectMeta: metav1.ObjectMeta{Name: "f-0"}, Status: corev1.PodStatus{Phase: corev1.PodPending}}}, reports: map[string]state.Result{}}
-	assert.Equal(t, 30*time.Second, r.nextLook(pending), "a member being scheduled is not polled")
+	// nothing to read until then. The fleet still looks now and then: an
+	// API being installed sends no event.
+	pending := func() *observed {
+		return &observed{pods: []corev1.Pod{{ObjectMeta: metav1.ObjectMeta{Name: "f-0"}, Status: corev1.PodStatus{Phase: corev1.PodPending}}}, reports: map[string]state.Result{}}
+	}
+	assert.Equal(t, idleLooks*30*time.Second, r.nextLook(pending()), "a member being scheduled is not polled")
 	missing := &observed{reports: map[string]state.Result{}}
-	assert.Equal(t, 30*time.Second, r.nextLook(missing), "a member the StatefulSet controller has yet to create is not polled")
+	assert.Equal(t, idleLooks*30*time.Second, r.nextLook(missing), "a member the StatefulSet controller has yet to create is not polled")
+	beside := steady()
+	beside.pods = append(beside.pods, pending().pods[0])
+	beside.pods[1].Name = "f-1"
+	assert.Equal(t, 30*time.Second, r.nextLook(beside), "a running member beside a pending one is read at the /state interval")
+	cannotGrow := pending()
+	cannotGrow.diskResize = "Cannot grow member disks to 2Gi: data-f-0 is not expandable"
+	assert.Equal(t, 30*time.Second, r.nextLook(cannotGrow), "a claim sends the fleet no event: a refused resize is looked at again")
+	pendingRoute := pending()
+	pendingRoute.routing = routingOutcome{readiness: &routing.Readiness{Status: metav1.ConditionUnknown}}
+	assert.Equal(t, routingPoll, r.nextLook(pendingRoute), "a route waiting for its verdict is polled whatever the members do")
 
 	// A member that just turned Ready and is still Starting on /state: soon,
 	// in a roll (the next member waits for it) and after its last step
