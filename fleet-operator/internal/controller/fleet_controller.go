@@ -485,17 +485,26 @@ func runningUnhealthy(obs *observed) bool {
 // window the usual polls apply, so a member that stays unhealthy is not
 // read four times a second.
 func (r *FleetReconciler) memberStarting(obs *observed) bool {
+	return len(r.startingMembers(obs)) > 0
+}
+
+// startingMembers names the members memberStarting looks for.
+func (r *FleetReconciler) startingMembers(obs *observed) map[string]bool {
 	now := r.Now()
+	var starting map[string]bool
 	for i := range obs.pods {
 		p := &obs.pods[i]
 		if p.DeletionTimestamp != nil || healthy(obs.reports[p.Name]) {
 			continue
 		}
 		if c := readyCondition(p); c != nil && c.Status == corev1.ConditionTrue && now.Sub(c.LastTransitionTime.Time) < startingWindow {
-			return true
+			if starting == nil {
+				starting = map[string]bool{}
+			}
+			starting[p.Name] = true
 		}
 	}
-	return false
+	return starting
 }
 
 // stepError is a reconcile step that failed: status names the step.
@@ -904,6 +913,9 @@ func (r *FleetReconciler) updateStatus(ctx context.Context, fleet *v1alpha1.Cell
 	view := r.statusView(fleet)
 	next := computeStatus(view, obs, r.Now())
 	if equality.Semantic.DeepEqual(view.Status, next) {
+		return nil
+	}
+	if obs.blocked == nil && onlyStartingMembersMoved(view.Status, next, r.startingMembers(obs)) {
 		return nil
 	}
 	updated := fleet.DeepCopy()

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -252,4 +253,76 @@ func TestComputeStatusIsStable(t *testing.T) {
 	first := computeStatus(f, healthyFleet(), time.Unix(100, 0))
 	f.Status = first
 	assert.Equal(t, first, computeStatus(f, healthyFleet(), time.Unix(200, 0)))
+}
+
+// TestStartingMembersWaitForTheirReport walks a fleet's members through
+// their start as the bed shows it (Pending; Ready with /state not serving
+// yet; healthy) and writes each status the way updateStatus does. A member
+// that has just turned Ready and has no report yet is not written on its
+// own: the next look (startingPoll later) writes it with its report. Every
+// other change is written at once: a member turning healthy, one turning
+// unhealthy, a condition flipping, and a starting member past the window.
+func TestStartingMembersWaitForTheirReport(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	r := &FleetReconciler{Now: func() time.Time { return now }}
+	f := statusFleet()
+	obs := healthyFleet()
+	pending := func(i int) {
+		obs.pods[i].Status = corev1.PodStatus{Phase: corev1.PodPending}
+		delete(obs.reports, obs.pods[i].Name)
+	}
+	readySince := func(i int, d time.Duration) {
+		obs.pods[i].Status = corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now.Add(-d))}}}
+	}
+	refused := state.Result{Err: errors.New("connect: connection refused")}
+	served := state.Result{Report: &state.Report{Healthy: true, Phase: "serving"}}
+	// step computes the status of obs over the stored one and reports
+	// whether it is written; a written status is stored.
+	step := func(what string) bool {
+		t.Helper()
+		next := computeStatus(f, obs, now)
+		require.False(t, equality.Semantic.DeepEqual(f.Status, next), "%s: the status changed", what)
+		if onlyStartingMembersMoved(f.Status, next, r.startingMembers(obs)) {
+			return false
+		}
+		f.Status = next
+		return true
+	}
+
+	for i := range 3 {
+		pending(i)
+	}
+	assert.True(t, step("three members exist, none runs"))
+	readySince(0, 0)
+	obs.reports["shop-0"] = refused
+	assert.False(t, step("shop-0 turned Ready, /state not serving yet"), "a quarter of a second before its report")
+	readySince(1, 0)
+	obs.reports["shop-1"] = refused
+	assert.False(t, step("shop-1 turned Ready too"))
+	obs.reports["shop-0"] = served
+	assert.True(t, step("shop-0 healthy"), "a member turning healthy is written, with the starting one beside it")
+	assert.Equal(t, int32(2), f.Status.ReadyReplicas, "the starting member is written as it is")
+	obs.reports["shop-1"] = served
+	assert.True(t, step("shop-1 healthy"))
+	readySince(2, startingWindow)
+	obs.reports["shop-2"] = refused
+	assert.True(t, step("shop-2 Ready for startingWindow, /state still refused"), "past the window a failed read is shown")
+	obs.reports["shop-2"] = served
+	assert.True(t, step("shop-2 healthy"))
+	require.True(t, meta.IsStatusConditionTrue(f.Status.Conditions, string(v1alpha1.ConditionReady)))
+
+	// A Ready fleet whose member restarts: Ready flips, written at once
+	// although the member counts as starting.
+	readySince(2, 0)
+	obs.reports["shop-2"] = refused
+	assert.True(t, step("shop-2 restarted"), "the Ready condition flipped")
+	// A member that is not starting turns unhealthy beside a starting one.
+	obs.reports["shop-0"] = state.Result{Report: &state.Report{Healthy: false, Phase: "Degraded"}}
+	assert.True(t, step("shop-0 reports itself unhealthy"))
+	// A new spec is observed while a member starts.
+	obs.reports["shop-0"] = served
+	f.Status = computeStatus(f, obs, now)
+	f.Generation++
+	assert.True(t, step("generation 3"), "a new spec is reported at once")
 }
