@@ -421,20 +421,20 @@ func lookPriority(next time.Duration) *int {
 	return ptr.To(handler.LowPriority)
 }
 
-// nextLook is when to reconcile again without an event: soon while members run but are not healthy or a roll goes on
-// (/state health changes without one); later while waiting on something
-// outside (a CRD being installed, a conflicting object removed, a
-// Gateway's verdict), and at the /state interval otherwise. A StatefulSet
-// the StatefulSet controller has yet to observe is not polled: its status
-// update wakes the fleet. Polled every second, each of a thousand new
-// fleets was reconciled every second until a busy controller got to it
-// (docs/benchmark.md, twelfth round). A fleet none of whose members runs
-// has no /state to read: what it waits for (the StatefulSet controller, the
-// scheduler, a claim being bound) ends in a Pod event, and until then a
-// look at the /state interval found nothing new (docs/benchmark.md,
-// fourteenth round). It still looks now and then (idleLooks intervals):
-// an API being installed or removed (Istio's, the Gateway API) sends no
-// event.
+// nextLook is when to reconcile again without an event: soon while members
+// run but are not healthy or a roll goes on (/state health changes without
+// one); later while waiting on something outside (a CRD being installed, a
+// conflicting object removed, a Gateway's verdict), and at the /state
+// interval otherwise. A StatefulSet the StatefulSet controller has yet to
+// observe is not polled: its status update wakes the fleet. Polled every
+// second, each of a thousand new fleets was reconciled every second until
+// a busy controller got to it (docs/benchmark.md, twelfth round). A fleet
+// none of whose members runs has no /state to read: what it waits for (the
+// StatefulSet controller, the scheduler, a claim being bound) ends in a Pod
+// event, and until then a look at the /state interval found nothing new
+// (docs/benchmark.md, fourteenth round). It still looks every idleLooks
+// intervals: an API being installed or removed (Istio's, the Gateway API)
+// sends no event.
 func (r *FleetReconciler) nextLook(obs *observed) time.Duration {
 	next := r.Config.StateInterval
 	switch {

@@ -434,7 +434,7 @@ func onlyStartingMembersMoved(stored, next v1alpha1.CelldFleetStatus, starting m
 		}
 	}
 	for i, m := range next.Members {
-		if !starting[m.Name] && !equality.Semantic.DeepEqual(stored.Members[i], m) {
+		if stored.Members[i].Name != m.Name || !starting[m.Name] && !equality.Semantic.DeepEqual(stored.Members[i], m) {
 			return false
 		}
 	}
