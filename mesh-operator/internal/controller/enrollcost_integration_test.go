@@ -16,12 +16,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/shared/contract"
 	"github.com/ericdev/fleetmesh/shared/labels"
 )
 
@@ -165,4 +167,103 @@ func TestEnrollmentPassCost(t *testing.T) {
 			log.count(http.MethodGet, "/api/v1/namespaces/"+name+"/pods"),
 			log.count(http.MethodPatch, "/apis/security.istio.io/v1/namespaces/"+name+"/")+log.exact(http.MethodPatch, "/api/v1/namespaces/"+name))
 	}
+}
+
+// TestCutoverReadsTheClustersPodsOnce: a pass that cuts over most of the
+// cluster's namespaces reads their Pods with one paged list of the whole
+// cluster, sent after every namespace's labels, instead of one list per
+// namespace (issue #20: at 1,000 namespaces those 1,000 lists were the
+// requests the operator sent beyond the writes). The verdicts are the same:
+// a namespace with an uncaptured Pod, and one whose uncaptured Pod is
+// created the moment before its data-plane label lands, stay PERMISSIVE
+// naming that Pod; once both are captured the next pass cuts them over.
+func TestCutoverReadsTheClustersPodsOnce(t *testing.T) {
+	b := startEnrollmentBed(t, "lic-cutover-once", events.NewFakeRecorder(1000))
+	ctx, admin := context.Background(), b.admin
+	readyIstiod(t, admin)
+	defer func(page int64) { podListPage = page }(podListPage)
+	podListPage = 25 // 62 Pods: the list is paged
+
+	const namespaces = wholeClusterPodListMin + 10
+	const held, late = "team-7", "team-3"
+	podIn := func(ns, name string, captured bool) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example.invalid/app"}}}}
+		if captured {
+			p.Annotations = map[string]string{labels.IstioAmbientRedirection: "enabled"}
+		}
+		return p
+	}
+	for i := 0; i < namespaces; i++ {
+		name := fmt.Sprintf("team-%d", i)
+		require.NoError(t, admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{labels.Mesh: labels.MeshEnabled}}}))
+		require.NoError(t, admin.Create(ctx, podIn(name, "app", true)))
+	}
+	require.NoError(t, admin.Create(ctx, podIn(held, "plain", false)))
+
+	log := &requestLog{requests: map[string]int{}, podLists: map[string][]url.Values{}}
+	var once sync.Once
+	latePod := podIn(late, "late", false)
+	cfg := rest.CopyConfig(b.asOperator)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		counted := log.wrap(rt)
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if req.Method == http.MethodPatch && req.URL.Path == "/api/v1/namespaces/"+late {
+				once.Do(func() { require.NoError(t, admin.Create(ctx, latePod)) })
+			}
+			return counted.RoundTrip(req)
+		})
+	})
+	op, err := client.New(cfg, client.Options{Scheme: b.scheme})
+	require.NoError(t, err)
+	b.r.Client, b.r.Reader = op, op
+
+	require.NoError(t, admin.Create(ctx, &v1alpha1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: "cluster"},
+		Spec: v1alpha1.ServiceMeshSpec{Mode: v1alpha1.ModeAdopt, Provider: v1alpha1.ProviderIstio, DataPlane: v1alpha1.DataPlaneAmbient}}))
+	_, m := b.reconcile(t)
+	require.Equal(t, PhaseReady, m.Status.Phase)
+	for i := 0; i < namespaces; i++ {
+		name := fmt.Sprintf("team-%d", i)
+		want := contract.MTLSStrict
+		if name == held || name == late {
+			want = contract.MTLSPermissive
+		}
+		assert.Equal(t, want, meshMTLSMode(t, admin, name), name)
+		assert.Empty(t, log.podLists[name], "%s: no Pod list of its own", name)
+	}
+	cut := meta.FindStatusCondition(m.Status.Conditions, string(v1alpha1.ConditionMTLSCutover))
+	require.NotNil(t, cut)
+	assert.Equal(t, string(v1alpha1.ReasonAwaitingCutover), cut.Reason)
+	assert.Contains(t, cut.Message, held+" (Pod plain)")
+	assert.Contains(t, cut.Message, late+" (Pod late)")
+
+	// One list, paged: 62 Pods at 25 a page. It comes after every label.
+	pages := log.exact(http.MethodGet, "/api/v1/pods")
+	assert.Equal(t, 3, pages, "pages of the cluster's Pod list")
+	labelled, firstList := map[string]int{}, -1
+	for i, req := range log.sequence {
+		method, path, _ := strings.Cut(req, " ")
+		ns, isNS := strings.CutPrefix(path, "/api/v1/namespaces/")
+		if _, seen := labelled[ns]; isNS && method == http.MethodPatch && !seen && !strings.Contains(ns, "/") {
+			labelled[ns] = i
+		}
+		if method == http.MethodGet && path == "/api/v1/pods" && firstList < 0 {
+			firstList = i
+		}
+	}
+	require.GreaterOrEqual(t, firstList, 0)
+	require.Len(t, labelled, namespaces, "every namespace was labelled")
+	for ns, at := range labelled {
+		assert.Less(t, at, firstList, "%s: labelled (request %d) before the Pods are listed (request %d)", ns, at, firstList)
+	}
+
+	// Captured now: the next pass cuts both over.
+	for _, p := range []*corev1.Pod{podIn(held, "plain", false), latePod} {
+		require.NoError(t, admin.Get(ctx, client.ObjectKeyFromObject(p), p))
+		p.Annotations = map[string]string{labels.IstioAmbientRedirection: "enabled"}
+		require.NoError(t, admin.Update(ctx, p))
+	}
+	b.reconcile(t)
+	assert.Equal(t, contract.MTLSStrict, meshMTLSMode(t, admin, held))
+	assert.Equal(t, contract.MTLSStrict, meshMTLSMode(t, admin, late))
 }

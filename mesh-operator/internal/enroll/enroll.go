@@ -106,23 +106,47 @@ func DataPlaneLabels(dp v1alpha1.DataPlane, revision string) map[string]string {
 // redirected to ztunnel. A namespace without Pods is ready. The second
 // result names the first Pod that is not, for status and events.
 func WorkloadsReady(dp v1alpha1.DataPlane, pods []corev1.Pod) (bool, string) {
-	names := make([]string, 0, len(pods))
-	byName := map[string]*corev1.Pod{}
+	blocker := ""
 	for i := range pods {
-		p := &pods[i]
-		if !podmesh.Running(p) {
-			continue
-		}
-		names = append(names, p.Name)
-		byName[p.Name] = p
+		blocker = firstBlocker(dp, &pods[i], blocker)
 	}
-	sort.Strings(names)
+	return blocker == "", blocker
+}
+
+// firstBlocker is the Pod that holds a namespace's cutover back once p is
+// seen too, given the one that held it before p (""): the first by name of
+// its running Pods that cannot speak mTLS in data plane dp. It does not
+// depend on the order the Pods are seen in.
+func firstBlocker(dp v1alpha1.DataPlane, p *corev1.Pod, before string) string {
+	if !podmesh.Running(p) || podmesh.MeshedIn(podmesh.DataPlane(dp), p) {
+		return before
+	}
+	if before == "" || p.Name < before {
+		return p.Name
+	}
+	return before
+}
+
+// Blockers is WorkloadsReady for many namespaces at once, over Pods seen
+// one at a time in any order (a cluster-wide list, page by page), keeping
+// only the verdicts: namespace → the Pod that holds its cutover back ("":
+// none). Only the namespaces it was made for are kept.
+type Blockers map[string]string
+
+// NewBlockers starts every namespace of names ready (no Pod seen).
+func NewBlockers(names []string) Blockers {
+	b := make(Blockers, len(names))
 	for _, n := range names {
-		if !podmesh.MeshedIn(podmesh.DataPlane(dp), byName[n]) {
-			return false, n
-		}
+		b[n] = ""
 	}
-	return true, ""
+	return b
+}
+
+// Add takes one Pod into its namespace's verdict.
+func (b Blockers) Add(dp v1alpha1.DataPlane, p *corev1.Pod) {
+	if before, ok := b[p.Namespace]; ok {
+		b[p.Namespace] = firstBlocker(dp, p, before)
+	}
 }
 
 // MTLSDecision is the namespace-wide mode in force and why.

@@ -2,6 +2,7 @@ package enroll
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -132,6 +133,52 @@ func TestWorkloadsReady(t *testing.T) {
 	assert.False(t, ok, "without ztunnel a redirection mark carries nothing")
 	ok, _ = WorkloadsReady(v1alpha1.DataPlaneAmbient, []corev1.Pod{pod("a", corev1.PodRunning, captured)})
 	assert.True(t, ok)
+}
+
+// TestBlockersAgreeWithWorkloadsReady: Pods of several namespaces, taken
+// one at a time in shuffled orders, give each namespace the verdict
+// WorkloadsReady gives its own Pods, blocker included; namespaces not asked
+// for are not kept, and one without Pods is ready.
+func TestBlockersAgreeWithWorkloadsReady(t *testing.T) {
+	captured := func(p *corev1.Pod) { p.Annotations = map[string]string{labels.IstioAmbientRedirection: "enabled"} }
+	sidecar := func(p *corev1.Pod) {
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: ProxyContainer})
+	}
+	in := func(ns string, p corev1.Pod) corev1.Pod { p.Namespace = ns; return p }
+	byNS := map[string][]corev1.Pod{
+		"ready":   {pod("b", corev1.PodRunning, captured), pod("a", corev1.PodRunning, sidecar), pod("z", corev1.PodSucceeded, nil)},
+		"held":    {pod("m", corev1.PodRunning, nil), pod("c", corev1.PodRunning, captured), pod("d", corev1.PodPending, nil), pod("x", corev1.PodRunning, nil)},
+		"sidecar": {pod("k", corev1.PodRunning, captured), pod("j", corev1.PodRunning, sidecar)},
+		"other":   {pod("a", corev1.PodRunning, nil)},
+	}
+	var all []corev1.Pod
+	for ns, pods := range byNS {
+		for _, p := range pods {
+			all = append(all, in(ns, p))
+		}
+	}
+	asked := []string{"ready", "held", "sidecar", "empty"}
+	for _, dp := range []v1alpha1.DataPlane{v1alpha1.DataPlaneAmbient, v1alpha1.DataPlaneSidecar} {
+		for seed := 0; seed < 20; seed++ {
+			order := slices.Clone(all)
+			r := rand.New(rand.NewPCG(uint64(seed), 1))
+			r.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+			b := NewBlockers(asked)
+			for i := range order {
+				b.Add(dp, &order[i])
+			}
+			require.Len(t, b, len(asked), "only the namespaces asked for are kept")
+			for _, ns := range asked {
+				ok, who := WorkloadsReady(dp, byNS[ns])
+				assert.Equal(t, who, b[ns], "%s, %s, order %d", dp, ns, seed)
+				assert.Equal(t, ok, b[ns] == "", "%s, %s, order %d", dp, ns, seed)
+			}
+		}
+	}
+	// The table is not trivially all ready: the held namespace names its
+	// first unfinished Pod without a proxy or capture (a pending one too).
+	_, who := WorkloadsReady(v1alpha1.DataPlaneAmbient, byNS["held"])
+	assert.Equal(t, "d", who)
 }
 
 func TestMTLSMode(t *testing.T) {
