@@ -253,7 +253,8 @@ func setKStatusConditions(st *v1alpha1.CelldFleetStatus, obs *observed, set cond
 
 // degraded tells a fleet that lost members it had from one still coming up,
 // from what the members show now: a celld container that has restarted, or
-// a Ready member whose runtime reports itself unhealthy on /state.
+// a Ready member whose runtime reports itself unhealthy on /state, unless
+// it reports that it is still starting (state.Report.Starting).
 func degraded(obs *observed) bool {
 	for i := range obs.pods {
 		p := &obs.pods[i]
@@ -265,7 +266,7 @@ func degraded(obs *observed) bool {
 				return true
 			}
 		}
-		if res, ok := obs.reports[p.Name]; ok && podReady(p) && res.Err == nil && res.Report != nil && !res.Report.Healthy {
+		if res, ok := obs.reports[p.Name]; ok && podReady(p) && res.Err == nil && res.Report != nil && !res.Report.Healthy && !res.Report.Starting() {
 			return true
 		}
 	}

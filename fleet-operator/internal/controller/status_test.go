@@ -129,6 +129,31 @@ func TestComputeStatus(t *testing.T) {
 			},
 		},
 		{
+			// The runtime answers 503 with phase Starting while it comes up:
+			// that member is on its way, not lost. While 1,000 fleets started,
+			// most passed through Degraded this way (docs/benchmark.md,
+			// fifteenth round).
+			name: "a Ready member whose runtime is still starting: provisioning, not degraded", phase: PhaseProvisioning,
+			obs: func(o *observed) {
+				o.reports["shop-1"] = state.Result{Report: &state.Report{Healthy: false, Phase: "Starting"}}
+			},
+			want: map[v1alpha1.ConditionType]wantCondition{
+				v1alpha1.ConditionProvisioning: {T, v1alpha1.ReasonWaitingForMembers},
+				v1alpha1.ConditionReady:        {F, v1alpha1.ReasonMembersNotReady},
+				v1alpha1.ConditionReconciling:  {T, v1alpha1.ReasonWaitingForMembers},
+			},
+		},
+		{
+			name: "a Ready member whose runtime reports itself unhealthy: degraded", phase: PhaseDegraded,
+			obs: func(o *observed) {
+				o.reports["shop-1"] = state.Result{Report: &state.Report{Healthy: false, Phase: "Recovering"}}
+			},
+			want: map[v1alpha1.ConditionType]wantCondition{
+				v1alpha1.ConditionProvisioning: {T, v1alpha1.ReasonWaitingForMembers},
+				v1alpha1.ConditionReady:        {F, v1alpha1.ReasonMembersNotReady},
+			},
+		},
+		{
 			name: "rolling", phase: PhaseRolling,
 			obs: func(o *observed) {
 				o.sts.Status.UpdateRevision = "r3"

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -20,6 +21,14 @@ type Report struct {
 	Phase    string    `json:"phase"`
 	Version  string    `json:"version"`
 	Capacity *Capacity `json:"capacity,omitempty"`
+}
+
+// Starting is a report by which the runtime says it is still coming up
+// (not healthy, phase Starting; the stand-in and celld answer 503 so for
+// a moment after start): the member is on its way, not lost
+// (docs/state-contract.md).
+func (r *Report) Starting() bool {
+	return r != nil && !r.Healthy && strings.EqualFold(r.Phase, "Starting")
 }
 
 // Capacity is a member's capacity sample.

@@ -106,3 +106,21 @@ func TestConnectionKeptOnlyBetweenQuickReads(t *testing.T) {
 	assert.Eventually(t, func() bool { return closed.Load() == 1 }, 2*idleConnTimeout+time.Second, 50*time.Millisecond,
 		"the idle connection is closed well before the next read at rest")
 }
+
+// TestStarting: only an unhealthy report in phase Starting (any case) says
+// the runtime is still coming up.
+func TestStarting(t *testing.T) {
+	for _, tc := range []struct {
+		rep  *Report
+		want bool
+	}{
+		{&Report{Healthy: false, Phase: "Starting"}, true},
+		{&Report{Healthy: false, Phase: "starting"}, true},
+		{&Report{Healthy: true, Phase: "Starting"}, false},
+		{&Report{Healthy: false, Phase: "Recovering"}, false},
+		{&Report{Healthy: false}, false},
+		{nil, false},
+	} {
+		assert.Equal(t, tc.want, tc.rep.Starting(), "%+v", tc.rep)
+	}
+}
