@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -60,4 +61,28 @@ func TestValidateRefusesAPaceWithoutBurst(t *testing.T) {
 	assert.ErrorContains(t, o.Validate(), "--kube-api-burst must be at least 1")
 	o.APIPace.Burst = 1
 	assert.NoError(t, o.Validate())
+}
+
+// TestResponsesAreNotCompressed: the operators' clients do not ask for
+// gzip, so the API server does not compress their watch streams (it
+// compresses a watch list only for a client that accepts gzip). Without
+// uncompressed, Go's HTTP client sends Accept-Encoding: gzip by itself. The
+// server speaks TLS as an API server does: client-go gives a config without
+// TLS Go's default transport, which would ignore the setting.
+func TestResponsesAreNotCompressed(t *testing.T) {
+	var asked atomic.Value
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Store(r.Header.Get("Accept-Encoding"))
+		http.NotFound(w, nil)
+	}))
+	defer srv.Close()
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	mapper := meta.NewDefaultRESTMapper(nil)
+	mapper.Add(corev1.SchemeGroupVersion.WithKind("ConfigMap"), meta.RESTScopeNamespace)
+	cfg := &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{CAData: ca}}
+	c, err := client.New(Pace{QPS: 10, Burst: 2}.paced(uncompressed(cfg)), client.Options{Scheme: clientgoscheme.Scheme, Mapper: mapper})
+	require.NoError(t, err)
+	_ = c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "x"}, &corev1.ConfigMap{})
+	require.NotNil(t, asked.Load(), "the request reached the server")
+	assert.Empty(t, asked.Load(), "Accept-Encoding")
 }
