@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -204,9 +205,25 @@ func (r *FleetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // annotations, finalizers and deletion still wake the fleet. A status that
 // someone else rewrote is corrected at the fleet's next look (at most the
 // /state interval) or at its next event; status reports, it never steers.
+//
+// The update that adds the operator's own finalizer is dropped too: the
+// pass that added it goes on to apply the fleet's objects, and the pass the
+// update woke found nothing new (one per fleet while 1,000 fleets were
+// created; docs/benchmark.md, fifteenth round).
 var statusOnlyDropped = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-	return !onlyStatusChanged(e.ObjectOld, e.ObjectNew)
+	return !onlyStatusChanged(e.ObjectOld, e.ObjectNew) && !declarationsFinalizerAdded(e.ObjectOld, e.ObjectNew)
 }}
+
+// declarationsFinalizerAdded reports an update that only added
+// DeclarationsFinalizer (besides status).
+func declarationsFinalizerAdded(before, after client.Object) bool {
+	if controllerutil.ContainsFinalizer(before, DeclarationsFinalizer) || !controllerutil.ContainsFinalizer(after, DeclarationsFinalizer) {
+		return false
+	}
+	withOurs := before.DeepCopyObject().(client.Object)
+	controllerutil.AddFinalizer(withOurs, DeclarationsFinalizer)
+	return onlyStatusChanged(withOurs, after)
+}
 
 // ownCreatesDropped drops the create events of the fleets' owned objects,
 // as the Istio caches' handler does: the operator made the object (the pass

@@ -175,6 +175,42 @@ func TestOnlyStatusChanged(t *testing.T) {
 	}
 }
 
+// TestFleetUpdatesThatWake: of a fleet's updates, its own status writes and
+// the operator adding its own finalizer wake no reconcile (the pass that
+// added it goes on); anyone else's finalizer, ours removed, and every
+// change onlyStatusChanged lets through do.
+func TestFleetUpdatesThatWake(t *testing.T) {
+	base := func() *v1alpha1.CelldFleet {
+		return &v1alpha1.CelldFleet{ObjectMeta: metav1.ObjectMeta{Name: "f", Generation: 2, ResourceVersion: "10", Finalizers: []string{"example.com/backup"}}}
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(f *v1alpha1.CelldFleet)
+		wakes  bool
+	}{
+		{"status", func(f *v1alpha1.CelldFleet) { f.ResourceVersion = "11"; f.Status.Phase = PhaseReady }, false},
+		{"our finalizer added", func(f *v1alpha1.CelldFleet) {
+			f.ResourceVersion = "11"
+			f.Finalizers = append(f.Finalizers, DeclarationsFinalizer)
+		}, false},
+		{"our finalizer added with a new spec", func(f *v1alpha1.CelldFleet) {
+			f.Finalizers = append(f.Finalizers, DeclarationsFinalizer)
+			f.Generation = 3
+		}, true},
+		{"our finalizer added while another is removed", func(f *v1alpha1.CelldFleet) { f.Finalizers = []string{DeclarationsFinalizer} }, true},
+		{"someone else's finalizer added", func(f *v1alpha1.CelldFleet) { f.Finalizers = append(f.Finalizers, "example.com/audit") }, true},
+		{"a finalizer removed", func(f *v1alpha1.CelldFleet) { f.Finalizers = nil }, true},
+	} {
+		after := base()
+		tc.change(after)
+		assert.Equal(t, tc.wakes, statusOnlyDropped.Update(event.UpdateEvent{ObjectOld: base(), ObjectNew: after}), tc.name)
+	}
+	// Our finalizer removed (the fleet being deleted) wakes it.
+	before := base()
+	before.Finalizers = append(before.Finalizers, DeclarationsFinalizer)
+	assert.True(t, statusOnlyDropped.Update(event.UpdateEvent{ObjectOld: before, ObjectNew: base()}), "our finalizer removed")
+}
+
 // TestStatefulSetCountersWakeNoReconcile: of a member StatefulSet's status,
 // only what the operator reads wakes the fleet.
 func TestStatefulSetCountersWakeNoReconcile(t *testing.T) {
