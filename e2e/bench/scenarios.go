@@ -321,7 +321,8 @@ const objectsPerFleet = 7
 const floorClients = 8
 
 // dropCopy deletes a floor's namespaces (prefix-<i>) and waits until they
-// are gone, their Pods (and so their stand-ins) with them.
+// are gone, their Pods (and so their stand-ins) with them, and the volumes
+// of their claims.
 func (b *bench) dropCopy(ctx context.Context, prefix string) error {
 	for i := 0; i < b.res.Namespaces; i++ {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", prefix, i)}}
@@ -331,8 +332,9 @@ func (b *bench) dropCopy(ctx context.Context, prefix string) error {
 	}
 	// The Pods without a grace period: a terminating namespace admits no
 	// new ones, and kwok's graceful deletion of thousands of Pods would
-	// take minutes. The rest of each namespace goes before the next floor
-	// starts, so its deletion does not load that floor.
+	// take minutes. The rest of each namespace, and the volumes of its
+	// claims, go before the next floor starts, so their deletion does not
+	// load that floor.
 	for i := 0; i < b.res.Namespaces; i++ {
 		err := b.k8s.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(fmt.Sprintf("%s-%d", prefix, i)), client.GracePeriodSeconds(0))
 		if client.IgnoreNotFound(err) != nil {
@@ -351,11 +353,23 @@ func (b *bench) dropCopy(ctx context.Context, prefix string) error {
 				left++
 			}
 		}
+		// The copy's volumes outlive its namespaces: the provisioner deletes
+		// them once their claims are gone, through the same volume
+		// controller that binds the next floor's claims.
+		volumes := &corev1.PersistentVolumeList{}
+		if err := b.k8s.List(ctx, volumes); err != nil {
+			return err
+		}
+		for _, pv := range volumes.Items {
+			if ref := pv.Spec.ClaimRef; ref != nil && strings.HasPrefix(ref.Namespace, prefix+"-") {
+				left++
+			}
+		}
 		if left == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%d namespaces %s-* still there after %s", left, prefix, *flagTimeout)
+			return fmt.Errorf("%d namespaces or volumes of %s-* still there after %s", left, prefix, *flagTimeout)
 		}
 		time.Sleep(time.Second)
 	}
