@@ -4,15 +4,12 @@ package controller
 
 import (
 	"context"
-	"net/http"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -33,23 +30,9 @@ func TestCutoverSeesPodCreatedJustBeforeLabel(t *testing.T) {
 	const ns = "team-late"
 	require.NoError(t, admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{labels.Mesh: labels.MeshEnabled}}}))
 
-	// The Pod is created by the admin, synchronously, when the operator's
-	// first label apply on the namespace is about to be sent.
-	var once sync.Once
 	late := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "late"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example.invalid/app"}}}}
-	cfg := rest.CopyConfig(b.asOperator)
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-			if req.Method == http.MethodPatch && req.URL.Path == "/api/v1/namespaces/"+ns {
-				once.Do(func() { require.NoError(t, admin.Create(ctx, late)) })
-			}
-			return rt.RoundTrip(req)
-		})
-	})
-	op, err := client.New(cfg, client.Options{Scheme: b.scheme})
-	require.NoError(t, err)
-	b.r.Client, b.r.Reader = op, op
+	b.operatorThrough(t, createBeforeLabelApply(t, admin, late))
 
 	require.NoError(t, admin.Create(ctx, &v1alpha1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: "cluster"},
 		Spec: v1alpha1.ServiceMeshSpec{Mode: v1alpha1.ModeAdopt, Provider: v1alpha1.ProviderIstio, DataPlane: v1alpha1.DataPlaneAmbient}}))

@@ -18,7 +18,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -106,11 +105,7 @@ func TestEnrollmentPassCost(t *testing.T) {
 	}
 
 	log := &requestLog{requests: map[string]int{}, podLists: map[string][]url.Values{}}
-	cfg := rest.CopyConfig(b.asOperator)
-	cfg.Wrap(log.wrap)
-	counted, err := client.New(cfg, client.Options{Scheme: b.scheme})
-	require.NoError(t, err)
-	b.r.Client, b.r.Reader = counted, counted
+	b.operatorThrough(t, log.wrap)
 
 	require.NoError(t, admin.Create(ctx, &v1alpha1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: "cluster"},
 		Spec: v1alpha1.ServiceMeshSpec{Mode: v1alpha1.ModeAdopt, Provider: v1alpha1.ProviderIstio, DataPlane: v1alpha1.DataPlaneAmbient}}))
@@ -202,21 +197,8 @@ func TestCutoverReadsTheClustersPodsOnce(t *testing.T) {
 	require.NoError(t, admin.Create(ctx, podIn(held, "plain", false)))
 
 	log := &requestLog{requests: map[string]int{}, podLists: map[string][]url.Values{}}
-	var once sync.Once
 	latePod := podIn(late, "late", false)
-	cfg := rest.CopyConfig(b.asOperator)
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		counted := log.wrap(rt)
-		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-			if req.Method == http.MethodPatch && req.URL.Path == "/api/v1/namespaces/"+late {
-				once.Do(func() { require.NoError(t, admin.Create(ctx, latePod)) })
-			}
-			return counted.RoundTrip(req)
-		})
-	})
-	op, err := client.New(cfg, client.Options{Scheme: b.scheme})
-	require.NoError(t, err)
-	b.r.Client, b.r.Reader = op, op
+	b.operatorThrough(t, createBeforeLabelApply(t, admin, latePod), log.wrap)
 
 	require.NoError(t, admin.Create(ctx, &v1alpha1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: "cluster"},
 		Spec: v1alpha1.ServiceMeshSpec{Mode: v1alpha1.ModeAdopt, Provider: v1alpha1.ProviderIstio, DataPlane: v1alpha1.DataPlaneAmbient}}))

@@ -6,6 +6,8 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -110,4 +112,32 @@ func (b *enrollmentBed) reconcile(t *testing.T) (ctrl.Result, *v1alpha1.ServiceM
 	}
 	require.NoError(t, err)
 	return res, m
+}
+
+// operatorThrough points the reconciler's clients at the operator's
+// identity through the given transport wrappers (outermost first).
+func (b *enrollmentBed) operatorThrough(t *testing.T, wraps ...func(http.RoundTripper) http.RoundTripper) {
+	t.Helper()
+	cfg := rest.CopyConfig(b.asOperator)
+	for i := len(wraps) - 1; i >= 0; i-- {
+		cfg.Wrap(wraps[i])
+	}
+	c, err := client.New(cfg, client.Options{Scheme: b.scheme})
+	require.NoError(t, err)
+	b.r.Client, b.r.Reader = c, c
+}
+
+// createBeforeLabelApply has the admin create pod, synchronously, when the
+// operator's first label apply on the Pod's namespace is about to be sent:
+// a Pod admitted the moment before the data-plane label lands.
+func createBeforeLabelApply(t *testing.T, admin client.Client, pod *corev1.Pod) func(http.RoundTripper) http.RoundTripper {
+	var once sync.Once
+	return func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if req.Method == http.MethodPatch && req.URL.Path == "/api/v1/namespaces/"+pod.Namespace {
+				once.Do(func() { require.NoError(t, admin.Create(context.Background(), pod)) })
+			}
+			return rt.RoundTrip(req)
+		})
+	}
 }
