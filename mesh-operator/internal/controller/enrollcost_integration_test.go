@@ -5,6 +5,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -175,36 +176,19 @@ func TestEnrollmentPassCost(t *testing.T) {
 func TestCutoverReadsTheClustersPodsOnce(t *testing.T) {
 	b := startEnrollmentBed(t, "lic-cutover-once", events.NewFakeRecorder(1000))
 	ctx, admin := context.Background(), b.admin
-	readyIstiod(t, admin)
 	defer func(page int64) { podListPage = page }(podListPage)
 	podListPage = 25 // 62 Pods: the list is paged
 
-	const namespaces = wholeClusterPodListMin + 10
 	const held, late = "team-7", "team-3"
-	podIn := func(ns, name string, captured bool) *corev1.Pod {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example.invalid/app"}}}}
-		if captured {
-			p.Annotations = map[string]string{labels.IstioAmbientRedirection: "enabled"}
-		}
-		return p
-	}
-	for i := 0; i < namespaces; i++ {
-		name := fmt.Sprintf("team-%d", i)
-		require.NoError(t, admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{labels.Mesh: labels.MeshEnabled}}}))
-		require.NoError(t, admin.Create(ctx, podIn(name, "app", true)))
-	}
-	require.NoError(t, admin.Create(ctx, podIn(held, "plain", false)))
+	massCutoverCluster(t, admin, held)
 
 	log := &requestLog{requests: map[string]int{}, podLists: map[string][]url.Values{}}
-	latePod := podIn(late, "late", false)
+	latePod := ambientPod(late, "late", false)
 	b.operatorThrough(t, createBeforeLabelApply(t, admin, latePod), log.wrap)
 
-	require.NoError(t, admin.Create(ctx, &v1alpha1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: "cluster"},
-		Spec: v1alpha1.ServiceMeshSpec{Mode: v1alpha1.ModeAdopt, Provider: v1alpha1.ProviderIstio, DataPlane: v1alpha1.DataPlaneAmbient}}))
 	_, m := b.reconcile(t)
 	require.Equal(t, PhaseReady, m.Status.Phase)
-	for i := 0; i < namespaces; i++ {
+	for i := 0; i < massCutoverNamespaces; i++ {
 		name := fmt.Sprintf("team-%d", i)
 		want := contract.MTLSStrict
 		if name == held || name == late {
@@ -234,13 +218,13 @@ func TestCutoverReadsTheClustersPodsOnce(t *testing.T) {
 		}
 	}
 	require.GreaterOrEqual(t, firstList, 0)
-	require.Len(t, labelled, namespaces, "every namespace was labelled")
+	require.Len(t, labelled, massCutoverNamespaces, "every namespace was labelled")
 	for ns, at := range labelled {
 		assert.Less(t, at, firstList, "%s: labelled (request %d) before the Pods are listed (request %d)", ns, at, firstList)
 	}
 
 	// Captured now: the next pass cuts both over.
-	for _, p := range []*corev1.Pod{podIn(held, "plain", false), latePod} {
+	for _, p := range []*corev1.Pod{ambientPod(held, "plain", false), latePod} {
 		require.NoError(t, admin.Get(ctx, client.ObjectKeyFromObject(p), p))
 		p.Annotations = map[string]string{labels.IstioAmbientRedirection: "enabled"}
 		require.NoError(t, admin.Update(ctx, p))
@@ -248,4 +232,79 @@ func TestCutoverReadsTheClustersPodsOnce(t *testing.T) {
 	b.reconcile(t)
 	assert.Equal(t, contract.MTLSStrict, meshMTLSMode(t, admin, held))
 	assert.Equal(t, contract.MTLSStrict, meshMTLSMode(t, admin, late))
+}
+
+// massCutoverNamespaces is how many namespaces massCutoverCluster makes:
+// enough for one pass's cutovers to read the cluster's Pods with one list.
+const massCutoverNamespaces = wholeClusterPodListMin + 10
+
+// massCutoverCluster is a cluster of massCutoverNamespaces namespaces
+// (team-0, team-1, ...) that ask for the mesh, each with one captured
+// ambient Pod, plus an uncaptured Pod in held, and a ServiceMesh adopting
+// a ready ambient control plane: the pass that follows cuts them all over
+// at once, except held.
+func massCutoverCluster(t *testing.T, admin client.Client, held string) {
+	t.Helper()
+	ctx := context.Background()
+	readyIstiod(t, admin)
+	for i := 0; i < massCutoverNamespaces; i++ {
+		name := fmt.Sprintf("team-%d", i)
+		require.NoError(t, admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{labels.Mesh: labels.MeshEnabled}}}))
+		require.NoError(t, admin.Create(ctx, ambientPod(name, "app", true)))
+	}
+	require.NoError(t, admin.Create(ctx, ambientPod(held, "plain", false)))
+	require.NoError(t, admin.Create(ctx, &v1alpha1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: "cluster"},
+		Spec: v1alpha1.ServiceMeshSpec{Mode: v1alpha1.ModeAdopt, Provider: v1alpha1.ProviderIstio, DataPlane: v1alpha1.DataPlaneAmbient}}))
+}
+
+// ambientPod is a Pod the ambient data plane has captured, or not.
+func ambientPod(ns, name string, captured bool) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example.invalid/app"}}}}
+	if captured {
+		p.Annotations = map[string]string{labels.IstioAmbientRedirection: "enabled"}
+	}
+	return p
+}
+
+// TestCutoverFallsBackToNamespaceLists: when the cluster-wide Pod list of a
+// mass cutover fails (here refused as namespace-scoped RBAC would refuse
+// it), every namespace lists its own Pods, and the verdicts are the same:
+// the namespace with an uncaptured Pod stays PERMISSIVE, the rest go STRICT.
+func TestCutoverFallsBackToNamespaceLists(t *testing.T) {
+	b := startEnrollmentBed(t, "lic-cutover-fallback", events.NewFakeRecorder(1000))
+	admin := b.admin
+	const held = "team-5"
+	massCutoverCluster(t, admin, held)
+
+	log := &requestLog{requests: map[string]int{}, podLists: map[string][]url.Values{}}
+	refuseClusterPodList := func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if req.Method == http.MethodGet && req.URL.Path == "/api/v1/pods" {
+				body := `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403,` +
+					`"message":"pods is forbidden: cannot list resource \"pods\" at the cluster scope"}`
+				return &http.Response{StatusCode: http.StatusForbidden, Header: http.Header{"Content-Type": {"application/json"}},
+					Body: io.NopCloser(strings.NewReader(body)), Request: req}, nil
+			}
+			return rt.RoundTrip(req)
+		})
+	}
+	b.operatorThrough(t, log.wrap, refuseClusterPodList)
+
+	_, m := b.reconcile(t)
+	require.Equal(t, PhaseReady, m.Status.Phase)
+	assert.Equal(t, 1, log.exact(http.MethodGet, "/api/v1/pods"), "the cluster-wide list was tried once")
+	for i := 0; i < massCutoverNamespaces; i++ {
+		name := fmt.Sprintf("team-%d", i)
+		want := contract.MTLSStrict
+		if name == held {
+			want = contract.MTLSPermissive
+		}
+		assert.Equal(t, want, meshMTLSMode(t, admin, name), name)
+		assert.NotEmpty(t, log.podLists[name], "%s: listed its own Pods", name)
+	}
+	cut := meta.FindStatusCondition(m.Status.Conditions, string(v1alpha1.ConditionMTLSCutover))
+	require.NotNil(t, cut)
+	assert.Equal(t, string(v1alpha1.ReasonAwaitingCutover), cut.Reason)
+	assert.Contains(t, cut.Message, held+" (Pod plain)")
 }
