@@ -37,6 +37,17 @@ func TestNewFleetsAreCreatedWithoutReads(t *testing.T) {
 	createNamespace(t, env.Client, "fresh")
 	var n requestCounter
 	startOperator(t, env, n.wrap(env.Config), newHarness(t, env, true).r.Config)
+	// A fleet declares the namespace's labels first: the first declaration
+	// changes them and wakes every fleet of the namespace, and a pass it
+	// wakes before the cache holds that fleet's new StatefulSet reads it.
+	// What follows is about the fleets' own creates.
+	first := fleet("fresh", "first")
+	first.Spec.Replicas = ptr.To[int32](1)
+	require.NoError(t, env.Client.Create(ctx, first))
+	require.Eventually(t, func() bool {
+		return env.Client.Get(ctx, client.ObjectKeyFromObject(first), first) == nil && first.Status.ObservedGeneration == first.Generation
+	}, 30*time.Second, 50*time.Millisecond)
+	n.reset()
 	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Client.Scheme()})
 	require.NoError(t, err)
 	w, err := wc.Watch(ctx, &v1alpha1.CelldFleetList{}, client.InNamespace("fresh"))
@@ -53,7 +64,7 @@ func TestNewFleetsAreCreatedWithoutReads(t *testing.T) {
 		key := types.NamespacedName{Namespace: "fresh", Name: "f" + strconv.Itoa(i)}
 		require.Eventually(t, func() bool { return env.Client.Get(ctx, key, &appsv1.StatefulSet{}) == nil }, 30*time.Second, 50*time.Millisecond)
 	}
-	time.Sleep(3 * time.Second) // the passes after the first: the 1 s look, status, events
+	time.Sleep(3 * time.Second) // the passes after the first: the look that writes the status (membersAppearWait), events
 	seen := n.reset()
 	changed := 0
 	for drained := false; !drained; {
@@ -99,4 +110,43 @@ func TestFinalizerAddedToAFleetTheCacheLagsBehind(t *testing.T) {
 	assert.Empty(t, cached.Finalizers, "the reconcile's copy is not switched to the newer fleet")
 
 	require.NoError(t, env.Client.Patch(ctx, f, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))))
+}
+
+// TestNewFleetsStatusWaitsForItsMembers: the pass that creates a fleet's
+// StatefulSet writes no status; the StatefulSet controller creates the
+// members moments later, and the pass their creation wakes writes the
+// first status, listing them. At 1,000 new fleets the status without
+// members was a thousand writes that lived about a second
+// (docs/benchmark.md, sixteenth round). A pass that finds no member (here
+// nothing creates them) writes the status anyway.
+func TestNewFleetsStatusWaitsForItsMembers(t *testing.T) {
+	ctx := context.Background()
+	env := testenv.Start(t, newScheme(t), "fleet-operator/config/crd/bases")
+	createNamespace(t, env.Client, "fresh")
+	h := newHarness(t, env, true)
+
+	f := fleet("fresh", "members")
+	require.NoError(t, env.Client.Create(ctx, f))
+	assert.Equal(t, membersAppearWait, h.reconcileOnce(f).RequeueAfter, "the next look at the latest writes the status")
+	require.NoError(t, h.get(&appsv1.StatefulSet{}, "fresh", "members"), "the pass created the StatefulSet")
+	require.NoError(t, h.get(f, "fresh", "members"))
+	assert.Zero(t, f.Status.ObservedGeneration, "no status before the members exist: %+v", f.Status)
+
+	for i := 0; i < 3; i++ {
+		require.NoError(t, env.Client.Create(ctx, memberPod("fresh", "members", i, false)))
+	}
+	h.reconcileOnce(f)
+	require.NoError(t, h.get(f, "fresh", "members"))
+	assert.Equal(t, f.Generation, f.Status.ObservedGeneration)
+	require.Len(t, f.Status.Members, 3, "the first status lists the members")
+	assert.Equal(t, "Provisioning", f.Status.Phase)
+
+	// No member appears: the next pass reports the fleet all the same.
+	lonely := fleet("fresh", "lonely")
+	require.NoError(t, env.Client.Create(ctx, lonely))
+	h.reconcileOnce(lonely)
+	h.reconcileOnce(lonely)
+	require.NoError(t, h.get(lonely, "fresh", "lonely"))
+	assert.Equal(t, lonely.Generation, lonely.Status.ObservedGeneration)
+	assert.Empty(t, lonely.Status.Members)
 }

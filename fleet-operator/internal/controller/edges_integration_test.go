@@ -30,6 +30,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/mesh"
@@ -403,6 +404,14 @@ func testFailedStep(t *testing.T, env *testenv.Env) {
 		f := fleet("halfway", "swap")
 		f.Spec.Mesh = &v1alpha1.Mesh{Istio: &v1alpha1.IstioMesh{}}
 		require.NoError(t, env.Client.Create(ctx, f))
+		// The members' StatefulSet exists, so the pass below writes its
+		// status (the pass that creates it leaves the status to the next,
+		// membersAboutToAppear); without its finalizer that pass records
+		// the opt-in again, with the patch the spec change rides on.
+		newHarness(t, env, true).reconcile(f)
+		require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(f), f))
+		require.True(t, controllerutil.RemoveFinalizer(f, DeclarationsFinalizer))
+		require.NoError(t, env.Client.Update(ctx, f))
 		gen := f.Generation
 		h := newHarness(t, env, true)
 		wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Client.Scheme()})

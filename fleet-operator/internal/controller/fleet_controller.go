@@ -72,6 +72,9 @@ const (
 	rollPoll       = time.Second
 	notReadyPoll   = 5 * time.Second
 	routingPoll    = 10 * time.Second
+	// membersAppearWait: how long the status of a pass that created the
+	// members' StatefulSet waits for the members (membersAboutToAppear).
+	membersAppearWait = 2 * time.Second
 	// idleLooks: a fleet none of whose members runs looks again after this
 	// many /state intervals (see nextLook).
 	idleLooks = 6
@@ -362,6 +365,10 @@ type observed struct {
 	// failed is the step that failed, if one did; what the reconcile did
 	// not get to see is then reported as last known.
 	failed *stepError
+	// membersCreated: this pass created the members' StatefulSet, so the
+	// StatefulSet controller is about to create the members (see
+	// membersAboutToAppear).
+	membersCreated bool
 }
 
 type blockage struct {
@@ -457,6 +464,8 @@ func (r *FleetReconciler) nextLook(obs *observed) time.Duration {
 	switch {
 	case obs.blocked != nil:
 		return next
+	case membersAboutToAppear(obs):
+		return membersAppearWait
 	case r.memberStarting(obs):
 		next = startingPoll
 	case obs.decision.Rolling():
@@ -472,6 +481,20 @@ func (r *FleetReconciler) nextLook(obs *observed) time.Duration {
 		next = routingPoll
 	}
 	return next
+}
+
+// membersAboutToAppear reports a pass that created the members'
+// StatefulSet and met no error: its status (no members yet) is not
+// written, because the StatefulSet controller creates the members within
+// moments, and their creation wakes the fleet to write the status that
+// lists them. At 1,000 new fleets the status without members was a
+// thousand writes that lived about a second (docs/benchmark.md, sixteenth
+// round). The fleet looks again after membersAppearWait in any case, and
+// that pass writes its status whatever it finds: a fleet whose members do
+// not appear is reported within that wait. A failed step, a blockage or a
+// route without its verdict is reported at once.
+func membersAboutToAppear(obs *observed) bool {
+	return obs.membersCreated && obs.blocked == nil && obs.failed == nil && obs.routing.ready()
 }
 
 // readable is a member whose /state is read: its Pod runs and is not
@@ -617,7 +640,7 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 	if err := r.reconcileServiceAccount(ctx, fleet); err != nil {
 		return failed("ServiceAccount", err)
 	}
-	sts, held, err := r.reconcileStatefulSet(ctx, fleet, live, obs.intent)
+	sts, held, err := r.reconcileStatefulSet(ctx, fleet, live, obs)
 	if err != nil {
 		return failed("applying the StatefulSet", err)
 	}
@@ -718,9 +741,10 @@ var membersEvent = map[apply.Result]v1alpha1.EventReason{
 // reconcileStatefulSet applies the members' StatefulSet, unless maintenance
 // is paused and it already exists: a paused fleet keeps the template and
 // replica count its members run, so not even a recreated Pod picks up a
-// change. held reports that the spec asks for changes being held back.
-func (r *FleetReconciler) reconcileStatefulSet(ctx context.Context, fleet *v1alpha1.CelldFleet, live *appsv1.StatefulSet, intent mesh.Intent) (sts *appsv1.StatefulSet, held bool, err error) {
-	desired := memberStatefulSet(fleet, intent)
+// change. held reports that the spec asks for changes being held back;
+// obs.membersCreated that this apply created the StatefulSet.
+func (r *FleetReconciler) reconcileStatefulSet(ctx context.Context, fleet *v1alpha1.CelldFleet, live *appsv1.StatefulSet, obs *observed) (sts *appsv1.StatefulSet, held bool, err error) {
+	desired := memberStatefulSet(fleet, obs.intent)
 	if live != nil {
 		if !metav1.IsControlledBy(live, fleet) {
 			return nil, false, &apply.ConflictError{Kind: "StatefulSet", Namespace: live.Namespace, Name: live.Name, Owner: fleet.Name, Holder: apply.HolderOf(live)}
@@ -740,6 +764,7 @@ func (r *FleetReconciler) reconcileStatefulSet(ctx context.Context, fleet *v1alp
 	if err != nil {
 		return nil, false, err
 	}
+	obs.membersCreated = res == apply.Created
 	if res != apply.Unchanged {
 		r.Recorder.Eventf(fleet, desired, corev1.EventTypeNormal, string(membersEvent[res]), "Apply",
 			"%s the members' StatefulSet: %d replica(s) of %s", res, *desired.Spec.Replicas, fleet.Spec.Image)
@@ -933,6 +958,9 @@ func (r *FleetReconciler) updateStatus(ctx context.Context, fleet *v1alpha1.Cell
 		return nil
 	}
 	if obs.blocked == nil && onlyStartingMembersMoved(view.Status, next, r.startingMembers(obs)) {
+		return nil
+	}
+	if membersAboutToAppear(obs) {
 		return nil
 	}
 	updated := fleet.DeepCopy()

@@ -58,6 +58,19 @@ func TestNextLook(t *testing.T) {
 	assert.Equal(t, idleLooks*30*time.Second, r.nextLook(pending()), "a member being scheduled is not polled")
 	missing := &observed{reports: map[string]state.Result{}}
 	assert.Equal(t, idleLooks*30*time.Second, r.nextLook(missing), "a member the StatefulSet controller has yet to create is not polled")
+	// The pass that created the StatefulSet writes no status; the next
+	// one does, whatever it finds (membersAboutToAppear).
+	created := &observed{reports: map[string]state.Result{}, membersCreated: true}
+	assert.True(t, membersAboutToAppear(created))
+	assert.Equal(t, membersAppearWait, r.nextLook(created), "the status that waits for the members is written by the next pass at the latest")
+	for what, o := range map[string]*observed{
+		"a failed step": {membersCreated: true, failed: &stepError{step: "roll", err: errors.New("boom")}},
+		"a blockage":    {membersCreated: true, blocked: &blockage{reason: v1alpha1.ReasonOwnershipConflict}},
+		"a route without its verdict": {membersCreated: true,
+			routing: routingOutcome{readiness: &routing.Readiness{Status: metav1.ConditionUnknown}}},
+	} {
+		assert.False(t, membersAboutToAppear(o), "%s is reported at once", what)
+	}
 	beside := steady()
 	beside.pods = append(beside.pods, pending().pods[0])
 	beside.pods[1].Name = "f-1"

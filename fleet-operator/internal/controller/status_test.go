@@ -326,10 +326,11 @@ func TestStartingMembersWaitForTheirReport(t *testing.T) {
 	obs.reports["shop-1"] = refused
 	assert.False(t, step("shop-1 turned Ready too"))
 	obs.reports["shop-0"] = served
-	assert.True(t, step("shop-0 healthy"), "a member turning healthy is written, with the starting one beside it")
-	assert.Equal(t, int32(2), f.Status.ReadyReplicas, "the starting member is written as it is")
+	assert.False(t, step("shop-0 healthy"), "a member turning healthy waits for the one starting beside it")
 	obs.reports["shop-1"] = served
-	assert.True(t, step("shop-1 healthy"))
+	assert.True(t, step("shop-1 healthy"), "the starting member's report is written, with the member that waited")
+	assert.Equal(t, int32(2), f.Status.ReadyReplicas)
+	assert.Equal(t, 2, countAvailable(f.Status.Members))
 	readySince(2, startingWindow)
 	obs.reports["shop-2"] = refused
 	assert.True(t, step("shop-2 Ready for startingWindow, /state still refused"), "past the window a failed read is shown")
