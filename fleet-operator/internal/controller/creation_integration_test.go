@@ -37,17 +37,6 @@ func TestNewFleetsAreCreatedWithoutReads(t *testing.T) {
 	createNamespace(t, env.Client, "fresh")
 	var n requestCounter
 	startOperator(t, env, n.wrap(env.Config), newHarness(t, env, true).r.Config)
-	// A fleet declares the namespace's labels first: the first declaration
-	// changes them and wakes every fleet of the namespace, and a pass it
-	// wakes before the cache holds that fleet's new StatefulSet reads it.
-	// What follows is about the fleets' own creates.
-	first := fleet("fresh", "first")
-	first.Spec.Replicas = ptr.To[int32](1)
-	require.NoError(t, env.Client.Create(ctx, first))
-	require.Eventually(t, func() bool {
-		return env.Client.Get(ctx, client.ObjectKeyFromObject(first), first) == nil && first.Status.ObservedGeneration == first.Generation
-	}, 30*time.Second, 50*time.Millisecond)
-	n.reset()
 	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Client.Scheme()})
 	require.NoError(t, err)
 	w, err := wc.Watch(ctx, &v1alpha1.CelldFleetList{}, client.InNamespace("fresh"))
