@@ -69,6 +69,10 @@ const (
 	ReasonLicenseValid ConditionReason = "LicenseValid"
 	// ReasonLicenseMissing: no license Secret, or the Secret lacks the key.
 	ReasonLicenseMissing ConditionReason = "LicenseMissing"
+	// ReasonLicenseUnreadable (PreviewLocked=Unknown): the license Secret
+	// could not be read (refused, timed out, a server error); the mesh is
+	// held as it is until it can be read.
+	ReasonLicenseUnreadable ConditionReason = "LicenseUnreadable"
 	// ReasonLicenseMalformed: the data is not a license file this operator
 	// reads (not JSON, too large, wrong or unknown format version, bad fields).
 	ReasonLicenseMalformed ConditionReason = "LicenseMalformed"

@@ -74,7 +74,14 @@ const (
 	// should take effect without a restart.
 	lockedRecheck     = 30 * time.Second
 	convergingRecheck = 5 * time.Second
-	settledRecheck    = 2 * time.Minute
+	// licenseUnreadableRecheck: how soon a license Secret that could not be
+	// read is read again.
+	licenseUnreadableRecheck = 10 * time.Second
+	// licenseMissingGrace: how long enrolled namespaces are kept after the
+	// license Secret disappeared, so that a renewal done as delete + create
+	// (kubectl replace --force, a GitOps tool recreating it) releases nothing.
+	licenseMissingGrace = 10 * time.Minute
+	settledRecheck      = 2 * time.Minute
 )
 
 // HelmClient is the part of sailinstall.Helm the reconciler uses.
