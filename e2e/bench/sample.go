@@ -57,13 +57,9 @@ func (b *bench) phase(p *Phase, fn func() error) error {
 	return b.phaseOf(b.fleetMetrics, b.bed.Fleet, p, fn)
 }
 
-// reconcileErrors counts controller-runtime's "Reconciler error" log lines.
+// reconcileErrors counts the failed reconciles an operator logged.
 func reconcileErrors(path string) int {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	return strings.Count(string(b), `"Reconciler error"`)
+	return reconcileErrorsFrom(path, 0)
 }
 
 func round(v float64, places int) float64 {
@@ -333,13 +329,15 @@ func percentile(sorted []float64, p float64) float64 {
 	return sorted[max(0, min(i, len(sorted)-1))]
 }
 
-// reconcileErrorsFrom counts "Reconciler error" lines after offset.
+// reconcileErrorsFrom counts the failed reconciles logged after offset:
+// controller-runtime's "Reconciler error" lines, and the mesh operator's
+// "Reconcile failed" (it reports a failed pass itself, to keep its timers).
 func reconcileErrorsFrom(path string, offset int64) int {
 	b, err := os.ReadFile(path)
 	if err != nil || int64(len(b)) < offset {
 		return 0
 	}
-	return strings.Count(string(b[offset:]), `"Reconciler error"`)
+	return strings.Count(string(b[offset:]), `"Reconciler error"`) + strings.Count(string(b[offset:]), `"Reconcile failed; status says which step"`)
 }
 
 // CPUSplit is where the machine's CPU went over one timed window: how many

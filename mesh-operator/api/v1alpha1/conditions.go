@@ -53,6 +53,11 @@ const (
 	// is being rolled through the enrolled namespaces; the message gives
 	// each namespace's progress and what keeps the old data plane.
 	ConditionDataPlaneMigration ConditionType = "DataPlaneMigration"
+	// ConditionEnrollmentFailed is True while the last pass over the
+	// namespaces failed a step (a read or a write the API server refused);
+	// the message quotes the errors. The pass is retried within seconds and
+	// never later than a timer it owes (a maintenance window's end).
+	ConditionEnrollmentFailed ConditionType = "EnrollmentFailed"
 )
 
 // Reasons of Refused, PreviewLocked and Ready on a mesh that changes nothing.
@@ -191,6 +196,9 @@ const (
 const (
 	ReasonPolicyConflict ConditionReason = "PolicyConflict"
 	ReasonNoConflict     ConditionReason = "NoConflict"
+	// ReasonEnrollmentStepFailed / ReasonEnrollmentStepsSucceeded: EnrollmentFailed.
+	ReasonEnrollmentStepFailed     ConditionReason = "EnrollmentStepFailed"
+	ReasonEnrollmentStepsSucceeded ConditionReason = "EnrollmentStepsSucceeded"
 )
 
 // Reasons of StrictIsolation.

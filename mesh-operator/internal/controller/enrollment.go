@@ -519,6 +519,22 @@ func setEnrollmentConflictCondition(st *status, t enrollmentTally) {
 	}
 }
 
+// setEnrollmentFailedCondition reports the enrollment step's errors of
+// this pass (nil: none).
+func setEnrollmentFailedCondition(st *status, err error) {
+	if err != nil {
+		msg := err.Error()
+		if len(msg) > 1024 {
+			msg = msg[:1024] + "…"
+		}
+		st.set(v1alpha1.ConditionEnrollmentFailed, metav1.ConditionTrue, v1alpha1.ReasonEnrollmentStepFailed, fmt.Sprintf(
+			"The last pass over the namespaces failed; it is retried within %s, or sooner at a maintenance window's end or a cutover's next look: %s",
+			maxFailureBackoff, msg))
+		return
+	}
+	st.set(v1alpha1.ConditionEnrollmentFailed, metav1.ConditionFalse, v1alpha1.ReasonEnrollmentStepsSucceeded, "Every step of the last pass over the namespaces succeeded.")
+}
+
 func setStrictIsolationCondition(st *status, spec v1alpha1.ServiceMeshSpec, t enrollmentTally) {
 	withheld := slices.Sorted(slices.Values(t.withheld))
 	switch {

@@ -127,6 +127,13 @@ type ServiceMeshReconciler struct {
 	// from (see cacheBehindOwnStatus).
 	statusMu   sync.Mutex
 	statusFrom string
+
+	// licenseGoneAt is when the license Secret was first found missing
+	// (zero while it exists); see licenseMissingSince.
+	licenseMu     sync.Mutex
+	licenseGoneAt time.Time
+
+	failures failureBackoff
 }
 
 // sailWatch adds watches on the Sail kinds to a running controller, once
@@ -188,6 +195,9 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 	}
 	lic := metrics.NewLicense(time.Now)
 	if err := ctrlmetrics.Registry.Register(lic); err != nil {
+		return err
+	}
+	if err := ctrlmetrics.Registry.Register(metrics.FailedPasses); err != nil {
 		return err
 	}
 	r := &ServiceMeshReconciler{
@@ -265,21 +275,14 @@ func (r *ServiceMeshReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, r.writeStatus(ctx, mesh, st.next, "Refused", msg)
 	}
 
-	lic, err := r.verifyLicense(ctx, now)
+	chk := r.checkLicense(ctx, now)
+	if chk.unreadable != nil {
+		return r.holdUnreadable(ctx, mesh, st, chk.unreadable)
+	}
+	lic, err := chk.license, chk.refusal
 	r.Metrics.Observe(license.SignedLicense(lic, err).ExpiresAt())
 	if err != nil {
-		reason := license.ReasonOf(err)
-		st.set(v1alpha1.ConditionPreviewLocked, metav1.ConditionTrue, reason, err.Error())
-		st.set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonPreviewLocked, "The mesh is locked by its license; nothing is changed in the cluster. See the PreviewLocked condition.")
-		st.forgetControlPlane()
-		st.next.Phase = PhasePreviewLocked
-		wait := min(license.NextCheck(license.SignedLicense(nil, err), now), lockedRecheck)
-		// Without a license the mesh is a no-op: enrolled namespaces are released.
-		terr := r.teardownEnrollment(ctx, mesh, st)
-		if werr := r.writeStatus(ctx, mesh, st.next, "LicenseRefused", err.Error()); werr != nil && terr == nil {
-			terr = werr
-		}
-		return ctrl.Result{RequeueAfter: wait}, terr
+		return r.lock(ctx, mesh, st, chk)
 	}
 	st.set(v1alpha1.ConditionPreviewLocked, metav1.ConditionFalse, license.ReasonValid,
 		fmt.Sprintf("Licensed to %s until %s.", lic.Licensee, lic.NotAfter.UTC().Format(time.RFC3339)))
@@ -300,32 +303,168 @@ func (r *ServiceMeshReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	// longer wanted (opted out) are released and the break-glass relaxes
 	// mTLS: the safe direction is taken even when the control plane failed.
 	wait, eerr := r.reconcileEnrollment(ctx, mesh, st, err != nil || !meshReady(mesh, st))
-	if wait > 0 {
-		res.RequeueAfter = min(res.RequeueAfter, wait)
-	}
+	setEnrollmentFailedCondition(st, errors.Join(preErr, eerr))
 	err = errors.Join(preErr, err, eerr)
 	st.mergeSailPaused()
 	if werr := r.writeStatus(ctx, mesh, st.next, st.warnReason, st.warnMessage); werr != nil && err == nil {
 		err = werr
 	}
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	res.RequeueAfter = min(res.RequeueAfter, licenseWait)
-	return res, nil
+	return r.outcome(ctx, earliest(res.RequeueAfter, wait, licenseWait), err)
 }
 
-func (r *ServiceMeshReconciler) verifyLicense(ctx context.Context, now time.Time) (*license.License, error) {
+// licenseCheck is what one read of the license Secret established: a
+// license that unlocks the mesh, a refusal (the Secret was read, or found
+// not to exist, and does not unlock it), or nothing at all (unreadable).
+type licenseCheck struct {
+	license *license.License
+	refusal error
+	// missingUntil: the refusal is a Secret that does not exist, seen
+	// missing for less than licenseMissingGrace; what is enrolled is kept
+	// until then. Zero otherwise.
+	missingUntil time.Time
+	unreadable   error
+}
+
+// checkLicense reads and verifies the license Secret. Only a Secret that
+// was read (or answered NotFound) can refuse the mesh; any other failure
+// of the read is unreadable, which holds everything as it is.
+func (r *ServiceMeshReconciler) checkLicense(ctx context.Context, now time.Time) licenseCheck {
 	ref := license.SecretRef{Namespace: r.Config.OperatorNamespace, Name: r.Config.LicenseSecret}
 	secret := &corev1.Secret{}
 	err := r.Reader.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, secret)
-	if apierrors.IsNotFound(err) {
-		return nil, ref.NotFound()
+	switch {
+	case apierrors.IsNotFound(err):
+		return licenseCheck{refusal: ref.NotFound(), missingUntil: r.licenseMissingSince(now).Add(licenseMissingGrace)}
+	case err != nil:
+		return licenseCheck{unreadable: fmt.Errorf("cannot read license Secret %s: %w", ref, err)}
 	}
-	if err != nil {
-		return nil, &license.Error{Reason: license.ReasonMissing, Message: fmt.Sprintf("cannot read license Secret %s: %v", ref, err)}
+	r.licenseFound()
+	lic, err := ref.Verify(secret.Data, r.Config.Keys, now)
+	return licenseCheck{license: lic, refusal: err}
+}
+
+// licenseMissingSince is when this process first found the license Secret
+// missing since it last saw one. A restart starts the grace again, which
+// only ever keeps namespaces longer.
+func (r *ServiceMeshReconciler) licenseMissingSince(now time.Time) time.Time {
+	r.licenseMu.Lock()
+	defer r.licenseMu.Unlock()
+	if r.licenseGoneAt.IsZero() {
+		r.licenseGoneAt = now
 	}
-	return ref.Verify(secret.Data, r.Config.Keys, now)
+	return r.licenseGoneAt
+}
+
+func (r *ServiceMeshReconciler) licenseFound() {
+	r.licenseMu.Lock()
+	defer r.licenseMu.Unlock()
+	r.licenseGoneAt = time.Time{}
+}
+
+// holdUnreadable: the license could not be read, so nothing is known about
+// it. Nothing is installed, enrolled, released or relaxed; status says why,
+// and the read is tried again soon.
+func (r *ServiceMeshReconciler) holdUnreadable(ctx context.Context, mesh *v1alpha1.ServiceMesh, st *status, readErr error) (ctrl.Result, error) {
+	msg := fmt.Sprintf("%v. Nothing is changed in the cluster until the license can be read (enrolled namespaces keep their configuration); read again every %s. Check the operator's access to the Secret and the API server's health.",
+		readErr, licenseUnreadableRecheck)
+	setLicenseUnreadableConditions(st, msg)
+	if err := r.writeStatus(ctx, mesh, st.next, string(v1alpha1.ReasonLicenseUnreadable), msg); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "writing status while the license is unreadable")
+	}
+	ctrl.LoggerFrom(ctx).Error(readErr, "license unreadable; holding the mesh as it is", "retryIn", licenseUnreadableRecheck)
+	return ctrl.Result{RequeueAfter: licenseUnreadableRecheck}, nil
+}
+
+// setLicenseUnreadableConditions: PreviewLocked and Ready are Unknown; the
+// other conditions describe the state that is held and stay as they were.
+func setLicenseUnreadableConditions(st *status, msg string) {
+	st.set(v1alpha1.ConditionPreviewLocked, metav1.ConditionUnknown, v1alpha1.ReasonLicenseUnreadable, msg)
+	st.set(v1alpha1.ConditionReady, metav1.ConditionUnknown, v1alpha1.ReasonLicenseUnreadable, msg)
+	st.next.Phase = PhaseError
+	st.summarize(v1alpha1.ReasonLicenseUnreadable, msg)
+}
+
+// lock: the license was read and does not unlock the mesh. Nothing new is
+// done; what is enrolled is released, except while a Secret that just
+// disappeared is within its grace (a renewal by delete + create).
+func (r *ServiceMeshReconciler) lock(ctx context.Context, mesh *v1alpha1.ServiceMesh, st *status, chk licenseCheck) (ctrl.Result, error) {
+	now := st.now
+	keep := now.Before(chk.missingUntil)
+	setLicenseRefusedConditions(st, chk, keep)
+	wait := min(license.NextCheck(license.SignedLicense(nil, chk.refusal), now), lockedRecheck)
+	var err error
+	if keep {
+		wait = min(wait, chk.missingUntil.Sub(now))
+	} else {
+		err = r.teardownEnrollment(ctx, mesh, st)
+	}
+	if werr := r.writeStatus(ctx, mesh, st.next, "LicenseRefused", chk.refusal.Error()); werr != nil && err == nil {
+		err = werr
+	}
+	return r.outcome(ctx, wait, err)
+}
+
+// setLicenseRefusedConditions: PreviewLocked=True with the refusal's
+// reason, Ready=False; keep says enrolled namespaces are kept (the grace of
+// a missing Secret), and until when.
+func setLicenseRefusedConditions(st *status, chk licenseCheck, keep bool) {
+	msg := chk.refusal.Error()
+	if keep {
+		msg += fmt.Sprintf(". Enrolled namespaces are kept as they are until %s in case the license is being replaced (deleted and created again); then they are released.",
+			chk.missingUntil.UTC().Format(time.RFC3339))
+	}
+	st.set(v1alpha1.ConditionPreviewLocked, metav1.ConditionTrue, license.ReasonOf(chk.refusal), msg)
+	st.set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonPreviewLocked, "The mesh is locked by its license; nothing new is done in the cluster. See the PreviewLocked condition.")
+	st.forgetControlPlane()
+	st.next.Phase = PhasePreviewLocked
+}
+
+// outcome ends a pass. A failed step is already in status (each step sets
+// its condition); the pass is retried after a bounded backoff, and never
+// later than the earliest timer it owes (a maintenance window's end, the
+// license's expiry, a cutover poll). Returning the error instead would make
+// controller-runtime drop the timer and back off toward 1,000 s.
+func (r *ServiceMeshReconciler) outcome(ctx context.Context, owed time.Duration, err error) (ctrl.Result, error) {
+	retry := r.failures.next(err)
+	if err == nil {
+		return ctrl.Result{RequeueAfter: owed}, nil
+	}
+	after := earliest(owed, retry)
+	metrics.FailedPasses.Inc()
+	ctrl.LoggerFrom(ctx).Error(err, "Reconcile failed; status says which step", "retryIn", after)
+	return ctrl.Result{RequeueAfter: after}, nil
+}
+
+// earliest is the shortest of the positive durations; 0 when none is.
+func earliest(ds ...time.Duration) time.Duration {
+	var out time.Duration
+	for _, d := range ds {
+		if d > 0 && (out == 0 || d < out) {
+			out = d
+		}
+	}
+	return out
+}
+
+// failureBackoff spaces the retries of consecutive failed passes: 1 s,
+// doubling, at most maxFailureBackoff; a pass that succeeds resets it.
+type failureBackoff struct {
+	mu sync.Mutex
+	n  int
+}
+
+const maxFailureBackoff = 30 * time.Second
+
+func (b *failureBackoff) next(err error) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err == nil {
+		b.n = 0
+		return 0
+	}
+	d := time.Second << min(b.n, 5)
+	b.n++
+	return min(d, maxFailureBackoff)
 }
 
 // writeStatus patches status when it changed, with a Warning event when a

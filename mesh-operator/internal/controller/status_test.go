@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/detect"
+	"github.com/ericdev/fleetmesh/mesh-operator/internal/license"
 )
 
 var statusNow = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -261,4 +263,86 @@ func TestSetEnrollmentConditions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSetLicenseConditions: what status says for each outcome of reading
+// the license, and that only a read refusal says PreviewLocked=True.
+func TestSetLicenseConditions(t *testing.T) {
+	T, F, U := metav1.ConditionTrue, metav1.ConditionFalse, metav1.ConditionUnknown
+	t.Run("unreadable", func(t *testing.T) {
+		st := newStatus(statusMesh(v1alpha1.ServiceMeshSpec{}), statusNow)
+		st.next.EnrolledNamespaces = []string{"pay"}
+		setLicenseUnreadableConditions(st, "cannot read license Secret mesh-system/license: forbidden")
+		assert.Equal(t, PhaseError, st.next.Phase)
+		assertConditions(t, st, map[v1alpha1.ConditionType]wantCond{
+			v1alpha1.ConditionPreviewLocked: {U, v1alpha1.ReasonLicenseUnreadable},
+			v1alpha1.ConditionReady:         {U, v1alpha1.ReasonLicenseUnreadable},
+			v1alpha1.ConditionStalled:       {T, v1alpha1.ReasonLicenseUnreadable},
+		})
+		assert.Equal(t, []string{"pay"}, st.next.EnrolledNamespaces, "what is held is still reported")
+	})
+	missing := &license.Error{Reason: license.ReasonMissing, Message: "no license: Secret mesh-system/license does not exist"}
+	for _, tc := range []struct {
+		name    string
+		chk     licenseCheck
+		keep    bool
+		message string
+	}{
+		{name: "missing, within its grace", chk: licenseCheck{refusal: missing, missingUntil: statusNow.Add(time.Minute)}, keep: true, message: "kept as they are until 2026-01-02T03:05:05Z"},
+		{name: "missing past its grace", chk: licenseCheck{refusal: missing, missingUntil: statusNow.Add(-time.Minute)}},
+		{name: "expired", chk: licenseCheck{refusal: &license.Error{Reason: license.ReasonExpired, Message: "expired"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newStatus(statusMesh(v1alpha1.ServiceMeshSpec{}), statusNow)
+			setLicenseRefusedConditions(st, tc.chk, tc.keep)
+			assert.Equal(t, PhasePreviewLocked, st.next.Phase)
+			assertConditions(t, st, map[v1alpha1.ConditionType]wantCond{
+				v1alpha1.ConditionPreviewLocked: {T, license.ReasonOf(tc.chk.refusal)},
+				v1alpha1.ConditionReady:         {F, v1alpha1.ReasonPreviewLocked},
+			})
+			msg := meta.FindStatusCondition(st.next.Conditions, string(v1alpha1.ConditionPreviewLocked)).Message
+			if tc.message != "" {
+				assert.Contains(t, msg, tc.message)
+			} else {
+				assert.NotContains(t, msg, "kept as they are")
+			}
+		})
+	}
+}
+
+// TestSetEnrollmentFailedCondition: a failed enrollment step is in status
+// with the API server's words, and a clean pass clears it.
+func TestSetEnrollmentFailedCondition(t *testing.T) {
+	st := newStatus(statusMesh(v1alpha1.ServiceMeshSpec{}), statusNow)
+	setEnrollmentFailedCondition(st, errors.New(`namespaces "pay" is forbidden`))
+	assertConditions(t, st, map[v1alpha1.ConditionType]wantCond{v1alpha1.ConditionEnrollmentFailed: {metav1.ConditionTrue, v1alpha1.ReasonEnrollmentStepFailed}})
+	assert.Contains(t, meta.FindStatusCondition(st.next.Conditions, string(v1alpha1.ConditionEnrollmentFailed)).Message, `namespaces "pay" is forbidden`)
+	setEnrollmentFailedCondition(st, errors.New(strings.Repeat("x", 5000)))
+	assert.Less(t, len(meta.FindStatusCondition(st.next.Conditions, string(v1alpha1.ConditionEnrollmentFailed)).Message), 1400, "bounded")
+	setEnrollmentFailedCondition(st, nil)
+	assertConditions(t, st, map[v1alpha1.ConditionType]wantCond{v1alpha1.ConditionEnrollmentFailed: {metav1.ConditionFalse, v1alpha1.ReasonEnrollmentStepsSucceeded}})
+}
+
+// TestOutcomeKeepsOwedTimers: a failed pass is retried after a backoff
+// that grows to maxFailureBackoff, but never later than what it owes; a
+// pass that succeeds resets the backoff.
+func TestOutcomeKeepsOwedTimers(t *testing.T) {
+	r := &ServiceMeshReconciler{}
+	ctx := context.Background()
+	fail := errors.New("refused")
+	var got []time.Duration
+	for i := 0; i < 8; i++ {
+		res, err := r.outcome(ctx, 0, fail)
+		require.NoError(t, err, "an error is reported in status, not handed to controller-runtime's backoff")
+		got = append(got, res.RequeueAfter)
+	}
+	assert.Equal(t, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 30 * time.Second, 30 * time.Second, 30 * time.Second}, got)
+	res, _ := r.outcome(ctx, 3*time.Second, fail)
+	assert.Equal(t, 3*time.Second, res.RequeueAfter, "a maintenance window's end 3 s away is kept")
+	res, _ = r.outcome(ctx, 2*time.Minute, nil)
+	assert.Equal(t, 2*time.Minute, res.RequeueAfter)
+	res, _ = r.outcome(ctx, time.Minute, fail)
+	assert.Equal(t, time.Second, res.RequeueAfter, "a success reset the backoff")
+	assert.Equal(t, time.Duration(0), earliest(0, 0))
+	assert.Equal(t, 2*time.Second, earliest(0, 5*time.Second, 2*time.Second))
 }
