@@ -390,8 +390,10 @@ func TestEnrollmentIntegration(t *testing.T) {
 		pa.SetName(enroll.PeerAuthenticationName)
 		require.NoError(t, admin.Create(ctx, pa))
 		_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "cluster"}})
-		require.Error(t, err)
-		assert.Contains(t, err.Error(), "not owned by")
+		require.NoError(t, err, "a failed step is reported in status, not returned")
+		failed := &v1alpha1.ServiceMesh{}
+		require.NoError(t, admin.Get(ctx, client.ObjectKey{Name: "cluster"}, failed))
+		assert.Contains(t, failedStep(failed), "not owned by")
 		assert.Equal(t, "DISABLE", paMode("foreign-policy"))
 		assert.Empty(t, ns("foreign-policy").Labels[labels.MeshState], "no state labels for what is not in place")
 		m := &v1alpha1.ServiceMesh{}

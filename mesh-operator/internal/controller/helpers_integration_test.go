@@ -25,12 +25,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/enroll"
 
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/sail"
@@ -244,4 +246,15 @@ func meshMTLSMode(t *testing.T, admin client.Client, namespace string) string {
 	u.SetGroupVersionKind(enroll.SecurityGroupVersion.WithKind(enroll.KindPeerAuthentication))
 	require.NoError(t, admin.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: enroll.PeerAuthenticationName}, u))
 	return enroll.ModeOf(u)
+}
+
+// failedStep is the message of EnrollmentFailed when the pass that wrote
+// m's status failed a step ("" when none did): the operator reports a
+// failed step in status instead of returning it to controller-runtime.
+func failedStep(m *v1alpha1.ServiceMesh) string {
+	c := meta.FindStatusCondition(m.Status.Conditions, string(v1alpha1.ConditionEnrollmentFailed))
+	if c == nil || c.Status != metav1.ConditionTrue {
+		return ""
+	}
+	return c.Message
 }
