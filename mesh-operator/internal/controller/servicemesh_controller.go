@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -389,7 +390,9 @@ func setLicenseUnreadableConditions(st *status, msg string) {
 // disappeared is within its grace (a renewal by delete + create).
 func (r *ServiceMeshReconciler) lock(ctx context.Context, mesh *v1alpha1.ServiceMesh, st *status, chk licenseCheck) (ctrl.Result, error) {
 	now := st.now
-	keep := now.Before(chk.missingUntil)
+	// The enrollment finalizer is on the mesh while anything may be
+	// enrolled; without it the grace would keep nothing.
+	keep := now.Before(chk.missingUntil) && controllerutil.ContainsFinalizer(mesh, EnrollFinalizer)
 	setLicenseRefusedConditions(st, chk, keep)
 	wait := min(license.NextCheck(license.SignedLicense(nil, chk.refusal), now), lockedRecheck)
 	var err error
