@@ -78,7 +78,7 @@ test-unit: ## pure tests: builders, golden files, parsers, decision logic (no AP
 	for op in $(OPERATORS); do (cd $$op && GOWORK=off go build ./... && GOWORK=off go test ./...); done
 
 test-integration: tools ## tests against a real kube-apiserver + etcd (CEL, SSA, ownership, RBAC)
-	for m in shared $(OPERATORS); do (cd $$m && go test -tags integration $(GO_TEST_FLAGS) ./...); done
+	for m in shared $(OPERATORS); do (cd $$m && go test -tags integration -timeout 30m $(GO_TEST_FLAGS) ./...); done
 
 test-e2e: tools ## local end-to-end: control plane + kwok nodes + operators as processes under chart RBAC
 	cd e2e && go test -tags e2e -timeout 30m $(GO_TEST_FLAGS) ./...
