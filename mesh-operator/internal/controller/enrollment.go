@@ -400,8 +400,15 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 			waiting = append(waiting, fmt.Sprintf("%s (Pod %s)", ns.Name, res.blocker))
 		}
 	}
-	for _, ns := range leaving {
-		if err := r.leaveNamespace(ctx, mesh, ns, policies[ns.Name]); err != nil {
+	var unrelaxed []*corev1.Namespace
+	for i, ns := range todo {
+		if outcomes[i].err != nil {
+			unrelaxed = append(unrelaxed, ns)
+		}
+	}
+	for i, err := range r.releaseNamespaces(ctx, mesh, leaving, policies, unrelaxed) {
+		ns := leaving[i]
+		if err != nil {
 			errs = append(errs, err)
 		} else if slices.Contains(mesh.Status.EnrolledNamespaces, ns.Name) {
 			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.EventNamespaceReleased), "Reconcile",
@@ -1014,11 +1021,55 @@ func sameJSON(a, b any) bool {
 	return errA == nil && errB == nil && string(ja) == string(jb)
 }
 
-// leaveNamespace undoes an enrollment in the reverse order: the state
-// labels go first (workload operators stop relying on the mesh), then the
-// policies (workloads fall back to plaintext), then the data-plane label
-// and any request the operator wrote. Labels someone else also holds stay.
-func (r *ServiceMeshReconciler) leaveNamespace(ctx context.Context, mesh *v1alpha1.ServiceMesh, ns *corev1.Namespace, live map[string]*unstructured.Unstructured) error {
+// releaseNamespaces takes namespaces out of the mesh, on deletion of the
+// ServiceMesh as when they stop being asked for, in two rounds: first each
+// one stops enforcing (relaxNamespace: state labels, then policies), then
+// each one's Pods are let go (its data-plane label and any request the
+// operator wrote). A namespace that declared another as an edge is thus
+// never STRICT while that edge's Pods speak plaintext, whatever the names
+// sort like and in a cycle of edges too; a namespace that stays and
+// declared one of them relaxed earlier in the pass (enroll.WithoutLeaving).
+// unrelaxed are the namespaces outside leaving that may still be STRICT
+// (their pass failed): like a leaving namespace whose first round failed,
+// they keep their declared edges' data-plane labels on until a later pass.
+// The result holds each leaving namespace's error (nil: released).
+func (r *ServiceMeshReconciler) releaseNamespaces(ctx context.Context, mesh *v1alpha1.ServiceMesh, leaving []*corev1.Namespace,
+	policies map[string]map[string]*unstructured.Unstructured, unrelaxed []*corev1.Namespace) []error {
+	errs := make([]error, len(leaving))
+	held := map[string]string{} // edge → a namespace that declared it and may still be STRICT
+	hold := func(ns *corev1.Namespace) {
+		state, _ := contract.Parse(ns.Labels)
+		for _, e := range state.Edges {
+			held[e] = ns.Name
+		}
+	}
+	for _, ns := range unrelaxed {
+		hold(ns)
+	}
+	for i, ns := range leaving {
+		if errs[i] = r.relaxNamespace(ctx, mesh, ns, policies[ns.Name]); errs[i] != nil {
+			hold(ns)
+		}
+	}
+	for i, ns := range leaving {
+		if errs[i] != nil {
+			continue
+		}
+		if dependant, ok := held[ns.Name]; ok {
+			errs[i] = fmt.Errorf("namespace %s keeps its data-plane label for now: %s, which declares it as an edge, may still be STRICT", ns.Name, dependant)
+			continue
+		}
+		errs[i] = r.applyNamespaceLabels(ctx, ns, map[string]string{})
+	}
+	return errs
+}
+
+// relaxNamespace is the first round of leaving the mesh, in the reverse
+// order of enrolling: the state labels go first (workload operators stop
+// relying on the mesh), then the policies (the namespace stops enforcing
+// mTLS and isolation). The data-plane label stays, so its Pods keep their
+// mTLS. Labels someone else also holds stay.
+func (r *ServiceMeshReconciler) relaxNamespace(ctx context.Context, mesh *v1alpha1.ServiceMesh, ns *corev1.Namespace, live map[string]*unstructured.Unstructured) error {
 	owned := ownedLabels(ns)
 	keep := map[string]string{}
 	for k := range owned {
@@ -1052,7 +1103,7 @@ func (r *ServiceMeshReconciler) leaveNamespace(ctx context.Context, mesh *v1alph
 			}
 		}
 	}
-	return r.applyNamespaceLabels(ctx, ns, map[string]string{})
+	return nil
 }
 
 // teardownEnrollment releases every namespace: on deletion of the
@@ -1070,14 +1121,14 @@ func (r *ServiceMeshReconciler) teardownEnrollment(ctx context.Context, mesh *v1
 	if err != nil {
 		return err
 	}
+	var leaving []*corev1.Namespace
 	for i := range nsList.Items {
-		ns := &nsList.Items[i]
-		if len(ownedLabels(ns)) == 0 && len(policies[ns.Name]) == 0 {
-			continue
+		if ns := &nsList.Items[i]; len(ownedLabels(ns)) > 0 || len(policies[ns.Name]) > 0 {
+			leaving = append(leaving, ns)
 		}
-		if err := r.leaveNamespace(ctx, mesh, ns, policies[ns.Name]); err != nil {
-			return err
-		}
+	}
+	if err := errors.Join(r.releaseNamespaces(ctx, mesh, leaving, policies, nil)...); err != nil {
+		return err
 	}
 	st.next.EnrolledNamespaces, st.next.PermissiveNamespaces, st.next.PausedObjects, st.next.MaintenanceUntil = nil, nil, nil, nil
 	meta.RemoveStatusCondition(&st.next.Conditions, string(v1alpha1.ConditionMaintenanceWindow))
