@@ -178,6 +178,11 @@ const (
 	ReasonAwaitingCutover ConditionReason = "AwaitingCutover"
 	ReasonAwaitingEdge    ConditionReason = "AwaitingEdge"
 	ReasonCutOver         ConditionReason = "CutOver"
+	// ReasonForeignPeerAuthentication: in some enrolled namespace a
+	// namespace-wide PeerAuthentication the operator does not own is older
+	// than its mesh-mtls, so Istio applies that one's mode instead; also
+	// the reason of the Warning event that names it.
+	ReasonForeignPeerAuthentication ConditionReason = "ForeignPeerAuthentication"
 )
 
 // Reasons of DataPlaneMigration.
