@@ -168,11 +168,15 @@ const (
 	ReasonWaitingForSail ConditionReason = "WaitingForSail"
 	// ReasonWaitingForCNIRelease: the teardown holds ZTunnel and IstioCNI
 	// while istio-cni still redirects Pods of namespaces that left the mesh.
-	ReasonWaitingForCNIRelease    ConditionReason = "WaitingForCNIRelease"
-	ReasonSailOperatorKept        ConditionReason = "SailOperatorKept"
-	ReasonSailInUse               ConditionReason = "SailInUse"
-	ReasonSailOperatorUninstalled ConditionReason = "SailOperatorUninstalled"
-	ReasonUntrustedCRDsIgnored    ConditionReason = "UntrustedCRDsIgnored"
+	ReasonWaitingForCNIRelease ConditionReason = "WaitingForCNIRelease"
+	// ReasonWaitingForSidecarRelease: the teardown keeps the Istio
+	// (istiod) while Pods of namespaces that left the mesh still run its
+	// sidecar; also the reason of the Normal event that names them.
+	ReasonWaitingForSidecarRelease ConditionReason = "WaitingForSidecarRelease"
+	ReasonSailOperatorKept         ConditionReason = "SailOperatorKept"
+	ReasonSailInUse                ConditionReason = "SailInUse"
+	ReasonSailOperatorUninstalled  ConditionReason = "SailOperatorUninstalled"
+	ReasonUntrustedCRDsIgnored     ConditionReason = "UntrustedCRDsIgnored"
 	// ReasonSailUninstallDisabled: the holders record names the operator but
 	// it runs with sail.install=false, so it leaves the installation alone.
 	ReasonSailUninstallDisabled ConditionReason = "SailUninstallDisabled"
@@ -183,6 +187,11 @@ const (
 	ReasonAwaitingCutover ConditionReason = "AwaitingCutover"
 	ReasonAwaitingEdge    ConditionReason = "AwaitingEdge"
 	ReasonCutOver         ConditionReason = "CutOver"
+	// ReasonForeignPeerAuthentication: in some enrolled namespace a
+	// namespace-wide PeerAuthentication the operator does not own is older
+	// than its mesh-mtls, so Istio applies that one's mode instead; also
+	// the reason of the Warning event that names it.
+	ReasonForeignPeerAuthentication ConditionReason = "ForeignPeerAuthentication"
 )
 
 // Reasons of DataPlaneMigration.

@@ -125,22 +125,34 @@ func (r *ServiceMeshReconciler) applyEnrolledLabels(ctx context.Context, ns *cor
 func policyKey(kind, name string) string { return kind + "/" + name }
 
 // managedPolicies lists the policies the operator owns, by namespace and
-// policyKey. A cluster without the Istio security API has none.
-func (r *ServiceMeshReconciler) managedPolicies(ctx context.Context, mesh *v1alpha1.ServiceMesh) (map[string]map[string]*unstructured.Unstructured, error) {
+// policyKey, and the namespace-wide PeerAuthentications it does not own, by
+// namespace: Istio applies only the oldest namespace-wide one, which may be
+// someone else's (enroll.ForeignPeerAuthentication). The PeerAuthentications
+// are read with the one list the pass makes of them anyway. A cluster
+// without the Istio security API has none.
+func (r *ServiceMeshReconciler) managedPolicies(ctx context.Context, mesh *v1alpha1.ServiceMesh) (map[string]map[string]*unstructured.Unstructured, map[string][]*unstructured.Unstructured, error) {
 	out := map[string]map[string]*unstructured.Unstructured{}
+	foreign := map[string][]*unstructured.Unstructured{}
 	for _, kind := range []string{enroll.KindPeerAuthentication, enroll.KindAuthorizationPolicy} {
 		list := &unstructured.UnstructuredList{}
 		list.SetGroupVersionKind(enroll.SecurityGroupVersion.WithKind(kind + "List"))
-		err := r.Reader.List(ctx, list, client.MatchingLabels{labels.ManagedBy: enroll.ManagedBy})
+		var opts []client.ListOption
+		if kind != enroll.KindPeerAuthentication {
+			opts = append(opts, client.MatchingLabels{labels.ManagedBy: enroll.ManagedBy})
+		}
+		err := r.Reader.List(ctx, list, opts...)
 		if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("listing %ss: %w", kind, err)
+			return nil, nil, fmt.Errorf("listing %ss: %w", kind, err)
 		}
 		for i := range list.Items {
 			u := &list.Items[i]
-			if !metav1.IsControlledBy(u, mesh) {
+			if u.GetLabels()[labels.ManagedBy] != enroll.ManagedBy || !metav1.IsControlledBy(u, mesh) {
+				if kind == enroll.KindPeerAuthentication && enroll.NamespaceWide(u) {
+					foreign[u.GetNamespace()] = append(foreign[u.GetNamespace()], u)
+				}
 				continue
 			}
 			if out[u.GetNamespace()] == nil {
@@ -149,7 +161,7 @@ func (r *ServiceMeshReconciler) managedPolicies(ctx context.Context, mesh *v1alp
 			out[u.GetNamespace()][policyKey(kind, u.GetName())] = u
 		}
 	}
-	return out, nil
+	return out, foreign, nil
 }
 
 // enrollWorkers is how many namespaces one enrollment pass works on at
@@ -191,8 +203,10 @@ type nsOutcome struct {
 // cutoverStep is what the second look at a namespace needs from the
 // first: the namespace as its labels were applied, and the labels.
 type cutoverStep struct {
-	ns        *corev1.Namespace
-	base      map[string]string
+	ns   *corev1.Namespace
+	base map[string]string
+	// foreign: the namespace-wide PeerAuthentications of others there.
+	foreign   []*unstructured.Unstructured
 	stateDP   v1alpha1.DataPlane
 	heldBy    string
 	migration string
@@ -229,6 +243,10 @@ type nsResult struct {
 	// plane ("" when it is not migrating).
 	migration string
 	paused    []string
+	// foreign names someone else's namespace-wide PeerAuthentication that
+	// Istio applies instead of mesh-mtls ("" when ours is in force), as
+	// "PeerAuthentication ns/name (MODE)".
+	foreign string
 	// baselineWithheld: isolation strict, but the mode in force is
 	// PERMISSIVE, so the allow-nothing baseline is absent.
 	baselineWithheld bool
@@ -269,12 +287,12 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 	if err := r.Client.List(ctx, nsList); err != nil {
 		return 0, fmt.Errorf("listing namespaces: %w", err)
 	}
-	policies, err := r.managedPolicies(ctx, mesh)
+	policies, foreignPAs, err := r.managedPolicies(ctx, mesh)
 	if err != nil {
 		return 0, err
 	}
 	protected := r.protectedNamespaces(cp)
-	var enrolled, permissive, paused, withheld, conflicts, migrating []string
+	var enrolled, permissive, paused, withheld, conflicts, migrating, foreign []string
 	var errs []error
 	pending, ownWaiting := false, false
 	var waiting []string
@@ -336,7 +354,7 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 	outcomes := make([]nsOutcome, len(todo))
 	forEach(len(todo), enrollWorkers, func(i int) {
 		ns := todo[i]
-		res, step, err := r.enrollNamespace(ctx, mesh, cp, ns, decisions[ns.Name], policies[ns.Name], now, !holdOnly, leavingNames)
+		res, step, err := r.enrollNamespace(ctx, mesh, cp, ns, decisions[ns.Name], policies[ns.Name], foreignPAs[ns.Name], now, !holdOnly, leavingNames)
 		outcomes[i] = nsOutcome{res: res, err: err, cutover: step}
 	})
 	var second []int
@@ -391,6 +409,17 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 		if res.baselineWithheld {
 			withheld = append(withheld, fmt.Sprintf("%s (%s)", ns.Name, res.mode.Reason))
 		}
+		if res.foreign != "" {
+			foreign = append(foreign, res.foreign)
+			if c := meta.FindStatusCondition(mesh.Status.Conditions, string(v1alpha1.ConditionMTLSCutover)); c == nil ||
+				c.Reason != string(v1alpha1.ReasonForeignPeerAuthentication) || !strings.Contains(c.Message, res.foreign) {
+				// Once, when it is first reported, not every pass.
+				r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, string(v1alpha1.ReasonForeignPeerAuthentication), "Reconcile",
+					"%s is in force in enrolled namespace %s instead of %s: Istio applies the oldest namespace-wide PeerAuthentication. "+
+						"The operator leaves it alone; delete it, or give it a selector, for the operator's mTLS to apply.",
+					res.foreign, ns.Name, enroll.PeerAuthenticationName)
+			}
+		}
 		pending = pending || res.pending
 		switch {
 		case res.pending && res.edgeHeld:
@@ -400,8 +429,15 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 			waiting = append(waiting, fmt.Sprintf("%s (Pod %s)", ns.Name, res.blocker))
 		}
 	}
-	for _, ns := range leaving {
-		if err := r.leaveNamespace(ctx, mesh, ns, policies[ns.Name]); err != nil {
+	var unrelaxed []*corev1.Namespace
+	for i, ns := range todo {
+		if outcomes[i].err != nil {
+			unrelaxed = append(unrelaxed, ns)
+		}
+	}
+	for i, err := range r.releaseNamespaces(ctx, mesh, leaving, policies, unrelaxed) {
+		ns := leaving[i]
+		if err != nil {
 			errs = append(errs, err)
 		} else if slices.Contains(mesh.Status.EnrolledNamespaces, ns.Name) {
 			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.EventNamespaceReleased), "Reconcile",
@@ -418,7 +454,7 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 		"paused", len(paused), "errors", len(errs))
 	wait := setEnrollmentConditions(st, mesh.Spec, enrollmentTally{
 		holdOnly: holdOnly, waiting: waiting, ownWaiting: ownWaiting,
-		migrating: migrating, conflicts: conflicts, withheld: withheld,
+		migrating: migrating, conflicts: conflicts, withheld: withheld, foreign: foreign,
 	})
 	if pending && (wait == 0 || wait > convergingRecheck) {
 		wait = convergingRecheck
@@ -448,6 +484,9 @@ type enrollmentTally struct {
 	conflicts []string
 	// withheld: namespaces without the strict baseline ("ns (mtls reason)").
 	withheld []string
+	// foreign: someone else's namespace-wide PeerAuthentications in force
+	// instead of the operator's ("PeerAuthentication ns/name (MODE)").
+	foreign []string
 }
 
 // setEnrollmentConditions decides MTLSCutover, DataPlaneMigration,
@@ -474,6 +513,16 @@ func truncated(list []string, n int) []string {
 func setMTLSCutoverCondition(st *status, spec v1alpha1.ServiceMeshSpec, t enrollmentTally) {
 	waiting := slices.Sorted(slices.Values(t.waiting))
 	switch {
+	case len(t.foreign) > 0:
+		// Whatever else holds: no namespace may be claimed cut over (or
+		// held by the operator) where another policy sets the mode.
+		msg := fmt.Sprintf("The mTLS mode in force in some enrolled namespaces is not the operator's: Istio applies the oldest namespace-wide PeerAuthentication, and there it is one the operator does not own, older than %s: %s. "+
+			"The operator never edits or deletes it; delete it or give it a selector for the operator's mTLS (and its cutover) to apply.",
+			enroll.PeerAuthenticationName, strings.Join(truncated(slices.Sorted(slices.Values(t.foreign)), 5), ", "))
+		if len(waiting) > 0 {
+			msg += " Also held at PERMISSIVE: " + strings.Join(truncated(waiting, 5), ", ") + "."
+		}
+		st.set(v1alpha1.ConditionMTLSCutover, metav1.ConditionFalse, v1alpha1.ReasonForeignPeerAuthentication, msg)
 	case t.holdOnly:
 		// Pods are not looked at while held: the cutover stays as reported.
 	case len(waiting) > 0 && !t.ownWaiting:
@@ -588,7 +637,7 @@ func setMaintenanceWindowCondition(st *status, spec v1alpha1.ServiceMeshSpec) ti
 // relaxes mTLS: the PeerAuthentication may go PERMISSIVE (the baseline
 // first) and the mtls state label follows; nothing else moves.
 func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alpha1.ServiceMesh, cp *v1alpha1.ControlPlaneStatus,
-	ns *corev1.Namespace, d enroll.Decision, live map[string]*unstructured.Unstructured, now time.Time, ready bool, leaving []string) (nsResult, *cutoverStep, error) {
+	ns *corev1.Namespace, d enroll.Decision, live map[string]*unstructured.Unstructured, foreign []*unstructured.Unstructured, now time.Time, ready bool, leaving []string) (nsResult, *cutoverStep, error) {
 	dp := mesh.Spec.DataPlane
 	dpLabels := enroll.DataPlaneLabels(dp, cp.Revision)
 	base := maps.Clone(dpLabels)
@@ -623,7 +672,7 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 	if inPlace {
 		workloads = r.readWorkloads(ctx, dp, ns)
 	}
-	res, mtlsInForce, err := r.applyPolicies(ctx, mesh, cp, ns, live, now, ready, workloads, leaving)
+	res, mtlsInForce, err := r.applyPolicies(ctx, mesh, cp, ns, live, foreign, now, ready, workloads, leaving)
 	if err != nil {
 		var conflict *apply.ConflictError
 		if errors.As(err, &conflict) && ready {
@@ -657,7 +706,7 @@ func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alp
 	if inPlace || !res.pending {
 		return res, nil, nil
 	}
-	return res, &cutoverStep{ns: ns, base: base, stateDP: stateDP, heldBy: heldBy, migration: res.migration}, nil
+	return res, &cutoverStep{ns: ns, base: base, foreign: foreign, stateDP: stateDP, heldBy: heldBy, migration: res.migration}, nil
 }
 
 // cutOver is the second look at a namespace whose data-plane label went on
@@ -669,7 +718,7 @@ func (r *ServiceMeshReconciler) cutOver(ctx context.Context, mesh *v1alpha1.Serv
 	if workloads == nil {
 		workloads = r.readWorkloads(ctx, mesh.Spec.DataPlane, step.ns)
 	}
-	res, mtlsInForce, err := r.applyPolicies(ctx, mesh, cp, step.ns, first.policies, now, true, workloads, leaving)
+	res, mtlsInForce, err := r.applyPolicies(ctx, mesh, cp, step.ns, first.policies, step.foreign, now, true, workloads, leaving)
 	if err != nil {
 		return res, err
 	}
@@ -778,7 +827,7 @@ func (r *ServiceMeshReconciler) rollbackNamespace(ctx context.Context, mesh *v1a
 // force. workloads reads the cutover signal (nil: the Pods are not to be
 // looked at yet). With ready false only relaxing changes are made.
 func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha1.ServiceMesh, cp *v1alpha1.ControlPlaneStatus,
-	ns *corev1.Namespace, live map[string]*unstructured.Unstructured, now time.Time, ready bool, workloads workloadsCheck, leaving []string) (nsResult, string, error) {
+	ns *corev1.Namespace, live map[string]*unstructured.Unstructured, foreign []*unstructured.Unstructured, now time.Time, ready bool, workloads workloadsCheck, leaving []string) (nsResult, string, error) {
 	evaluate := workloads != nil
 	res := nsResult{policies: maps.Clone(live)}
 	if res.policies == nil {
@@ -900,6 +949,15 @@ func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha
 			res.mode.Reason = enroll.MTLSPaused
 		}
 		res.mode.Mode = mtlsInForce
+	}
+	// Istio applies the oldest namespace-wide PeerAuthentication: when that
+	// is someone else's, its mode is the one in force, whatever mesh-mtls
+	// says. Theirs is never touched; ours is still applied, to take over
+	// once theirs is gone, and the baseline follows the mode in force.
+	if f := enroll.ForeignPeerAuthentication(pa, foreign); f != nil {
+		mtlsInForce = enroll.ModeOf(f)
+		res.mode = enroll.MTLSDecision{Mode: mtlsInForce, Reason: enroll.MTLSForeign}
+		res.foreign = fmt.Sprintf("%s %s/%s (%s)", enroll.KindPeerAuthentication, ns.Name, f.GetName(), strings.ToUpper(mtlsInForce))
 	}
 	// The strict baseline exists only while the mode in force is STRICT:
 	// it goes before the PeerAuthentication turns PERMISSIVE and comes
@@ -1030,11 +1088,55 @@ func sameJSON(a, b any) bool {
 	return errA == nil && errB == nil && string(ja) == string(jb)
 }
 
-// leaveNamespace undoes an enrollment in the reverse order: the state
-// labels go first (workload operators stop relying on the mesh), then the
-// policies (workloads fall back to plaintext), then the data-plane label
-// and any request the operator wrote. Labels someone else also holds stay.
-func (r *ServiceMeshReconciler) leaveNamespace(ctx context.Context, mesh *v1alpha1.ServiceMesh, ns *corev1.Namespace, live map[string]*unstructured.Unstructured) error {
+// releaseNamespaces takes namespaces out of the mesh, on deletion of the
+// ServiceMesh as when they stop being asked for, in two rounds: first each
+// one stops enforcing (relaxNamespace: state labels, then policies), then
+// each one's Pods are let go (its data-plane label and any request the
+// operator wrote). A namespace that declared another as an edge is thus
+// never STRICT while that edge's Pods speak plaintext, whatever the names
+// sort like and in a cycle of edges too; a namespace that stays and
+// declared one of them relaxed earlier in the pass (enroll.WithoutLeaving).
+// unrelaxed are the namespaces outside leaving that may still be STRICT
+// (their pass failed): like a leaving namespace whose first round failed,
+// they keep their declared edges' data-plane labels on until a later pass.
+// The result holds each leaving namespace's error (nil: released).
+func (r *ServiceMeshReconciler) releaseNamespaces(ctx context.Context, mesh *v1alpha1.ServiceMesh, leaving []*corev1.Namespace,
+	policies map[string]map[string]*unstructured.Unstructured, unrelaxed []*corev1.Namespace) []error {
+	errs := make([]error, len(leaving))
+	held := map[string]string{} // edge → a namespace that declared it and may still be STRICT
+	hold := func(ns *corev1.Namespace) {
+		state, _ := contract.Parse(ns.Labels)
+		for _, e := range state.Edges {
+			held[e] = ns.Name
+		}
+	}
+	for _, ns := range unrelaxed {
+		hold(ns)
+	}
+	for i, ns := range leaving {
+		if errs[i] = r.relaxNamespace(ctx, mesh, ns, policies[ns.Name]); errs[i] != nil {
+			hold(ns)
+		}
+	}
+	for i, ns := range leaving {
+		if errs[i] != nil {
+			continue
+		}
+		if dependant, ok := held[ns.Name]; ok {
+			errs[i] = fmt.Errorf("namespace %s keeps its data-plane label for now: %s, which declares it as an edge, may still be STRICT", ns.Name, dependant)
+			continue
+		}
+		errs[i] = r.applyNamespaceLabels(ctx, ns, map[string]string{})
+	}
+	return errs
+}
+
+// relaxNamespace is the first round of leaving the mesh, in the reverse
+// order of enrolling: the state labels go first (workload operators stop
+// relying on the mesh), then the policies (the namespace stops enforcing
+// mTLS and isolation). The data-plane label stays, so its Pods keep their
+// mTLS. Labels someone else also holds stay.
+func (r *ServiceMeshReconciler) relaxNamespace(ctx context.Context, mesh *v1alpha1.ServiceMesh, ns *corev1.Namespace, live map[string]*unstructured.Unstructured) error {
 	owned := ownedLabels(ns)
 	keep := map[string]string{}
 	for k := range owned {
@@ -1068,7 +1170,7 @@ func (r *ServiceMeshReconciler) leaveNamespace(ctx context.Context, mesh *v1alph
 			}
 		}
 	}
-	return r.applyNamespaceLabels(ctx, ns, map[string]string{})
+	return nil
 }
 
 // teardownEnrollment releases every namespace: on deletion of the
@@ -1082,18 +1184,18 @@ func (r *ServiceMeshReconciler) teardownEnrollment(ctx context.Context, mesh *v1
 	if err := r.Client.List(ctx, nsList); err != nil {
 		return fmt.Errorf("listing namespaces: %w", err)
 	}
-	policies, err := r.managedPolicies(ctx, mesh)
+	policies, _, err := r.managedPolicies(ctx, mesh)
 	if err != nil {
 		return err
 	}
+	var leaving []*corev1.Namespace
 	for i := range nsList.Items {
-		ns := &nsList.Items[i]
-		if len(ownedLabels(ns)) == 0 && len(policies[ns.Name]) == 0 {
-			continue
+		if ns := &nsList.Items[i]; len(ownedLabels(ns)) > 0 || len(policies[ns.Name]) > 0 {
+			leaving = append(leaving, ns)
 		}
-		if err := r.leaveNamespace(ctx, mesh, ns, policies[ns.Name]); err != nil {
-			return err
-		}
+	}
+	if err := errors.Join(r.releaseNamespaces(ctx, mesh, leaving, policies, nil)...); err != nil {
+		return err
 	}
 	st.next.EnrolledNamespaces, st.next.PermissiveNamespaces, st.next.PausedObjects, st.next.MaintenanceUntil = nil, nil, nil, nil
 	meta.RemoveStatusCondition(&st.next.Conditions, string(v1alpha1.ConditionMaintenanceWindow))

@@ -32,8 +32,10 @@ import (
 // with sail.install=true.
 
 // finalize tears down what the ServiceMesh owns, in an order that never
-// strands anything: first the Sail CRs (the Sail Operator must still run to
-// remove istiod and release their finalizers), then the namespaces the
+// strands anything: first the enrolled namespaces, then the Sail CRs once
+// no Pod of those namespaces needs them any more (awaitCNIRelease,
+// awaitSidecarRelease; the Sail Operator must still run to remove istiod
+// and release their finalizers), then the namespaces the
 // operator created for them, then the Sail Operator itself if this was the
 // last holder. An adopted or external control plane has nothing of ours and
 // is left intact.
@@ -68,9 +70,17 @@ func (r *ServiceMeshReconciler) finalize(ctx context.Context, mesh *v1alpha1.Ser
 		if msg != "" {
 			return progress(v1alpha1.ReasonWaitingForCNIRelease, msg)
 		}
+		kinds := []string{sail.KindZTunnel, sail.KindIstioCNI, sail.KindIstio}
+		sidecars, err := r.awaitSidecarRelease(ctx, mesh)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if sidecars != "" {
+			kinds = kinds[:2] // istiod stays
+		}
 		var waiting []string
 		// ZTunnel and IstioCNI first: they follow the Istio.
-		for _, kind := range []string{sail.KindZTunnel, sail.KindIstioCNI, sail.KindIstio} {
+		for _, kind := range kinds {
 			gone, err := r.deleteOwnedSail(ctx, mesh, kind)
 			if err != nil {
 				return ctrl.Result{}, err
@@ -78,6 +88,13 @@ func (r *ServiceMeshReconciler) finalize(ctx context.Context, mesh *v1alpha1.Ser
 			if !gone {
 				waiting = append(waiting, kind+"/default")
 			}
+		}
+		if c := meta.FindStatusCondition(mesh.Status.Conditions, string(v1alpha1.ConditionReconciling)); sidecars != "" && (c == nil || c.Message != sidecars) {
+			// Once per change of the Pods waited for, not every recheck.
+			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.ReasonWaitingForSidecarRelease), "Delete", "%s", sidecars)
+		}
+		if sidecars != "" {
+			return progress(v1alpha1.ReasonWaitingForSidecarRelease, sidecars)
 		}
 		if len(waiting) > 0 {
 			return progress(v1alpha1.ReasonWaitingForSail, fmt.Sprintf("waiting for the Sail Operator to remove %s (finalizer %s).", strings.Join(waiting, ", "), sail.Finalizer))
@@ -154,6 +171,74 @@ func (r *ServiceMeshReconciler) awaitCNIRelease(ctx context.Context, mesh *v1alp
 	}
 	return fmt.Sprintf("waiting until %s for istio-cni to release %d Pods of namespaces that left the mesh (annotation %s=enabled) before ZTunnel and IstioCNI are removed: %s.",
 		deadline.UTC().Format(time.RFC3339), len(pods), labels.IstioAmbientRedirection, listed(pods)), nil
+}
+
+// awaitSidecarRelease returns why the Istio (istiod) must stay for now, or
+// "" when it may go. Namespaces leave the mesh first, but a Pod keeps the
+// sidecar it was injected with until it is restarted, and that proxy gets
+// its configuration (the relaxed policies of the leaving namespaces
+// included) and its certificates from istiod: removing istiod first leaves
+// it without either, its mTLS failing once its certificate expires. So the
+// Istio stays until no such Pod runs. The wait has no bound: unlike a node
+// whose istio-cni is gone, a Pod with a sidecar is always one restart away
+// from ending it, and the status names the Pods. A failed read holds.
+func (r *ServiceMeshReconciler) awaitSidecarRelease(ctx context.Context, mesh *v1alpha1.ServiceMesh) (string, error) {
+	istio := &metav1.PartialObjectMetadata{}
+	istio.SetGroupVersionKind(sail.GVK(sail.KindIstio))
+	err := r.Reader.Get(ctx, types.NamespacedName{Name: "default"}, istio)
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading %s default: %w", sail.KindIstio, err)
+	}
+	if !metav1.IsControlledBy(istio, mesh) || istio.DeletionTimestamp != nil {
+		return "", nil
+	}
+	pods, err := r.sidecarPods(ctx)
+	if err != nil || len(pods) == 0 {
+		return "", err
+	}
+	return fmt.Sprintf("keeping %s/default (istiod) while %d Pods of namespaces that left the mesh still run its %s sidecar, which needs istiod for its configuration and certificates; "+
+		"restart them to take them out of the mesh (the injection labels are gone, so they come back without one): %s.",
+		sail.KindIstio, len(pods), podmesh.ProxyContainer, listed(pods)), nil
+}
+
+// sidecarPods are the running Pods with Istio's proxy (podmesh.HasProxy)
+// although neither they nor their namespace ask for injection any more, as
+// namespace/name. Namespaces and Pods that still ask for it (a user's own
+// istio-injection or istio.io/rev label, a gateway's
+// sidecar.istio.io/inject=true) are not ours to wait for.
+func (r *ServiceMeshReconciler) sidecarPods(ctx context.Context) ([]string, error) {
+	nsList := &corev1.NamespaceList{}
+	if err := r.Client.List(ctx, nsList); err != nil {
+		return nil, fmt.Errorf("listing namespaces: %w", err)
+	}
+	injected := map[string]bool{}
+	for _, ns := range nsList.Items {
+		injected[ns.Name] = asksForInjection(ns.Labels)
+	}
+	pods := &corev1.PodList{}
+	if err := r.Reader.List(ctx, pods); err != nil {
+		return nil, fmt.Errorf("listing Pods: %w", err)
+	}
+	var out []string
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if !podmesh.Running(p) || !podmesh.HasProxy(p) || injected[p.Namespace] ||
+			asksForInjection(p.Labels) || p.Labels[labels.IstioInject] == "true" {
+			continue
+		}
+		out = append(out, p.Namespace+"/"+p.Name)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// asksForInjection: a namespace's (or Pod's) labels ask Istio to inject
+// its sidecar, by the default revision or a named one.
+func asksForInjection(l map[string]string) bool {
+	return l[labels.IstioInjection] == "enabled" || l[labels.IstioRevision] != ""
 }
 
 // strandedPods are the Pods istio-cni still redirects although neither they

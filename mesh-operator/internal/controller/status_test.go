@@ -189,6 +189,15 @@ func TestSetEnrollmentConditions(t *testing.T) {
 			message: map[v1alpha1.ConditionType]string{v1alpha1.ConditionMTLSCutover: "ns0 (Pod p), ns1 (Pod p), ns2 (Pod p), ns3 (Pod p), ns4 (Pod p), and 2 more."},
 		},
 		{
+			// Never CutOver where another policy sets the mode, and what
+			// else holds is still said.
+			name:  "a user's namespace-wide PeerAuthentication is in force",
+			tally: enrollmentTally{foreign: []string{"PeerAuthentication shop/default (PERMISSIVE)"}, waiting: []string{"cart (Pod p)"}, ownWaiting: true},
+			want:  map[v1alpha1.ConditionType]wantCond{v1alpha1.ConditionMTLSCutover: {F, v1alpha1.ReasonForeignPeerAuthentication}},
+			message: map[v1alpha1.ConditionType]string{v1alpha1.ConditionMTLSCutover: "PeerAuthentication shop/default (PERMISSIVE). The operator never edits or deletes it; " +
+				"delete it or give it a selector for the operator's mTLS (and its cutover) to apply. Also held at PERMISSIVE: cart (Pod p)."},
+		},
+		{
 			name:  "only an edge holds the cutover",
 			tally: enrollmentTally{waiting: []string{"shop (edge clients: Pod c)"}},
 			want:  map[v1alpha1.ConditionType]wantCond{v1alpha1.ConditionMTLSCutover: {F, v1alpha1.ReasonAwaitingEdge}},

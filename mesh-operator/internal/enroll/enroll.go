@@ -174,6 +174,9 @@ const (
 	MTLSAwaitingReady   MTLSReason = "AwaitingReady"
 	// MTLSPaused: a paused mesh-mtls policy, not the decision, is in force.
 	MTLSPaused MTLSReason = "Paused"
+	// MTLSForeign: someone else's namespace-wide PeerAuthentication, not
+	// the operator's mesh-mtls, is in force (ForeignPeerAuthentication).
+	MTLSForeign = MTLSReason(v1alpha1.ReasonForeignPeerAuthentication)
 )
 
 // Window reports whether the maintenance window holds PERMISSIVE at now,
@@ -381,6 +384,44 @@ func ModeOf(pa *unstructured.Unstructured) string {
 		return contract.MTLSStrict
 	}
 	return contract.MTLSPermissive
+}
+
+// NamespaceWide reports whether a PeerAuthentication applies to its whole
+// namespace: it selects no workload (no selector, or one without labels).
+func NamespaceWide(pa *unstructured.Unstructured) bool {
+	matchLabels, _, _ := unstructured.NestedStringMap(pa.Object, "spec", "selector", "matchLabels")
+	return len(matchLabels) == 0
+}
+
+// ForeignPeerAuthentication is the PeerAuthentication of someone else that
+// Istio applies to the whole namespace instead of ours, or nil when ours
+// (the operator's mesh-mtls, nil before it exists) is the one in force or
+// there is no other. Of several namespace-wide PeerAuthentications Istio
+// applies only the oldest, by creation time and then by name (creation
+// times have whole seconds, so ties are common); others are the
+// namespace's PeerAuthentications the operator does not own.
+func ForeignPeerAuthentication(ours *unstructured.Unstructured, others []*unstructured.Unstructured) *unstructured.Unstructured {
+	var inForce *unstructured.Unstructured
+	for _, pa := range append(slices.Clone(others), ours) {
+		if pa == nil || !NamespaceWide(pa) {
+			continue
+		}
+		if inForce == nil || olderThan(pa, inForce) {
+			inForce = pa
+		}
+	}
+	if inForce == ours {
+		return nil
+	}
+	return inForce
+}
+
+func olderThan(a, b *unstructured.Unstructured) bool {
+	ta, tb := a.GetCreationTimestamp(), b.GetCreationTimestamp()
+	if !ta.Equal(&tb) {
+		return ta.Before(&tb)
+	}
+	return a.GetName() < b.GetName()
 }
 
 // AllowedSources are the namespaces namespace isolation admits

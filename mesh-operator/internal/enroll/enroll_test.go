@@ -351,3 +351,48 @@ func TestPolicySetCarriesTheCutoverRecord(t *testing.T) {
 	assert.NotNil(t, set.Isolation)
 	assert.Len(t, set.All(), 2)
 }
+
+// TestForeignPeerAuthentication: Istio applies the oldest namespace-wide
+// PeerAuthentication of a namespace (by creation time, then by name); a
+// policy with a workload selector is not namespace-wide.
+func TestForeignPeerAuthentication(t *testing.T) {
+	at := func(name string, sec int, selector map[string]string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"mtls": map[string]any{"mode": "PERMISSIVE"}}}}
+		if selector != nil {
+			ml := map[string]any{}
+			for k, v := range selector {
+				ml[k] = v
+			}
+			u.Object["spec"].(map[string]any)["selector"] = map[string]any{"matchLabels": ml}
+		}
+		u.SetName(name)
+		u.SetCreationTimestamp(metav1.NewTime(time.Unix(1_700_000_000+int64(sec), 0)))
+		return u
+	}
+	ours := at(PeerAuthenticationName, 10, nil)
+	for _, tc := range []struct {
+		name   string
+		ours   *unstructured.Unstructured
+		others []*unstructured.Unstructured
+		want   string
+	}{
+		{"none of others", ours, nil, ""},
+		{"an older one of the user's", ours, []*unstructured.Unstructured{at("default", 5, nil)}, "default"},
+		{"a newer one of the user's", ours, []*unstructured.Unstructured{at("default", 20, nil)}, ""},
+		{"same second: the name decides (default < mesh-mtls)", ours, []*unstructured.Unstructured{at("default", 10, nil)}, "default"},
+		{"same second: the name decides (zz > mesh-mtls)", ours, []*unstructured.Unstructured{at("zz", 10, nil)}, ""},
+		{"a workload selector is not namespace-wide", ours, []*unstructured.Unstructured{at("old", 1, map[string]string{"app": "a"})}, ""},
+		{"an empty selector is namespace-wide", ours, []*unstructured.Unstructured{at("old", 1, map[string]string{})}, "old"},
+		{"the oldest of several", ours, []*unstructured.Unstructured{at("b", 3, nil), at("a", 2, nil)}, "a"},
+		{"before mesh-mtls exists", nil, []*unstructured.Unstructured{at("default", 30, nil)}, "default"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := ForeignPeerAuthentication(tc.ours, tc.others)
+			name := ""
+			if got != nil {
+				name = got.GetName()
+			}
+			assert.Equal(t, tc.want, name)
+		})
+	}
+}
