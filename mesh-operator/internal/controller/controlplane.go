@@ -547,30 +547,21 @@ func (r *ServiceMeshReconciler) observeControlPlane(ctx context.Context, mesh *v
 	rd := readiness{controlPlane: cp}
 	switch {
 	case plan.AdoptedIstio != nil:
-		live := o.istios[plan.AdoptedIstio.Name]
 		cp.Namespace, cp.Revision, cp.Version = plan.AdoptedIstio.Namespace, plan.AdoptedIstio.Revision, plan.AdoptedIstio.Version
-		cp.Resources = []string{sail.KindIstio + "/" + plan.AdoptedIstio.Name}
-		var obj sail.Object
-		if live != nil {
-			obj = live
+		seen := adoptedSail{ambient: mesh.Spec.DataPlane == v1alpha1.DataPlaneAmbient}
+		if live := o.istios[plan.AdoptedIstio.Name]; live != nil {
+			seen.istio = live
 		}
-		re := sail.ReadinessOf(sail.KindIstio, plan.AdoptedIstio.Name, obj)
-		if re.Ready && mesh.Spec.DataPlane == v1alpha1.DataPlaneAmbient {
-			// Ambient needs ztunnel: an adopted sidecar-only mesh is not ready for it.
+		// The ambient components are read once the Istio is Ready: until
+		// then its readiness is what the status reports.
+		if seen.ambient && sail.ReadinessOf(sail.KindIstio, plan.AdoptedIstio.Name, seen.istio).Ready {
 			zt, err := r.getSail(ctx, sail.KindZTunnel, sail.ZTunnelName)
 			if err != nil {
 				return rd, err
 			}
-			cp.Resources = append(cp.Resources, sail.KindZTunnel+"/"+sail.ZTunnelName)
-			re = sail.ReadinessOf(sail.KindZTunnel, sail.ZTunnelName, zt)
-			if zt == nil {
-				re.Message += " spec.dataPlane is ambient, but the adopted mesh has no ZTunnel: add one to it, or set spec.dataPlane: sidecar."
-			}
+			seen.ztunnel = zt
 		}
-		rd.ready, rd.reason, rd.msg = re.Ready, re.Reason, re.Message
-		if re.Ready {
-			rd.msg = fmt.Sprintf("The %s control plane (Istio %s, revision %s) is Ready.", strings.ToLower(string(plan.Management)), plan.AdoptedIstio.Name, cp.Revision)
-		}
+		rd.ready, rd.reason, rd.msg, cp.Resources = adoptedSailReadiness(plan, seen)
 	case len(plan.AdoptedIstiod) > 0:
 		pick := pickIstiod(plan.AdoptedIstiod)
 		cp.Namespace, cp.Version, cp.Revision = pick.Namespace, pick.Version, pick.Revision
@@ -595,6 +586,49 @@ func (r *ServiceMeshReconciler) observeControlPlane(ctx context.Context, mesh *v
 		rd.blockedReason, rd.blockedMessage = rd.reason, rd.msg
 	}
 	return rd, nil
+}
+
+// adoptedSail is what a pass read of an adopted Sail mesh: its Istio, and
+// for ambient the components ambient needs beside it (nil: absent, or not
+// read because the Istio is not Ready).
+type adoptedSail struct {
+	istio   sail.Object
+	ambient bool
+	ztunnel sail.Object
+	cni     sail.Object
+	// cniNodes are the istio-cni-node DaemonSets found in cniLookedIn
+	// (read only while no IstioCNI is Ready).
+	cniNodes    []cniNode
+	cniLookedIn []string
+}
+
+// cniNode is an istio-cni-node DaemonSet as read.
+type cniNode struct {
+	namespace, name string
+	desired, ready  int32
+	// fresh: its controller has processed the current generation.
+	fresh bool
+}
+
+// adoptedSailReadiness judges an adopted Sail mesh from what was read, and
+// names the resources the judgement rests on. The Istio comes first; for
+// ambient ztunnel must be Ready too.
+func adoptedSailReadiness(plan detect.Plan, seen adoptedSail) (bool, v1alpha1.ConditionReason, string, []string) {
+	name := plan.AdoptedIstio.Name
+	resources := []string{sail.KindIstio + "/" + name}
+	re := sail.ReadinessOf(sail.KindIstio, name, seen.istio)
+	if re.Ready && seen.ambient {
+		// Ambient needs ztunnel: an adopted sidecar-only mesh is not ready for it.
+		resources = append(resources, sail.KindZTunnel+"/"+sail.ZTunnelName)
+		re = sail.ReadinessOf(sail.KindZTunnel, sail.ZTunnelName, seen.ztunnel)
+		if seen.ztunnel == nil {
+			re.Message += " spec.dataPlane is ambient, but the adopted mesh has no ZTunnel: add one to it, or set spec.dataPlane: sidecar."
+		}
+	}
+	if !re.Ready {
+		return false, re.Reason, re.Message, resources
+	}
+	return true, re.Reason, fmt.Sprintf("The %s control plane (Istio %s, revision %s) is Ready.", strings.ToLower(string(plan.Management)), name, plan.AdoptedIstio.Revision), resources
 }
 
 // pickIstiod prefers an available istiod of the default revision.
