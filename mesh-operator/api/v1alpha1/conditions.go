@@ -173,7 +173,12 @@ const (
 const (
 	ReasonAwaitingCutover ConditionReason = "AwaitingCutover"
 	ReasonAwaitingEdge    ConditionReason = "AwaitingEdge"
-	ReasonCutOver         ConditionReason = "CutOver"
+	// ReasonHeldPermissive: enrolled namespaces are at PERMISSIVE for a
+	// reason other than their workloads or edges (a maintenance window,
+	// mtls.mode permissive, a data-plane migration, a control plane that
+	// is not Ready, a paused policy); the message names each and why.
+	ReasonHeldPermissive ConditionReason = "HeldPermissive"
+	ReasonCutOver        ConditionReason = "CutOver"
 )
 
 // Reasons of DataPlaneMigration.
