@@ -34,8 +34,10 @@ const (
 	ConditionReconciling ConditionType = "Reconciling"
 	ConditionStalled     ConditionType = "Stalled"
 	// ConditionMTLSCutover is True once every enrolled namespace has passed
-	// the PERMISSIVE→STRICT cutover; False lists those still waiting and the
-	// Pod holding each back.
+	// the PERMISSIVE→STRICT cutover and is STRICT; False lists those still
+	// waiting and the Pod holding each back, or (HeldPermissive) those at
+	// PERMISSIVE for another reason. Decided in every pass, also while the
+	// control plane is not Ready.
 	ConditionMTLSCutover ConditionType = "MTLSCutover"
 	// ConditionMaintenanceWindow is True while spec.mtls.maintenanceUntil
 	// holds enrolled namespaces at PERMISSIVE.
