@@ -34,8 +34,10 @@ const (
 	ConditionReconciling ConditionType = "Reconciling"
 	ConditionStalled     ConditionType = "Stalled"
 	// ConditionMTLSCutover is True once every enrolled namespace has passed
-	// the PERMISSIVE→STRICT cutover; False lists those still waiting and the
-	// Pod holding each back.
+	// the PERMISSIVE→STRICT cutover and is STRICT; False lists those still
+	// waiting and the Pod holding each back, or (HeldPermissive) those at
+	// PERMISSIVE for another reason. Decided in every pass, also while the
+	// control plane is not Ready.
 	ConditionMTLSCutover ConditionType = "MTLSCutover"
 	// ConditionMaintenanceWindow is True while spec.mtls.maintenanceUntil
 	// holds enrolled namespaces at PERMISSIVE.
@@ -186,7 +188,12 @@ const (
 const (
 	ReasonAwaitingCutover ConditionReason = "AwaitingCutover"
 	ReasonAwaitingEdge    ConditionReason = "AwaitingEdge"
-	ReasonCutOver         ConditionReason = "CutOver"
+	// ReasonHeldPermissive: enrolled namespaces are at PERMISSIVE for a
+	// reason other than their workloads or edges (a maintenance window,
+	// mtls.mode permissive, a data-plane migration, a control plane that
+	// is not Ready, a paused policy); the message names each and why.
+	ReasonHeldPermissive ConditionReason = "HeldPermissive"
+	ReasonCutOver        ConditionReason = "CutOver"
 	// ReasonForeignPeerAuthentication: in some enrolled namespace a
 	// namespace-wide PeerAuthentication the operator does not own is older
 	// than its mesh-mtls, so Istio applies that one's mode instead; also

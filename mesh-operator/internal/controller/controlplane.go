@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -110,9 +113,19 @@ func (r *ServiceMeshReconciler) reconcileControlPlane(ctx context.Context, mesh 
 // covers every branch without an API server.
 func setControlPlaneConditions(st *status, plan detect.Plan, rd readiness, actErr error) {
 	setPreconditionCondition(st, plan)
-	if rd.ready {
+	errReason := v1alpha1.ReasonReconcileError
+	var reasoned *reasonedError
+	if errors.As(actErr, &reasoned) {
+		errReason = reasoned.reason
+	}
+	switch {
+	case rd.ready:
 		st.set(v1alpha1.ConditionControlPlaneReady, metav1.ConditionTrue, rd.reason, rd.msg)
-	} else {
+	case rd.reason == "" && actErr != nil:
+		// The step failed before readiness was judged (a read failed):
+		// what the control plane is was not seen in this pass.
+		st.set(v1alpha1.ConditionControlPlaneReady, metav1.ConditionUnknown, errReason, actErr.Error())
+	default:
 		st.set(v1alpha1.ConditionControlPlaneReady, metav1.ConditionFalse, rd.reason, rd.msg)
 	}
 	blockedReason, blockedMsg := plan.BlockedReason, plan.BlockedMessage
@@ -132,11 +145,7 @@ func setControlPlaneConditions(st *status, plan detect.Plan, rd readiness, actEr
 		st.warn(blockedReason, blockedMsg)
 	case actErr != nil:
 		st.next.Phase = PhaseError
-		summaryReason, summaryMsg = v1alpha1.ReasonReconcileError, actErr.Error()
-		var reasoned *reasonedError
-		if errors.As(actErr, &reasoned) {
-			summaryReason = reasoned.reason
-		}
+		summaryReason, summaryMsg = errReason, actErr.Error()
 		st.warn(summaryReason, summaryMsg)
 	case plan.PreconditionReason != "":
 		st.next.Phase = PhaseBlocked
@@ -547,30 +556,24 @@ func (r *ServiceMeshReconciler) observeControlPlane(ctx context.Context, mesh *v
 	rd := readiness{controlPlane: cp}
 	switch {
 	case plan.AdoptedIstio != nil:
-		live := o.istios[plan.AdoptedIstio.Name]
 		cp.Namespace, cp.Revision, cp.Version = plan.AdoptedIstio.Namespace, plan.AdoptedIstio.Revision, plan.AdoptedIstio.Version
-		cp.Resources = []string{sail.KindIstio + "/" + plan.AdoptedIstio.Name}
-		var obj sail.Object
-		if live != nil {
-			obj = live
+		seen := adoptedSail{ambient: mesh.Spec.DataPlane == v1alpha1.DataPlaneAmbient}
+		if live := o.istios[plan.AdoptedIstio.Name]; live != nil {
+			seen.istio = live
 		}
-		re := sail.ReadinessOf(sail.KindIstio, plan.AdoptedIstio.Name, obj)
-		if re.Ready && mesh.Spec.DataPlane == v1alpha1.DataPlaneAmbient {
-			// Ambient needs ztunnel: an adopted sidecar-only mesh is not ready for it.
+		// The ambient components are read once the Istio is Ready: until
+		// then its readiness is what the status reports.
+		if seen.ambient && sail.ReadinessOf(sail.KindIstio, plan.AdoptedIstio.Name, seen.istio).Ready {
 			zt, err := r.getSail(ctx, sail.KindZTunnel, sail.ZTunnelName)
 			if err != nil {
 				return rd, err
 			}
-			cp.Resources = append(cp.Resources, sail.KindZTunnel+"/"+sail.ZTunnelName)
-			re = sail.ReadinessOf(sail.KindZTunnel, sail.ZTunnelName, zt)
-			if zt == nil {
-				re.Message += " spec.dataPlane is ambient, but the adopted mesh has no ZTunnel: add one to it, or set spec.dataPlane: sidecar."
+			seen.ztunnel = zt
+			if err := r.readCNI(ctx, &seen, cp.Namespace); err != nil {
+				return rd, err
 			}
 		}
-		rd.ready, rd.reason, rd.msg = re.Ready, re.Reason, re.Message
-		if re.Ready {
-			rd.msg = fmt.Sprintf("The %s control plane (Istio %s, revision %s) is Ready.", strings.ToLower(string(plan.Management)), plan.AdoptedIstio.Name, cp.Revision)
-		}
+		rd.ready, rd.reason, rd.msg, cp.Resources = adoptedSailReadiness(plan, seen)
 	case len(plan.AdoptedIstiod) > 0:
 		pick := pickIstiod(plan.AdoptedIstiod)
 		cp.Namespace, cp.Version, cp.Revision = pick.Namespace, pick.Version, pick.Revision
@@ -595,6 +598,160 @@ func (r *ServiceMeshReconciler) observeControlPlane(ctx context.Context, mesh *v
 		rd.blockedReason, rd.blockedMessage = rd.reason, rd.msg
 	}
 	return rd, nil
+}
+
+// adoptedSail is what a pass read of an adopted Sail mesh: its Istio, and
+// for ambient the components ambient needs beside it (nil: absent, or not
+// read because the Istio is not Ready).
+type adoptedSail struct {
+	istio   sail.Object
+	ambient bool
+	ztunnel sail.Object
+	cni     sail.Object
+	// cniNodes are the istio-cni-node DaemonSets found in cniLookedIn
+	// (read only while no IstioCNI is Ready).
+	cniNodes    []cniNode
+	cniLookedIn []string
+}
+
+// cniNode is an istio-cni-node DaemonSet as read.
+type cniNode struct {
+	namespace, name string
+	desired, ready  int32
+	// fresh: its controller has processed the current generation.
+	fresh bool
+}
+
+// adoptedSailReadiness judges an adopted Sail mesh from what was read, and
+// names the resources the judgement rests on. The Istio comes first; for
+// ambient, ztunnel and istio-cni must be ready too: without istio-cni no
+// Pod is redirected to ztunnel, so no namespace could ever cut over.
+func adoptedSailReadiness(plan detect.Plan, seen adoptedSail) (bool, v1alpha1.ConditionReason, string, []string) {
+	name := plan.AdoptedIstio.Name
+	resources := []string{sail.KindIstio + "/" + name}
+	re := sail.ReadinessOf(sail.KindIstio, name, seen.istio)
+	if re.Ready && seen.ambient {
+		resources = append(resources, sail.KindZTunnel+"/"+sail.ZTunnelName)
+		re = sail.ReadinessOf(sail.KindZTunnel, sail.ZTunnelName, seen.ztunnel)
+		if seen.ztunnel == nil {
+			re.Message += " spec.dataPlane is ambient, but the adopted mesh has no ZTunnel: add one to it, or set spec.dataPlane: sidecar."
+		}
+		if re.Ready {
+			var cni string
+			re, cni = cniReadiness(seen)
+			resources = append(resources, cni)
+		}
+	}
+	ownNote := ""
+	if plan.AdoptedIstio.Ours {
+		ownNote = " mode adopt: this is the operator's own control plane (created in mode managed, still controlled by this ServiceMesh); " +
+			"it is observed and no longer changed (spec.version and spec.dataPlane are not applied to it), and deleting the ServiceMesh still removes it. Set mode managed to manage it again."
+	}
+	if !re.Ready {
+		return false, re.Reason, re.Message + ownNote, resources
+	}
+	msg := fmt.Sprintf("The %s control plane (Istio %s, revision %s) is Ready.", strings.ToLower(string(plan.Management)), name, plan.AdoptedIstio.Revision)
+	if seen.ambient {
+		msg = fmt.Sprintf("The %s control plane (Istio %s, revision %s) is Ready, with ZTunnel %s; istio-cni: %s",
+			strings.ToLower(string(plan.Management)), name, plan.AdoptedIstio.Revision, sail.ZTunnelName, re.Message)
+	}
+	return true, re.Reason, msg + ownNote, resources
+}
+
+// cniReadiness: a Ready IstioCNI, or else a ready istio-cni-node DaemonSet
+// (istio-cni installed without Sail, e.g. Istio's cni chart), is istio-cni.
+// The second result names the resource the verdict rests on.
+func cniReadiness(seen adoptedSail) (sail.Readiness, string) {
+	sailCNI := sail.KindIstioCNI + "/" + sail.IstioCNIName
+	re := sail.ReadinessOf(sail.KindIstioCNI, sail.IstioCNIName, seen.cni)
+	if re.Ready {
+		return re, sailCNI
+	}
+	for _, n := range seen.cniNodes {
+		if n.isReady() {
+			return sail.Readiness{Ready: true, Reason: v1alpha1.ReasonIstioCNIReady,
+				Message: fmt.Sprintf("DaemonSet %s/%s has %d of %d Pods ready.", n.namespace, n.name, n.ready, n.desired)}, "DaemonSet/" + n.namespace + "/" + n.name
+		}
+	}
+	const why = " spec.dataPlane is ambient: without istio-cni no Pod is redirected to ztunnel, so enrolled namespaces stay PERMISSIVE."
+	if seen.cni == nil && len(seen.cniNodes) == 0 {
+		return sail.Readiness{Reason: v1alpha1.ReasonIstioCNIMissing, Message: fmt.Sprintf(
+			"The adopted mesh has no istio-cni: no IstioCNI %s and no DaemonSet %s in %s.%s Add an IstioCNI to it (or install Istio's cni chart), or set spec.dataPlane: sidecar.",
+			sail.IstioCNIName, cniDaemonSet, strings.Join(seen.cniLookedIn, ", "), why)}, sailCNI
+	}
+	var msgs []string
+	resource := sailCNI
+	if seen.cni != nil {
+		msgs = append(msgs, re.Message)
+	} else {
+		re.Reason = v1alpha1.ReasonIstioCNINotReady
+		resource = "DaemonSet/" + seen.cniNodes[0].namespace + "/" + seen.cniNodes[0].name
+	}
+	for _, n := range seen.cniNodes {
+		msg := fmt.Sprintf("DaemonSet %s/%s has %d of %d Pods ready.", n.namespace, n.name, n.ready, n.desired)
+		if !n.fresh {
+			msg = fmt.Sprintf("DaemonSet %s/%s: its controller has not processed its current generation yet.", n.namespace, n.name)
+		}
+		msgs = append(msgs, msg)
+	}
+	return sail.Readiness{Reason: re.Reason, Message: strings.Join(msgs, " ") + why}, resource
+}
+
+// cniDaemonSet is istio-cni's node agent, as both Sail and Istio's cni
+// chart name it.
+const cniDaemonSet = "istio-cni-node"
+
+// isReady: every Pod the DaemonSet wants runs ready, for its current
+// generation. A node without one would not redirect its Pods.
+func (n cniNode) isReady() bool { return n.fresh && n.desired > 0 && n.ready >= n.desired }
+
+func cniNodeOf(ds *appsv1.DaemonSet) cniNode {
+	return cniNode{namespace: ds.Namespace, name: ds.Name, desired: ds.Status.DesiredNumberScheduled, ready: ds.Status.NumberReady,
+		fresh: ds.Status.ObservedGeneration >= ds.Generation}
+}
+
+// cniNamespaces are where an istio-cni-node DaemonSet is looked for: the
+// IstioCNI's own namespace, Sail's default, the adopted Istio's, and
+// kube-system (where Istio's cni chart is often installed).
+func cniNamespaces(cni sail.Object, istioNamespace string) []string {
+	var out []string
+	if c, ok := cni.(*sail.IstioCNI); ok && c.Spec.Namespace != "" {
+		out = append(out, c.Spec.Namespace)
+	}
+	for _, ns := range []string{sail.CNINamespace, istioNamespace, ciliumNamespace} {
+		if ns != "" && !slices.Contains(out, ns) {
+			out = append(out, ns)
+		}
+	}
+	return out
+}
+
+// readCNI reads what cniReadiness judges: the IstioCNI, and, unless it is
+// Ready, the istio-cni-node DaemonSets. A read that fails is returned: an
+// unreadable istio-cni is not an absent one.
+func (r *ServiceMeshReconciler) readCNI(ctx context.Context, seen *adoptedSail, istioNamespace string) error {
+	cni, err := r.getSail(ctx, sail.KindIstioCNI, sail.IstioCNIName)
+	if err != nil && !meta.IsNoMatchError(err) {
+		// No match: this Sail Operator serves no IstioCNI, so there is none.
+		return err
+	}
+	seen.cni = cni
+	if sail.ReadinessOf(sail.KindIstioCNI, sail.IstioCNIName, seen.cni).Ready {
+		return nil
+	}
+	seen.cniLookedIn = cniNamespaces(cni, istioNamespace)
+	for _, ns := range seen.cniLookedIn {
+		ds := &appsv1.DaemonSet{}
+		err := r.Reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: cniDaemonSet}, ds)
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return fmt.Errorf("reading DaemonSet %s/%s (istio-cni, which ambient needs): %w", ns, cniDaemonSet, err)
+		default:
+			seen.cniNodes = append(seen.cniNodes, cniNodeOf(ds))
+		}
+	}
+	return nil
 }
 
 // pickIstiod prefers an available istiod of the default revision.

@@ -292,7 +292,7 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 		return 0, err
 	}
 	protected := r.protectedNamespaces(cp)
-	var enrolled, permissive, paused, withheld, conflicts, migrating, foreign []string
+	var enrolled, permissive, heldPermissive, paused, withheld, conflicts, migrating, foreign []string
 	var errs []error
 	pending, ownWaiting := false, false
 	var waiting []string
@@ -405,6 +405,9 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 		}
 		if res.mode.Mode == contract.MTLSPermissive {
 			permissive = append(permissive, ns.Name)
+			if !res.pending {
+				heldPermissive = append(heldPermissive, fmt.Sprintf("%s (%s)", ns.Name, res.mode.Reason))
+			}
 		}
 		if res.baselineWithheld {
 			withheld = append(withheld, fmt.Sprintf("%s (%s)", ns.Name, res.mode.Reason))
@@ -453,7 +456,7 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 		"awaitingCutover", len(waiting), "migrating", len(migrating), "conflicts", len(conflicts), "baselineWithheld", len(withheld),
 		"paused", len(paused), "errors", len(errs))
 	wait := setEnrollmentConditions(st, mesh.Spec, enrollmentTally{
-		holdOnly: holdOnly, waiting: waiting, ownWaiting: ownWaiting,
+		holdOnly: holdOnly, waiting: waiting, ownWaiting: ownWaiting, heldPermissive: heldPermissive,
 		migrating: migrating, conflicts: conflicts, withheld: withheld, foreign: foreign,
 	})
 	if pending && (wait == 0 || wait > convergingRecheck) {
@@ -471,13 +474,19 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 // enrollment conditions need it.
 type enrollmentTally struct {
 	// holdOnly: the mesh is not Ready; Pods were not looked at and nothing
-	// was enrolled, so the conditions that describe them stay as they were.
+	// was enrolled, so the conditions that describe only those (conflicts,
+	// the migration's end) stay as they were. The enrolled namespaces' mTLS
+	// was read (and maybe relaxed), so MTLSCutover is still decided.
 	holdOnly bool
 	// waiting: namespaces held at PERMISSIVE, each with what holds it
 	// ("ns (Pod p)", or "ns (edge ...)"); ownWaiting: at least one of them
 	// is held by its own Pods rather than only by a declared edge.
 	waiting    []string
 	ownWaiting bool
+	// heldPermissive: the enrolled namespaces at PERMISSIVE that are not
+	// waiting, each with the reason of its mode ("ns (Maintenance)"): the
+	// break-glass, a migration, a control plane not Ready, a paused policy.
+	heldPermissive []string
 	// migrating: per-namespace progress of a dataPlane change.
 	migrating []string
 	// conflicts: objects of someone else with a policy's name ("Kind ns/name").
@@ -512,6 +521,7 @@ func truncated(list []string, n int) []string {
 
 func setMTLSCutoverCondition(st *status, spec v1alpha1.ServiceMeshSpec, t enrollmentTally) {
 	waiting := slices.Sorted(slices.Values(t.waiting))
+	held := slices.Sorted(slices.Values(t.heldPermissive))
 	switch {
 	case len(t.foreign) > 0:
 		// Whatever else holds: no namespace may be claimed cut over (or
@@ -523,8 +533,6 @@ func setMTLSCutoverCondition(st *status, spec v1alpha1.ServiceMeshSpec, t enroll
 			msg += " Also held at PERMISSIVE: " + strings.Join(truncated(waiting, 5), ", ") + "."
 		}
 		st.set(v1alpha1.ConditionMTLSCutover, metav1.ConditionFalse, v1alpha1.ReasonForeignPeerAuthentication, msg)
-	case t.holdOnly:
-		// Pods are not looked at while held: the cutover stays as reported.
 	case len(waiting) > 0 && !t.ownWaiting:
 		st.set(v1alpha1.ConditionMTLSCutover, metav1.ConditionFalse, v1alpha1.ReasonAwaitingEdge, fmt.Sprintf(
 			"Held at PERMISSIVE: the workloads are meshed, but a declared edge namespace (allow-from label) still has a Pod that would call in plaintext, which STRICT would reject; mesh these callers (enroll their namespace, or give them a sidecar): %s.",
@@ -533,6 +541,12 @@ func setMTLSCutoverCondition(st *status, spec v1alpha1.ServiceMeshSpec, t enroll
 		st.set(v1alpha1.ConditionMTLSCutover, metav1.ConditionFalse, v1alpha1.ReasonAwaitingCutover, fmt.Sprintf(
 			"Held at PERMISSIVE until every running Pod can take STRICT mTLS (%s); roll these workloads into the mesh: %s.",
 			cutoverSignal(spec.DataPlane), strings.Join(truncated(waiting, 5), ", ")))
+	case len(held) > 0:
+		msg := fmt.Sprintf("These enrolled namespaces are at PERMISSIVE, not STRICT (why, per namespace): %s.", strings.Join(truncated(held, 5), ", "))
+		if t.holdOnly {
+			msg += " The control plane is not Ready: until it is, mTLS is only relaxed, never tightened, and the workloads' cutover is not evaluated."
+		}
+		st.set(v1alpha1.ConditionMTLSCutover, metav1.ConditionFalse, v1alpha1.ReasonHeldPermissive, msg)
 	default:
 		st.set(v1alpha1.ConditionMTLSCutover, metav1.ConditionTrue, v1alpha1.ReasonCutOver, "Every enrolled namespace has passed the PERMISSIVE→STRICT cutover.")
 	}

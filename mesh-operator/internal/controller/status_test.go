@@ -16,6 +16,7 @@ import (
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/detect"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/license"
+	"github.com/ericdev/fleetmesh/mesh-operator/internal/sail"
 )
 
 var statusNow = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -134,6 +135,80 @@ func TestSetControlPlaneConditions(t *testing.T) {
 			},
 		},
 		{
+			// A read failed before readiness was judged: ControlPlaneReady
+			// is Unknown, with a reason (an empty one makes the API server
+			// refuse the whole status write, leaving the last Ready standing).
+			name: "a read failed before readiness was judged", plan: adoptedPlan, rd: readiness{},
+			actErr: errors.New("reading DaemonSet istio-cni/istio-cni-node: etcdserver: request timed out"), phase: PhaseError, warn: string(v1alpha1.ReasonReconcileError),
+			want: map[v1alpha1.ConditionType]wantCond{
+				v1alpha1.ConditionReady:             {F, v1alpha1.ReasonReconcileError},
+				v1alpha1.ConditionControlPlaneReady: {metav1.ConditionUnknown, v1alpha1.ReasonReconcileError},
+				v1alpha1.ConditionStalled:           {T, v1alpha1.ReasonReconcileError},
+			},
+		},
+		{
+			// Issue 40 (b): managed → adopt with only the operator's own
+			// Istio: it is observed (no longer changed), not NoMeshFound.
+			name: "mode adopt with only the operator's own Istio",
+			plan: detect.Decide(v1alpha1.ServiceMeshSpec{Mode: v1alpha1.ModeAdopt, Provider: v1alpha1.ProviderAuto, DataPlane: v1alpha1.DataPlaneSidecar},
+				detect.Facts{Resources: map[string][]string{detect.GroupSail: {detect.ResourceIstios}},
+					Istios: []detect.SailIstio{{Name: "default", Namespace: "istio-system", Ours: true, Revision: "default"}}}, detect.Options{}),
+			rd:    readiness{ready: true, reason: v1alpha1.ReasonIstioReady, msg: "Istio default is Ready."},
+			phase: PhaseReady,
+			want: map[v1alpha1.ConditionType]wantCond{
+				v1alpha1.ConditionReady:             {T, v1alpha1.ReasonControlPlaneReady},
+				v1alpha1.ConditionControlPlaneReady: {T, v1alpha1.ReasonIstioReady},
+				v1alpha1.ConditionStalled:           {F, v1alpha1.ReasonNotStalled},
+			},
+		},
+		{
+			// Issue 40 (c): adopt + ambient with Istio and ZTunnel Ready but
+			// no istio-cni: no Pod is captured, so it is not Ready.
+			name: "adopted ambient mesh without istio-cni",
+			plan: adoptedPlan,
+			rd: judgedAdoptedSail(adoptedPlan, adoptedSail{istio: readySail(&sail.Istio{}), ambient: true, ztunnel: readySail(&sail.ZTunnel{}),
+				cniLookedIn: []string{"istio-cni", "istio-system", "kube-system"}}),
+			phase: PhaseProgressing,
+			want: map[v1alpha1.ConditionType]wantCond{
+				v1alpha1.ConditionReady:             {F, v1alpha1.ReasonIstioCNIMissing},
+				v1alpha1.ConditionControlPlaneReady: {F, v1alpha1.ReasonIstioCNIMissing},
+				v1alpha1.ConditionReconciling:       {T, v1alpha1.ReasonIstioCNIMissing},
+			},
+		},
+		{
+			name: "adopted ambient mesh whose istio-cni DaemonSet is not ready",
+			plan: adoptedPlan,
+			rd: judgedAdoptedSail(adoptedPlan, adoptedSail{istio: readySail(&sail.Istio{}), ambient: true, ztunnel: readySail(&sail.ZTunnel{}),
+				cniNodes: []cniNode{{namespace: "kube-system", name: "istio-cni-node", desired: 3, ready: 1, fresh: true}}, cniLookedIn: []string{"kube-system"}}),
+			phase: PhaseProgressing,
+			want: map[v1alpha1.ConditionType]wantCond{
+				v1alpha1.ConditionReady:             {F, v1alpha1.ReasonIstioCNINotReady},
+				v1alpha1.ConditionControlPlaneReady: {F, v1alpha1.ReasonIstioCNINotReady},
+			},
+		},
+		{
+			name: "adopted ambient mesh with a ready istio-cni DaemonSet",
+			plan: adoptedPlan,
+			rd: judgedAdoptedSail(adoptedPlan, adoptedSail{istio: readySail(&sail.Istio{}), ambient: true, ztunnel: readySail(&sail.ZTunnel{}),
+				cniNodes: []cniNode{{namespace: "kube-system", name: "istio-cni-node", desired: 3, ready: 3, fresh: true}}, cniLookedIn: []string{"kube-system"}}),
+			phase: PhaseReady,
+			want: map[v1alpha1.ConditionType]wantCond{
+				v1alpha1.ConditionReady:             {T, v1alpha1.ReasonControlPlaneReady},
+				v1alpha1.ConditionControlPlaneReady: {T, v1alpha1.ReasonIstioCNIReady},
+			},
+		},
+		{
+			name: "adopted ambient mesh with a Ready Sail IstioCNI",
+			plan: adoptedPlan,
+			rd: judgedAdoptedSail(adoptedPlan, adoptedSail{istio: readySail(&sail.Istio{}), ambient: true, ztunnel: readySail(&sail.ZTunnel{}),
+				cni: readySail(&sail.IstioCNI{})}),
+			phase: PhaseReady,
+			want: map[v1alpha1.ConditionType]wantCond{
+				v1alpha1.ConditionReady:             {T, v1alpha1.ReasonControlPlaneReady},
+				v1alpha1.ConditionControlPlaneReady: {T, v1alpha1.ReasonIstioCNIReady},
+			},
+		},
+		{
 			// A blocking reason wins over a failure: the user must act first.
 			name:  "blocked and failed",
 			plan:  detect.Plan{Action: detect.ActionHold, BlockedReason: v1alpha1.ReasonSailOperatorMissing, BlockedMessage: "install it"},
@@ -151,6 +226,33 @@ func TestSetControlPlaneConditions(t *testing.T) {
 			assertConditions(t, st, tc.want)
 		})
 	}
+}
+
+// adoptedPlan adopts a user's Sail Istio default in istio-user.
+var adoptedPlan = detect.Plan{Action: detect.ActionObserve, Management: v1alpha1.ManagementAdopted, Provider: "sail",
+	AdoptedIstio: &detect.SailIstio{Name: "default", Namespace: "istio-user", Revision: "default"}}
+
+// judgedAdoptedSail is observeControlPlane's judgement of an adopted Sail mesh.
+func judgedAdoptedSail(plan detect.Plan, seen adoptedSail) readiness {
+	var rd readiness
+	rd.ready, rd.reason, rd.msg, _ = adoptedSailReadiness(plan, seen)
+	return rd
+}
+
+// readySail makes obj a Sail CR named default that reports Ready for its generation.
+func readySail[T sail.Object](obj T) T {
+	obj.SetName("default")
+	obj.SetGeneration(2)
+	st := sail.Status{ObservedGeneration: 2, Conditions: []sail.Condition{{Type: sail.ConditionReady, Status: metav1.ConditionTrue}}}
+	switch o := any(obj).(type) {
+	case *sail.Istio:
+		o.Status = st
+	case *sail.IstioCNI:
+		o.Status = st
+	case *sail.ZTunnel:
+		o.Status = st
+	}
+	return obj
 }
 
 // TestSetEnrollmentConditions: the enrollment conditions for each tally.
@@ -242,12 +344,34 @@ func TestSetEnrollmentConditions(t *testing.T) {
 			want: map[v1alpha1.ConditionType]wantCond{v1alpha1.ConditionMaintenanceWindow: {F, v1alpha1.ReasonWindowEnded}},
 		},
 		{
-			// Not Ready: nothing was looked at, so what describes the
-			// namespaces is not rewritten.
-			name:   "hold only",
-			tally:  enrollmentTally{holdOnly: true, waiting: []string{"shop (Pod p)"}, ownWaiting: true},
-			want:   map[v1alpha1.ConditionType]wantCond{v1alpha1.ConditionMaintenanceWindow: {F, v1alpha1.ReasonNoWindow}},
-			absent: []v1alpha1.ConditionType{v1alpha1.ConditionMTLSCutover, v1alpha1.ConditionDataPlaneMigration, v1alpha1.ConditionEnrollmentConflict},
+			// Issue 40 (a): Ready, but a maintenance window holds the
+			// namespaces at PERMISSIVE: they are not cut over now.
+			name:    "a maintenance window holds namespaces at PERMISSIVE",
+			spec:    v1alpha1.ServiceMeshSpec{MTLS: v1alpha1.MTLS{MaintenanceUntil: &until}},
+			tally:   enrollmentTally{heldPermissive: []string{"shop (Maintenance)", "pay (Maintenance)"}},
+			wait:    90 * time.Minute,
+			want:    map[v1alpha1.ConditionType]wantCond{v1alpha1.ConditionMTLSCutover: {F, v1alpha1.ReasonHeldPermissive}},
+			message: map[v1alpha1.ConditionType]string{v1alpha1.ConditionMTLSCutover: "pay (Maintenance), shop (Maintenance)"},
+		},
+		{
+			// Issue 40 (a): not Ready, and the break-glass or a migration
+			// relaxed namespaces in the hold-only pass: the cutover
+			// condition says so. What the pass did not look at (conflicts:
+			// only enrolling finds them; the migration's Settled) is not
+			// rewritten.
+			name:    "hold only: namespaces relaxed to PERMISSIVE",
+			tally:   enrollmentTally{holdOnly: true, heldPermissive: []string{"shop (Migrating)", "pay (Maintenance)"}},
+			want:    map[v1alpha1.ConditionType]wantCond{v1alpha1.ConditionMTLSCutover: {F, v1alpha1.ReasonHeldPermissive}},
+			message: map[v1alpha1.ConditionType]string{v1alpha1.ConditionMTLSCutover: "pay (Maintenance), shop (Migrating)"},
+			absent:  []v1alpha1.ConditionType{v1alpha1.ConditionDataPlaneMigration, v1alpha1.ConditionEnrollmentConflict},
+		},
+		{
+			// Not Ready and nothing relaxed: every enrolled namespace was
+			// read at STRICT.
+			name:   "hold only: every namespace still STRICT",
+			tally:  enrollmentTally{holdOnly: true},
+			want:   map[v1alpha1.ConditionType]wantCond{v1alpha1.ConditionMTLSCutover: {T, v1alpha1.ReasonCutOver}, v1alpha1.ConditionMaintenanceWindow: {F, v1alpha1.ReasonNoWindow}},
+			absent: []v1alpha1.ConditionType{v1alpha1.ConditionDataPlaneMigration, v1alpha1.ConditionEnrollmentConflict},
 		},
 	}
 	for _, tc := range tests {

@@ -151,7 +151,9 @@ type Plan struct {
 	Management v1alpha1.Management
 	// Provider for status: sail, openshift, istio, maistra or "" (none found).
 	Provider string
-	// Adopted is the existing control plane in use (adopt, auto-adopt, external).
+	// Adopted is the existing control plane in use (adopt, auto-adopt,
+	// external). In mode adopt it may be the operator's own Istio
+	// (AdoptedIstio.Ours, Management Managed): observed, not changed.
 	AdoptedIstio  *SailIstio
 	AdoptedIstiod []Istiod
 	// Deferred: OpenShift Service Mesh 2.x; the operator stands aside.
@@ -221,6 +223,17 @@ func Decide(spec v1alpha1.ServiceMeshSpec, f Facts, opt Options) Plan {
 		existing = len(istiods) > 0 || len(foreign) > 0
 	}
 
+	if spec.Mode == v1alpha1.ModeAdopt && !existing && len(ours) > 0 {
+		// Switched from managed to adopt with only the Istio this
+		// ServiceMesh created: that is the mesh in use. Adopt's promise
+		// holds (it is observed, never changed), but it stays ours: its
+		// owner reference remains and deleting the ServiceMesh still
+		// removes it, hence Managed rather than Adopted.
+		p.Action, p.Management = ActionObserve, v1alpha1.ManagementManaged
+		p.AdoptedIstio = firstReady(ours)
+		p.Provider = providerOf(p, f, openshift)
+		return p
+	}
 	if spec.Mode == v1alpha1.ModeAdopt || (len(ours) == 0 && existing) {
 		if !existing {
 			return blocked(p, v1alpha1.ReasonNoMeshFound, "spec.mode is adopt but no Istio control plane was found (no sailoperator.io Istio, no istiod Deployment labelled app=istiod). "+
