@@ -226,21 +226,9 @@ func TestSailInstallKilledMidwayIsFinished(t *testing.T) {
 
 	// The first process: everything it sends from the Deployment's
 	// creation on is lost, as if it had been killed then.
-	var killed atomic.Bool
-	dying := rest.CopyConfig(b.asOperator)
-	dying.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-			if req.Method != http.MethodGet && strings.Contains(req.URL.Path, "/deployments") {
-				killed.Store(true)
-			}
-			if killed.Load() {
-				return nil, errors.New("the operator process is gone")
-			}
-			return rt.RoundTrip(req)
-		})
-	})
 	first := b.r
-	first.Helm = &sailinstall.Helm{Config: dying, Namespace: "sail-operator", ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}
+	dying, killed := dyingHelm(b)
+	first.Helm = dying
 	_, err := first.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "cluster"}})
 	require.Error(t, err, "the install died")
 	require.True(t, killed.Load())
@@ -267,10 +255,7 @@ func TestSailInstallKilledMidwayIsFinished(t *testing.T) {
 	userCNI.SetName("user-cni")
 	require.NoError(t, admin.Create(ctx, userCNI))
 
-	// The restarted operator: a new process, its own reconciler.
-	b.r = &ServiceMeshReconciler{Client: first.Client, Reader: first.Reader, Served: first.Served, HTTP: first.HTTP, Config: first.Config,
-		Recorder: first.Recorder, Now: first.Now, Metrics: first.Metrics,
-		Helm: &sailinstall.Helm{Config: b.asOperator, Namespace: "sail-operator", ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}}
+	b.r = restarted(b, first)
 	var m *v1alpha1.ServiceMesh
 	for range 3 {
 		_, m = b.reconcile(t)
@@ -291,4 +276,131 @@ func TestSailInstallKilledMidwayIsFinished(t *testing.T) {
 	require.NotNil(t, m.Status.SailOperator)
 	assert.Equal(t, "1.30.0", m.Status.SailOperator.ChartVersion)
 	assert.Equal(t, 1, log.count(string(v1alpha1.EventSailOperatorRepaired), "was left pending-install and never deployed"), "the finished install is reported")
+}
+
+// dyingHelm is the Helm of an operator process that is killed when it
+// first writes the Sail Operator's Deployment: that write and everything
+// after it never reach the API server, so Helm cannot record the failure
+// either and the release stays pending. killed reports that it happened.
+func dyingHelm(b *enrollmentBed) (helm *sailinstall.Helm, killed *atomic.Bool) {
+	killed = &atomic.Bool{}
+	cfg := rest.CopyConfig(b.asOperator)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if req.Method != http.MethodGet && strings.Contains(req.URL.Path, "/deployments") {
+				killed.Store(true)
+			}
+			if killed.Load() {
+				return nil, errors.New("the operator process is gone")
+			}
+			return rt.RoundTrip(req)
+		})
+	})
+	return &sailinstall.Helm{Config: cfg, Namespace: "sail-operator", ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}, killed
+}
+
+// restarted is the operator after a restart: a new process with the
+// configuration of old, its own reconciler (no chart fetched yet).
+func restarted(b *enrollmentBed, old *ServiceMeshReconciler) *ServiceMeshReconciler {
+	return &ServiceMeshReconciler{Client: old.Client, Reader: old.Reader, Served: old.Served, HTTP: old.HTTP, Config: old.Config,
+		Recorder: old.Recorder, Now: old.Now, Metrics: old.Metrics,
+		Helm: &sailinstall.Helm{Config: b.asOperator, Namespace: "sail-operator", ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}}
+}
+
+// TestSailUpgradeKilledMidwayIsFinished: the operator dies in the middle
+// of the Helm upgrade to a newer pinned chart, leaving the release
+// pending-upgrade, which Helm refuses to upgrade. The restarted operator
+// rolls it back to the deployed revision and upgrades from there; the
+// Sail Operator's Deployment is the same object throughout. An upgrade
+// that fails (Helm records it failed) is retried on the next pass.
+func TestSailUpgradeKilledMidwayIsFinished(t *testing.T) {
+	log := &eventLog{r: events.NewFakeRecorder(500)}
+	b := startSailBedWithCharts(t, log)
+	ctx := context.Background()
+	admin := b.admin
+	asAdmin := &sailinstall.Helm{Config: b.env.Config, Namespace: "sail-operator", ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}
+	release := func() *sailinstall.Release {
+		t.Helper()
+		rel, err := asAdmin.Get()
+		require.NoError(t, err)
+		require.NotNil(t, rel)
+		return rel
+	}
+	deployment := func() *appsv1.Deployment {
+		t.Helper()
+		d := &appsv1.Deployment{}
+		require.NoError(t, admin.Get(ctx, client.ObjectKey{Namespace: "sail-operator", Name: "sail-operator"}, d))
+		return d
+	}
+	b.reconcile(t)
+	sailServed(t, b)
+	b.reconcile(t)
+	require.True(t, release().Deployed)
+	uid := deployment().UID
+
+	// The operator is upgraded (pins 1.31.0) and killed during the upgrade.
+	b.r.Config.SailChart.Version = "1.31.0"
+	first := b.r
+	dying, killed := dyingHelm(b)
+	first.Helm = dying
+	_, err := first.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "cluster"}})
+	require.Error(t, err)
+	require.True(t, killed.Load())
+	rel := release()
+	require.Equal(t, "pending-upgrade", rel.Status)
+	require.Equal(t, 2, rel.Revision)
+
+	b.r = restarted(b, first)
+	_, m := b.reconcile(t)
+	rel = release()
+	assert.True(t, rel.Deployed, "status %s", rel.Status)
+	assert.Equal(t, "1.31.0", rel.ChartVersion)
+	assert.Equal(t, 4, rel.Revision, "2 left pending, 3 the rollback to 1, 4 the upgrade")
+	d := deployment()
+	assert.Equal(t, uid, d.UID, "the same Deployment throughout")
+	assert.Equal(t, "example.invalid/sail-operator:1.31.0", d.Spec.Template.Spec.Containers[0].Image)
+	assert.Equal(t, "1.31.0", m.Status.SailOperator.ChartVersion)
+	assert.Equal(t, 1, log.count(string(v1alpha1.EventSailOperatorRepaired), "was left pending-upgrade: back to revision 1"))
+	assert.Equal(t, 1, log.count(string(v1alpha1.EventSailOperatorUpgraded), "(chart 1.30.0 -> 1.31.0)"))
+
+	t.Run("a failed upgrade is reported and retried", func(t *testing.T) {
+		// The Deployment's update is refused once: Helm records the
+		// release failed, and the ServiceMesh says why.
+		var refused atomic.Bool
+		cfg := rest.CopyConfig(b.asOperator)
+		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+				if req.Method != http.MethodGet && strings.Contains(req.URL.Path, "/deployments") && refused.CompareAndSwap(false, true) {
+					return nil, errors.New("the API server refused the Deployment")
+				}
+				return rt.RoundTrip(req)
+			})
+		})
+		helm := b.r.Helm
+		b.r.Helm = &sailinstall.Helm{Config: cfg, Namespace: "sail-operator", ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}
+		b.r.Config.SailValues = map[string]any{"image": "mirror.invalid/sail-operator:1.31.0"}
+		_, err := b.r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "cluster"}})
+		require.Error(t, err)
+		require.True(t, refused.Load())
+		rel := release()
+		require.Equal(t, "failed", rel.Status)
+		m := &v1alpha1.ServiceMesh{}
+		require.NoError(t, admin.Get(ctx, client.ObjectKey{Name: "cluster"}, m))
+		c := meta.FindStatusCondition(m.Status.Conditions, string(v1alpha1.ConditionReady))
+		require.NotNil(t, c)
+		assert.Equal(t, string(v1alpha1.ReasonSailInstallFailed), c.Reason)
+		assert.Contains(t, c.Message, "the API server refused the Deployment")
+
+		_, m = b.reconcile(t)
+		rel = release()
+		assert.True(t, rel.Deployed, "status %s", rel.Status)
+		assert.Equal(t, 6, rel.Revision, "5 failed, 6 the retried upgrade")
+		d := deployment()
+		assert.Equal(t, uid, d.UID)
+		assert.Equal(t, "mirror.invalid/sail-operator:1.31.0", d.Spec.Template.Spec.Containers[0].Image)
+		c = meta.FindStatusCondition(m.Status.Conditions, string(v1alpha1.ConditionReady))
+		require.NotNil(t, c)
+		assert.NotEqual(t, string(v1alpha1.ReasonSailInstallFailed), c.Reason)
+		b.r.Helm = helm
+	})
 }
