@@ -212,82 +212,116 @@ func startSailBedWithCharts(t *testing.T, log *eventLog) *enrollmentBed {
 }
 
 // TestSailInstallKilledMidwayIsFinished: the operator dies in the middle
-// of its Helm install, after Helm applied the chart's crds/ and wrote the
-// release as pending-install but before the Sail Operator's Deployment
-// exists. From then on the Sail API is served. The restarted operator
-// finishes the install: the release is deployed and the Deployment
-// exists, while the CRDs Helm had created and the Sail resources made
-// with them stay the same objects.
+// of its Helm install, after Helm applied the chart's crds/: before Helm
+// wrote the release, or after it wrote it as pending-install but before
+// the Sail Operator's Deployment exists. From then on the Sail API is
+// served. The restarted operator finishes the install: the release is
+// deployed and the Deployment exists, while the CRDs Helm had created and
+// the Sail resources made with them stay the same objects.
 func TestSailInstallKilledMidwayIsFinished(t *testing.T) {
-	log := &eventLog{r: events.NewFakeRecorder(500)}
-	b := startSailBedWithCharts(t, log)
-	ctx := context.Background()
-	admin := b.admin
+	for _, tc := range []struct {
+		name string
+		// killAt: the first request of Helm's that does not get through.
+		killAt func(*http.Request) bool
+		// left is the release status the kill leaves ("" for none).
+		left string
+		// event and says: how the restarted operator reports finishing.
+		event v1alpha1.EventReason
+		says  string
+	}{
+		{
+			name: "before Helm wrote the release",
+			killAt: func(req *http.Request) bool {
+				return req.Method == http.MethodPost && strings.Contains(req.URL.Path, "/configmaps")
+			},
+			event: v1alpha1.EventSailOperatorInstalled, says: "Installed the Sail Operator chart sail-operator 1.30.0",
+		},
+		{
+			name: "after Helm wrote the release, before the Deployment",
+			killAt: func(req *http.Request) bool {
+				return req.Method != http.MethodGet && strings.Contains(req.URL.Path, "/deployments")
+			},
+			left:  "pending-install",
+			event: v1alpha1.EventSailOperatorRepaired, says: "was left pending-install and never deployed",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			log := &eventLog{r: events.NewFakeRecorder(500)}
+			b := startSailBedWithCharts(t, log)
+			ctx := context.Background()
+			admin := b.admin
 
-	// The first process: everything it sends from the Deployment's
-	// creation on is lost, as if it had been killed then.
-	first := b.r
-	dying, killed := dyingHelm(b)
-	first.Helm = dying
-	_, err := first.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "cluster"}})
-	require.Error(t, err, "the install died")
-	require.True(t, killed.Load())
+			first := b.r
+			dying, killed := dyingHelm(b, tc.killAt)
+			first.Helm = dying
+			_, err := first.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "cluster"}})
+			require.Error(t, err, "the install died")
+			require.True(t, killed.Load())
 
-	asAdmin := &sailinstall.Helm{Config: b.env.Config, Namespace: "sail-operator", ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}
-	rel, err := asAdmin.Get()
-	require.NoError(t, err)
-	require.NotNil(t, rel)
-	require.Equal(t, "pending-install", rel.Status, "the release is left as Helm wrote it before the resources")
-	assert.True(t, apierrors.IsNotFound(admin.Get(ctx, client.ObjectKey{Namespace: "sail-operator", Name: "sail-operator"}, &appsv1.Deployment{})),
-		"the Sail Operator's Deployment was never created")
-	sailServed(t, b)
-	// What exists of the installation and must survive its repair: the
-	// CRDs Helm created from crds/, and a Sail resource made with them.
-	crdUIDs := map[string]types.UID{}
-	for _, n := range []string{"istios.sailoperator.io", "istiocnis.sailoperator.io", "ztunnels.sailoperator.io"} {
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		require.NoError(t, admin.Get(ctx, client.ObjectKey{Name: n}, crd))
-		crdUIDs[n] = crd.UID
-	}
-	// (An IstioCNI: a user's Istio would have the ServiceMesh adopt it.)
-	userCNI := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"namespace": "istio-user"}}}
-	userCNI.SetGroupVersionKind(sail.GVK(sail.KindIstioCNI))
-	userCNI.SetName("user-cni")
-	require.NoError(t, admin.Create(ctx, userCNI))
+			asAdmin := &sailinstall.Helm{Config: b.env.Config, Namespace: "sail-operator", ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}
+			rel, err := asAdmin.Get()
+			require.NoError(t, err)
+			if tc.left == "" {
+				require.Nil(t, rel, "no release")
+			} else {
+				require.NotNil(t, rel)
+				require.Equal(t, tc.left, rel.Status, "the release is left as Helm wrote it before the resources")
+			}
+			assert.True(t, apierrors.IsNotFound(admin.Get(ctx, client.ObjectKey{Namespace: "sail-operator", Name: "sail-operator"}, &appsv1.Deployment{})),
+				"the Sail Operator's Deployment was never created")
+			rec, err := sailinstall.Records{Client: admin, Reader: admin}.Get(ctx, "sail-operator")
+			require.NoError(t, err)
+			require.NotNil(t, rec, "the holders record is written before the install")
+			sailServed(t, b)
+			// What exists of the installation and must survive its repair: the
+			// CRDs Helm created from crds/, and a Sail resource made with them.
+			crdUIDs := map[string]types.UID{}
+			for _, n := range []string{"istios.sailoperator.io", "istiocnis.sailoperator.io", "ztunnels.sailoperator.io"} {
+				crd := &apiextensionsv1.CustomResourceDefinition{}
+				require.NoError(t, admin.Get(ctx, client.ObjectKey{Name: n}, crd))
+				crdUIDs[n] = crd.UID
+			}
+			// (An IstioCNI: a user's Istio would have the ServiceMesh adopt it.)
+			userCNI := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"namespace": "istio-user"}}}
+			userCNI.SetGroupVersionKind(sail.GVK(sail.KindIstioCNI))
+			userCNI.SetName("user-cni")
+			require.NoError(t, admin.Create(ctx, userCNI))
 
-	b.r = restarted(b, first)
-	var m *v1alpha1.ServiceMesh
-	for range 3 {
-		_, m = b.reconcile(t)
+			b.r = restarted(b, first)
+			var m *v1alpha1.ServiceMesh
+			for range 3 {
+				_, m = b.reconcile(t)
+			}
+			rel, err = asAdmin.Get()
+			require.NoError(t, err)
+			require.NotNil(t, rel)
+			assert.True(t, rel.Deployed, "the install is finished: status %s", rel.Status)
+			assert.Equal(t, "1.30.0", rel.ChartVersion)
+			assert.NoError(t, admin.Get(ctx, client.ObjectKey{Namespace: "sail-operator", Name: "sail-operator"}, &appsv1.Deployment{}), "the Sail Operator runs")
+			for n, uid := range crdUIDs {
+				crd := &apiextensionsv1.CustomResourceDefinition{}
+				require.NoError(t, admin.Get(ctx, client.ObjectKey{Name: n}, crd))
+				assert.Equal(t, uid, crd.UID, "CRD %s is the same object", n)
+				assert.Nil(t, crd.DeletionTimestamp, "CRD %s is not being deleted", n)
+			}
+			require.NoError(t, admin.Get(ctx, client.ObjectKeyFromObject(userCNI), userCNI), "the Sail resource survives")
+			require.NotNil(t, m.Status.SailOperator)
+			assert.Equal(t, "1.30.0", m.Status.SailOperator.ChartVersion)
+			assert.Equal(t, 1, log.count(string(tc.event), tc.says), "the finished install is reported")
+		})
 	}
-	rel, err = asAdmin.Get()
-	require.NoError(t, err)
-	require.NotNil(t, rel)
-	assert.True(t, rel.Deployed, "the install is finished: status %s", rel.Status)
-	assert.Equal(t, "1.30.0", rel.ChartVersion)
-	assert.NoError(t, admin.Get(ctx, client.ObjectKey{Namespace: "sail-operator", Name: "sail-operator"}, &appsv1.Deployment{}), "the Sail Operator runs")
-	for n, uid := range crdUIDs {
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		require.NoError(t, admin.Get(ctx, client.ObjectKey{Name: n}, crd))
-		assert.Equal(t, uid, crd.UID, "CRD %s is the same object", n)
-		assert.Nil(t, crd.DeletionTimestamp, "CRD %s is not being deleted", n)
-	}
-	require.NoError(t, admin.Get(ctx, client.ObjectKeyFromObject(userCNI), userCNI), "the Sail resource survives")
-	require.NotNil(t, m.Status.SailOperator)
-	assert.Equal(t, "1.30.0", m.Status.SailOperator.ChartVersion)
-	assert.Equal(t, 1, log.count(string(v1alpha1.EventSailOperatorRepaired), "was left pending-install and never deployed"), "the finished install is reported")
 }
 
-// dyingHelm is the Helm of an operator process that is killed when it
-// first writes the Sail Operator's Deployment: that write and everything
-// after it never reach the API server, so Helm cannot record the failure
-// either and the release stays pending. killed reports that it happened.
-func dyingHelm(b *enrollmentBed) (helm *sailinstall.Helm, killed *atomic.Bool) {
+// dyingHelm is the Helm of an operator process that is killed at the
+// first request killAt picks: that request and everything after it never
+// reach the API server, so Helm cannot record the failure either and the
+// release stays as it was. killed reports that it happened.
+func dyingHelm(b *enrollmentBed, killAt func(*http.Request) bool) (helm *sailinstall.Helm, killed *atomic.Bool) {
 	killed = &atomic.Bool{}
 	cfg := rest.CopyConfig(b.asOperator)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-			if req.Method != http.MethodGet && strings.Contains(req.URL.Path, "/deployments") {
+			if killAt(req) {
 				killed.Store(true)
 			}
 			if killed.Load() {
@@ -341,7 +375,9 @@ func TestSailUpgradeKilledMidwayIsFinished(t *testing.T) {
 	// The operator is upgraded (pins 1.31.0) and killed during the upgrade.
 	b.r.Config.SailChart.Version = "1.31.0"
 	first := b.r
-	dying, killed := dyingHelm(b)
+	dying, killed := dyingHelm(b, func(req *http.Request) bool {
+		return req.Method != http.MethodGet && strings.Contains(req.URL.Path, "/deployments")
+	})
 	first.Helm = dying
 	_, err := first.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "cluster"}})
 	require.Error(t, err)
