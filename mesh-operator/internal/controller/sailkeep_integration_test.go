@@ -161,6 +161,35 @@ func TestManagedSailKeptCurrent(t *testing.T) {
 		rel, _ = state()
 		assert.Equal(t, 4, rel.Revision)
 	})
+
+	t.Run("a holders record that cannot be read holds the release", func(t *testing.T) {
+		b.r.Config.SailValues = map[string]any{"image": "mirror.invalid/sail-operator:yet-another"}
+		opClient, opReader := b.r.Client, b.r.Reader
+		b.operatorThrough(t, func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+				if strings.HasSuffix(req.URL.Path, "/configmaps/"+sailinstall.RecordName) {
+					return nil, errors.New("holders record unreadable")
+				}
+				return rt.RoundTrip(req)
+			})
+		})
+		_, err := b.r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "cluster"}})
+		b.r.Client, b.r.Reader = opClient, opReader
+		require.Error(t, err)
+		rel, d := state()
+		assert.Equal(t, 4, rel.Revision, "nothing moved")
+		assert.Equal(t, uid, d.UID)
+		m := &v1alpha1.ServiceMesh{}
+		require.NoError(t, admin.Get(ctx, client.ObjectKey{Name: "cluster"}, m))
+		c := meta.FindStatusCondition(m.Status.Conditions, string(v1alpha1.ConditionReady))
+		require.NotNil(t, c)
+		assert.Equal(t, string(v1alpha1.ReasonDetectionFailed), c.Reason)
+		assert.Contains(t, c.Message, "holders record unreadable")
+
+		pass()
+		rel, _ = state()
+		assert.Equal(t, 5, rel.Revision, "readable again: the change goes through")
+	})
 }
 
 // unreadableHelm fails every read of the release and counts the writes
