@@ -52,13 +52,14 @@ type Release struct {
 	// Values are the values given at the last install or upgrade (not the
 	// chart's defaults).
 	Values map[string]any
-	// DeployedRevision is the newest earlier revision that was deployed
-	// (now deployed or superseded), and DeployedChartVersion its chart
-	// version; 0 and "" when the release never deployed before this revision.
+	// For a release that is not deployed: DeployedRevision is the newest
+	// earlier revision that was deployed (now deployed or superseded),
+	// and DeployedChartVersion its chart version; 0 and "" when the release
+	// never deployed before this revision.
 	DeployedRevision     int
 	DeployedChartVersion string
-	// TemplateCRDs are the CRDs among the objects of the release's
-	// templates (not crds/): an uninstall would delete them.
+	// TemplateCRDs, for a release that is not deployed, are the CRDs among
+	// the objects of its templates (not crds/): an uninstall would delete them.
 	TemplateCRDs []string
 }
 
@@ -93,6 +94,10 @@ func (h *Helm) Get() (*Release, error) {
 		out.Deployed = rel.Info.Status == releasecommon.StatusDeployed
 	}
 	out.ChartVersion = chartVersion(rel)
+	if out.Deployed {
+		// Only a release to repair needs its history (a request more).
+		return out, nil
+	}
 	out.TemplateCRDs = templateCRDs(rel.Manifest)
 	history, err := cfg.Releases.History(h.ReleaseName)
 	if err != nil {
