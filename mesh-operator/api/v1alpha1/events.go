@@ -20,6 +20,9 @@ const (
 	// Operator's Helm release was installed or upgraded.
 	EventSailOperatorInstalled EventReason = "SailOperatorInstalled"
 	EventSailOperatorUpgraded  EventReason = "SailOperatorUpgraded"
+	// EventSailOperatorRepaired: a Sail Operator release left failed or
+	// half done (pending) was rolled back or installed again.
+	EventSailOperatorRepaired EventReason = "SailOperatorRepaired"
 	// EventNamespaceEnrolled and EventNamespaceReleased: a namespace joined
 	// or left the enrollment.
 	EventNamespaceEnrolled EventReason = "NamespaceEnrolled"

@@ -61,10 +61,10 @@ func (r *ServiceMeshReconciler) reconcileControlPlane(ctx context.Context, mesh 
 		st.summarize(v1alpha1.ReasonDetectionFailed, err.Error())
 		return ctrl.Result{}, err
 	}
-	plan := detect.Decide(mesh.Spec, o.facts, detect.Options{SailInstallEnabled: r.Config.SailInstall})
+	plan := detect.Decide(mesh.Spec, o.facts, detect.Options{SailInstallEnabled: r.Config.SailInstall, SailRelease: SailReleaseName})
 	log := ctrl.LoggerFrom(ctx)
 	log.V(1).Info("detected plan", "action", plan.Action, "provider", plan.Provider, "management", plan.Management,
-		"deferred", plan.Deferred, "blocked", plan.BlockedReason, "precondition", plan.PreconditionReason)
+		"deferred", plan.Deferred, "blocked", plan.BlockedReason, "precondition", plan.PreconditionReason, "maintainSail", plan.MaintainSail)
 	env := o.facts.Environment()
 	st.next.Detected = &env
 	st.next.Provider = plan.Provider
@@ -75,7 +75,18 @@ func (r *ServiceMeshReconciler) reconcileControlPlane(ctx context.Context, mesh 
 	case detect.ActionInstallSail:
 		rd, actErr = r.installSail(ctx, mesh)
 	case detect.ActionApply:
+		// The release the operator installed is brought to the wanted
+		// chart and values, or repaired, on every pass; the control plane
+		// is applied all the same (a Sail Operator that still runs keeps
+		// serving it), and a failure is reported once applying succeeded.
+		var sailErr error
+		if plan.MaintainSail {
+			sailErr = r.reconcileSailRelease(ctx, mesh, true)
+		}
 		rd, actErr = r.applyControlPlane(ctx, mesh, o, st)
+		if actErr == nil {
+			actErr = sailErr
+		}
 	case detect.ActionObserve:
 		rd, actErr = r.observeControlPlane(ctx, mesh, plan, o)
 	case detect.ActionHold:
@@ -234,46 +245,94 @@ func (r *ServiceMeshReconciler) installSail(ctx context.Context, mesh *v1alpha1.
 		}
 	}
 	// The operator alone holds an installation it created or that nobody
-	// else joined; only such a one is upgraded below.
+	// else joined; only such a one is upgraded.
 	sole := true
 	if rec != nil {
 		for _, h := range rec.Holders {
 			sole = sole && h == sailinstall.HolderKey
 		}
 	}
-	rel, err := r.Helm.Get()
-	if err != nil {
+	if err := r.reconcileSailRelease(ctx, mesh, sole); err != nil {
+		rd.msg = err.Error()
 		return rd, err
-	}
-	if rel != nil && !rel.Deployed {
-		// A failed or interrupted install blocks every later one: start over.
-		if err := r.Helm.Uninstall(); err != nil {
-			return rd, withReason(v1alpha1.ReasonSailInstallFailed, err)
-		}
-		rel = nil
-	}
-	if rel == nil {
-		if err := r.Helm.Install(ctx, ch, r.Config.SailValues); err != nil {
-			rd.msg = err.Error()
-			return rd, withReason(v1alpha1.ReasonSailInstallFailed, err)
-		}
-		r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.EventSailOperatorInstalled), "Install",
-			"Installed the Sail Operator chart %s %s into namespace %s.", ch.Metadata.Name, ch.Metadata.Version, ns)
-	}
-	if up := sailinstall.DecideUpgrade(rel, ch.Metadata.Version, r.Config.SailValues, sole); up.Upgrade {
-		// A new operator release pins a newer chart, or the user changed
-		// sail.values: the release moves in place (a reinstall would
-		// delete the Sail Operator and, with the last holder's CRDs, every
-		// Sail resource).
-		if err := r.upgradeSail(ctx, ch); err != nil {
-			rd.msg = err.Error()
-			return rd, withReason("SailInstallFailed", err)
-		}
-		r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.EventSailOperatorUpgraded), "Upgrade",
-			"Upgraded the Sail Operator release in namespace %s (%s).", ns, up.Why)
 	}
 	rd.msg = fmt.Sprintf("The Sail Operator (chart %s %s) is installed in %s; the control plane is created next.", ch.Metadata.Name, ch.Metadata.Version, ns)
 	return rd, nil
+}
+
+// reconcileSailRelease compares the Sail release with the wanted chart and
+// values and acts on sailinstall.DecideRelease: installs, upgrades in place,
+// or repairs a release left failed or pending. The caller has made sure
+// the operator holds the installation through the holders record; sole
+// says whether it alone does (only then may a deployed release move).
+//
+// Nothing here deletes on a failed read: a release that cannot be read is
+// an error and is left as it is. With a pinned chart version a current
+// release needs no chart fetch, so a repository gone after the install
+// does not stop a mesh that needs nothing from it.
+func (r *ServiceMeshReconciler) reconcileSailRelease(ctx context.Context, mesh *v1alpha1.ServiceMesh, sole bool) error {
+	ns := r.Config.SailNamespace
+	log := ctrl.LoggerFrom(ctx)
+	// A rollback is followed by a decision on what it left (an upgrade to
+	// the wanted chart); two steps at most, a third to see it settled.
+	for range 3 {
+		rel, err := r.Helm.Get()
+		if err != nil {
+			return err
+		}
+		if sailinstall.Current(rel, r.Config.SailChart.Version, r.Config.SailValues) {
+			return nil
+		}
+		ch, err := r.loadChart(ctx)
+		if err != nil {
+			return withReason(v1alpha1.ReasonSailChartUnavailable, err)
+		}
+		d := sailinstall.DecideRelease(rel, ch.Metadata.Version, r.Config.SailValues, sole)
+		log.V(1).Info("Sail release", "action", d.Action, "why", d.Why)
+		switch d.Action {
+		case sailinstall.ReleaseKeep:
+			return nil
+		case sailinstall.ReleaseInstall:
+			if err := r.Helm.Install(ctx, ch, r.Config.SailValues); err != nil {
+				return withReason(v1alpha1.ReasonSailInstallFailed, err)
+			}
+			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.EventSailOperatorInstalled), "Install",
+				"Installed the Sail Operator chart %s %s into namespace %s.", ch.Metadata.Name, ch.Metadata.Version, ns)
+			return nil
+		case sailinstall.ReleaseUpgrade:
+			// The release moves in place: a reinstall would delete the
+			// Sail Operator and, with the last holder's CRDs, every Sail
+			// resource.
+			if err := r.upgradeSail(ctx, ch); err != nil {
+				return withReason(v1alpha1.ReasonSailInstallFailed, err)
+			}
+			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.EventSailOperatorUpgraded), "Upgrade",
+				"Upgraded the Sail Operator release in namespace %s (%s).", ns, d.Why)
+			return nil
+		case sailinstall.ReleaseRollback:
+			if err := r.Helm.Rollback(d.RollbackTo); err != nil {
+				return withReason(v1alpha1.ReasonSailInstallFailed, err)
+			}
+			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.EventSailOperatorRepaired), "Rollback",
+				"Rolled back the Sail Operator release in namespace %s (%s).", ns, d.Why)
+		case sailinstall.ReleaseReinstall:
+			// Only a release that never deployed, without CRDs in its
+			// templates: the uninstall deletes what its templates made,
+			// never the CRDs Helm created from crds/.
+			if err := r.Helm.Uninstall(); err != nil {
+				return withReason(v1alpha1.ReasonSailInstallFailed, err)
+			}
+			if err := r.Helm.Install(ctx, ch, r.Config.SailValues); err != nil {
+				return withReason(v1alpha1.ReasonSailInstallFailed, err)
+			}
+			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.EventSailOperatorRepaired), "Install",
+				"Installed the Sail Operator chart %s %s into namespace %s again (%s).", ch.Metadata.Name, ch.Metadata.Version, ns, d.Why)
+			return nil
+		default:
+			return withReason(v1alpha1.ReasonSailInstallFailed, fmt.Errorf("the Sail Operator release %s/%s is left as it is: %s", ns, SailReleaseName, d.Why))
+		}
+	}
+	return nil
 }
 
 // upgradeSail applies the chart's CRDs, which Helm's upgrade leaves as
@@ -316,18 +375,18 @@ func (r *ServiceMeshReconciler) upgradeSail(ctx context.Context, ch *sailinstall
 // them (Helm created them at the install).
 const sailCRDFieldManager = "mesh-operator-sail-crds"
 
-// loadChart fetches the Sail chart once per process: the source is a flag.
+// loadChart fetches the Sail chart once per process and source (a flag).
 func (r *ServiceMeshReconciler) loadChart(ctx context.Context) (*sailinstall.Chart, error) {
 	r.chartMu.Lock()
 	defer r.chartMu.Unlock()
-	if r.chart != nil {
+	if r.chart != nil && r.chartFrom == r.Config.SailChart {
 		return r.chart, nil
 	}
 	ch, err := r.Config.SailChart.Fetch(ctx, r.HTTP)
 	if err != nil {
 		return nil, fmt.Errorf("fetching the Sail Operator chart %s: %w", r.Config.SailChart, err)
 	}
-	r.chart = ch
+	r.chart, r.chartFrom = ch, r.Config.SailChart
 	return ch, nil
 }
 

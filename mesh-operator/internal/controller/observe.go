@@ -131,6 +131,18 @@ func (r *ServiceMeshReconciler) observe(ctx context.Context, mesh *v1alpha1.Serv
 			o.istios[istio.Name] = istio
 			o.facts.Istios = append(o.facts.Istios, sailIstioOf(istio, mesh))
 		}
+		if r.Config.SailInstall {
+			// Whether the Sail that serves the API is the release the
+			// operator installed, to be kept current. Unreadable fails
+			// detection: nothing is decided on a record not seen.
+			rec, err := r.records().Get(ctx, r.Config.SailNamespace)
+			if err != nil {
+				return nil, err
+			}
+			if rec != nil {
+				o.facts.SailRecord = &detect.SailRecord{Release: rec.Release, Holders: rec.Holders}
+			}
+		}
 	}
 	return o, nil
 }

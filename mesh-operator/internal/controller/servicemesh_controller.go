@@ -90,6 +90,7 @@ type HelmClient interface {
 	Get() (*sailinstall.Release, error)
 	Install(ctx context.Context, ch *sailinstall.Chart, values map[string]any) error
 	Upgrade(ctx context.Context, ch *sailinstall.Chart, values map[string]any) error
+	Rollback(revision int) error
 	Uninstall() error
 }
 
@@ -117,8 +118,9 @@ type ServiceMeshReconciler struct {
 	Now      func() time.Time
 	Metrics  *metrics.License
 
-	chartMu sync.Mutex
-	chart   *sailinstall.Chart
+	chartMu   sync.Mutex
+	chart     *sailinstall.Chart
+	chartFrom sailinstall.ChartSource
 
 	// sailWatch starts the watches on the Sail kinds; nil when the
 	// reconciler is not run by a manager (tests calling Reconcile).

@@ -119,6 +119,18 @@ func TestSetControlPlaneConditions(t *testing.T) {
 			},
 		},
 		{
+			// The Sail Operator still runs the old release: the control
+			// plane stays reported Ready, the mesh is not.
+			name: "the Sail release could not be upgraded under a ready control plane", plan: detect.Plan{Action: detect.ActionApply, MaintainSail: true}, rd: ready,
+			actErr: withReason(v1alpha1.ReasonSailInstallFailed, errors.New("helm upgrade sail-operator/sail-operator: timed out")),
+			phase:  PhaseError, warn: string(v1alpha1.ReasonSailInstallFailed),
+			want: map[v1alpha1.ConditionType]wantCond{
+				v1alpha1.ConditionReady:             {F, v1alpha1.ReasonSailInstallFailed},
+				v1alpha1.ConditionControlPlaneReady: {T, v1alpha1.ReasonSailResourcesReady},
+				v1alpha1.ConditionStalled:           {T, v1alpha1.ReasonSailInstallFailed},
+			},
+		},
+		{
 			name: "a step failed without one", plan: detect.Plan{Action: detect.ActionApply}, rd: coming,
 			actErr: errors.New("etcd is away"), phase: PhaseError, warn: string(v1alpha1.ReasonReconcileError),
 			want: map[v1alpha1.ConditionType]wantCond{v1alpha1.ConditionReady: {F, v1alpha1.ReasonReconcileError}},

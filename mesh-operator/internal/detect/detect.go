@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/shared/labels"
 )
 
 // API groups and resources detection looks for. CRDs are matched by group
@@ -82,6 +83,18 @@ type Facts struct {
 	CiliumDaemonSet bool
 	// CiliumConfig is kube-system/cilium-config's data; nil when absent or unreadable.
 	CiliumConfig map[string]string
+	// SailRecord is the Sail holders record in the namespace the operator
+	// installs Sail into, read while the operator may install Sail and the
+	// Sail API is served; nil when there is none (or it was not read).
+	SailRecord *SailRecord
+}
+
+// SailRecord is what detection needs of a Sail holders record.
+type SailRecord struct {
+	// Release is the Helm release the record names.
+	Release string
+	// Holders are its holders' keys.
+	Holders []string
 }
 
 func (f Facts) serves(group string, resource string) bool {
@@ -165,12 +178,20 @@ type Plan struct {
 	// condition PreconditionNotMet. Empty when every precondition holds.
 	PreconditionReason  v1alpha1.ConditionReason
 	PreconditionMessage string
+	// MaintainSail: with ActionApply, the Sail Operator is the release the
+	// operator installed and alone holds; it is kept at the wanted chart
+	// and values, and repaired, before the control plane is applied. A
+	// Sail the operator did not install (none or another release in the
+	// record, preinstalled, OpenShift) or shares is never touched.
+	MaintainSail bool
 }
 
 // Options are operator-wide settings Decide needs.
 type Options struct {
 	// SailInstallEnabled: the operator may install the Sail Operator (--sail-install).
 	SailInstallEnabled bool
+	// SailRelease is the Helm release name the operator installs Sail as.
+	SailRelease string
 }
 
 // Decide picks the provider and the action for spec, from facts only.
@@ -281,7 +302,15 @@ func Decide(spec v1alpha1.ServiceMeshSpec, f Facts, opt Options) Plan {
 		// Keep what we own as it is; apply no change until the precondition holds.
 		p.Action = ActionHold
 	}
+	p.MaintainSail = p.Action == ActionApply && opt.SailInstallEnabled && soleSailHolder(f.SailRecord, opt.SailRelease)
 	return p
+}
+
+// soleSailHolder: rec names release and the operator is its only holder,
+// which it is of an installation it created or that nobody else joined.
+func soleSailHolder(rec *SailRecord, release string) bool {
+	return rec != nil && release != "" && rec.Release == release &&
+		len(rec.Holders) == 1 && rec.Holders[0] == labels.SailHolderServiceMesh
 }
 
 // preconditions reports the Cilium + ambient sharp edge: ambient's traffic

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/shared/labels"
 )
 
 func groups(gs ...string) map[string][]string {
@@ -178,4 +179,54 @@ func TestEnvironment(t *testing.T) {
 	assert.Equal(t, v1alpha1.DetectedEnvironment{Platform: v1alpha1.PlatformOpenShift, SailAPI: true, IstioAPI: true, Maistra: true, Cilium: true,
 		Istiods: []string{"a/istiod@default", "b/istiod@canary"}}, f.Environment())
 	assert.Equal(t, v1alpha1.PlatformKubernetes, Facts{}.Environment().Platform)
+}
+
+// TestDecideMaintainSail: the Sail release is kept current and repaired
+// only where the operator installed it and alone holds it, and only on a
+// pass that applies the control plane.
+func TestDecideMaintainSail(t *testing.T) {
+	const release = "sail-operator"
+	install := Options{SailInstallEnabled: true, SailRelease: release}
+	ours := &SailRecord{Release: release, Holders: []string{labels.SailHolderServiceMesh}}
+	sail := groups(GroupSail)
+	for name, tc := range map[string]struct {
+		spec   v1alpha1.ServiceMeshSpec
+		facts  Facts
+		opt    Options
+		action Action
+		want   bool
+	}{
+		"installed by the operator, Sail API served: maintained": {spec: sidecar, facts: Facts{Resources: sail, SailRecord: ours}, opt: install,
+			action: ActionApply, want: true},
+		"our Istio exists: still maintained": {spec: sidecar, facts: Facts{Resources: sail, SailRecord: ours, Istios: []SailIstio{ourIstio}}, opt: install,
+			action: ActionApply, want: true},
+		"no holders record: preinstalled, never touched": {spec: sidecar, facts: Facts{Resources: sail}, opt: install,
+			action: ActionApply},
+		"install disabled: never touched": {spec: sidecar, facts: Facts{Resources: sail, SailRecord: ours}, opt: Options{SailRelease: release},
+			action: ActionApply},
+		"another holder shares it": {spec: sidecar, facts: Facts{Resources: sail, SailRecord: &SailRecord{Release: release, Holders: []string{"other-tool", labels.SailHolderServiceMesh}}}, opt: install,
+			action: ActionApply},
+		"another party's record, not joined yet": {spec: sidecar, facts: Facts{Resources: sail, SailRecord: &SailRecord{Release: release, Holders: []string{"other-tool"}}}, opt: install,
+			action: ActionApply},
+		"the record names another release": {spec: sidecar, facts: Facts{Resources: sail, SailRecord: &SailRecord{Release: "their-sail", Holders: []string{labels.SailHolderServiceMesh}}}, opt: install,
+			action: ActionApply},
+		"a record left by the teardown, no holder": {spec: sidecar, facts: Facts{Resources: sail, SailRecord: &SailRecord{Release: release}}, opt: install,
+			action: ActionApply},
+		"OpenShift Service Mesh 3 without a record": {spec: sidecar, facts: Facts{Resources: groups(GroupRoute, GroupSail)}, opt: install,
+			action: ActionApply},
+		"Sail API absent: the install path": {spec: sidecar, facts: Facts{SailRecord: ours}, opt: install,
+			action: ActionInstallSail},
+		"held by a precondition: nothing moves": {spec: managed, facts: Facts{Resources: groups(GroupSail, GroupCilium), SailRecord: ours, Istios: []SailIstio{ourIstio}}, opt: install,
+			action: ActionHold},
+		"adopting a user's Istio: not ours to maintain": {spec: sidecar, facts: Facts{Resources: sail, SailRecord: ours, Istios: []SailIstio{userIstio}}, opt: install,
+			action: ActionObserve},
+		"external": {spec: external, facts: Facts{Resources: sail, SailRecord: ours}, opt: install,
+			action: ActionObserve},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := Decide(tc.spec, tc.facts, tc.opt)
+			assert.Equal(t, tc.action, p.Action)
+			assert.Equal(t, tc.want, p.MaintainSail)
+		})
+	}
 }

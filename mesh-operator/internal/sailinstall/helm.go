@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -12,6 +13,7 @@ import (
 	"helm.sh/helm/v4/pkg/kube"
 	releasecommon "helm.sh/helm/v4/pkg/release/common"
 	releasev1 "helm.sh/helm/v4/pkg/release/v1"
+	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
 	"helm.sh/helm/v4/pkg/storage/driver"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/discovery"
@@ -20,6 +22,7 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/yaml"
 )
 
 // Helm runs Helm actions for one release. It keeps the release records with
@@ -34,6 +37,10 @@ type Helm struct {
 	Timeout time.Duration
 }
 
+// maxHistory bounds the revisions kept: each is a ConfigMap in the Sail
+// namespace, and a few are enough to read what happened and to roll back.
+const maxHistory = 5
+
 // Release is what the operator needs to know about the installed release.
 type Release struct {
 	Status       string
@@ -45,6 +52,15 @@ type Release struct {
 	// Values are the values given at the last install or upgrade (not the
 	// chart's defaults).
 	Values map[string]any
+	// For a release that is not deployed: DeployedRevision is the newest
+	// earlier revision that was deployed (now deployed or superseded),
+	// and DeployedChartVersion its chart version; 0 and "" when the release
+	// never deployed before this revision.
+	DeployedRevision     int
+	DeployedChartVersion string
+	// TemplateCRDs, for a release that is not deployed, are the CRDs among
+	// the objects of its templates (not crds/): an uninstall would delete them.
+	TemplateCRDs []string
 }
 
 func (h *Helm) configuration() (*action.Configuration, error) {
@@ -77,10 +93,56 @@ func (h *Helm) Get() (*Release, error) {
 		out.Status = string(rel.Info.Status)
 		out.Deployed = rel.Info.Status == releasecommon.StatusDeployed
 	}
-	if rel.Chart != nil && rel.Chart.Metadata != nil {
-		out.ChartVersion = rel.Chart.Metadata.Version
+	out.ChartVersion = chartVersion(rel)
+	if out.Deployed {
+		// Only a release to repair needs its history (a request more).
+		return out, nil
+	}
+	out.TemplateCRDs = templateCRDs(rel.Manifest)
+	history, err := cfg.Releases.History(h.ReleaseName)
+	if err != nil {
+		return nil, fmt.Errorf("helm: reading the history of release %s/%s: %w", h.Namespace, h.ReleaseName, err)
+	}
+	for _, ri := range history {
+		old, ok := ri.(*releasev1.Release)
+		if !ok || old.Info == nil || old.Version >= rel.Version || old.Version <= out.DeployedRevision {
+			continue
+		}
+		if st := old.Info.Status; st == releasecommon.StatusDeployed || st == releasecommon.StatusSuperseded {
+			out.DeployedRevision, out.DeployedChartVersion = old.Version, chartVersion(old)
+		}
 	}
 	return out, nil
+}
+
+func chartVersion(rel *releasev1.Release) string {
+	if rel.Chart != nil && rel.Chart.Metadata != nil {
+		return rel.Chart.Metadata.Version
+	}
+	return ""
+}
+
+// templateCRDs lists the CustomResourceDefinitions in a release manifest.
+func templateCRDs(manifest string) []string {
+	var out []string
+	for _, doc := range releaseutil.SplitManifests(manifest) {
+		var head struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
+			// Unreadable: count it, so that no uninstall risks it.
+			out = append(out, "(unparsable manifest document)")
+			continue
+		}
+		if head.Kind == "CustomResourceDefinition" {
+			out = append(out, head.Metadata.Name)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Install installs ch as the release with the user's values. It does not wait for the operator's
@@ -120,12 +182,30 @@ func (h *Helm) Upgrade(ctx context.Context, ch *chart.Chart, values map[string]a
 	up.WaitStrategy = kube.HookOnlyStrategy
 	up.Timeout = h.Timeout
 	up.ResetValues = true
-	// Each revision is a ConfigMap in the Sail namespace; a few are
-	// enough to read what happened.
-	up.MaxHistory = 5
+	up.MaxHistory = maxHistory
 	up.Description = "upgraded by mesh-operator for the ServiceMesh"
 	if _, err := up.RunWithContext(ctx, h.ReleaseName, ch, values); err != nil {
 		return fmt.Errorf("helm upgrade %s/%s: %w", h.Namespace, h.ReleaseName, err)
+	}
+	return nil
+}
+
+// Rollback returns the release to revision (a new revision with that
+// revision's chart and values). Helm rolls back a pending release too,
+// which is how an upgrade the operator did not live to finish is undone.
+func (h *Helm) Rollback(revision int) error {
+	cfg, err := h.configuration()
+	if err != nil {
+		return err
+	}
+	rb := action.NewRollback(cfg)
+	rb.Version = revision
+	rb.WaitStrategy = kube.HookOnlyStrategy
+	rb.Timeout = h.Timeout
+	rb.MaxHistory = maxHistory
+	rb.Description = "rolled back by mesh-operator for the ServiceMesh"
+	if err := rb.Run(h.ReleaseName); err != nil {
+		return fmt.Errorf("helm rollback %s/%s to revision %d: %w", h.Namespace, h.ReleaseName, revision, err)
 	}
 	return nil
 }
