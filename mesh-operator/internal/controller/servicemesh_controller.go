@@ -309,9 +309,9 @@ func (r *ServiceMeshReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	setEnrollmentFailedCondition(st, errors.Join(preErr, eerr))
 	err = errors.Join(preErr, err, eerr)
 	st.mergeSailPaused()
-	if werr := r.writeStatus(ctx, mesh, st.next, st.warnReason, st.warnMessage); werr != nil && err == nil {
-		err = werr
-	}
+	// A refused status write is reported with the step errors, never
+	// hidden behind them: it is why status would still show the last pass.
+	err = errors.Join(err, r.writeStatus(ctx, mesh, st.next, st.warnReason, st.warnMessage))
 	return r.outcome(ctx, earliest(res.RequeueAfter, wait, licenseWait), err)
 }
 
@@ -403,9 +403,7 @@ func (r *ServiceMeshReconciler) lock(ctx context.Context, mesh *v1alpha1.Service
 	} else {
 		err = r.teardownEnrollment(ctx, mesh, st)
 	}
-	if werr := r.writeStatus(ctx, mesh, st.next, "LicenseRefused", chk.refusal.Error()); werr != nil && err == nil {
-		err = werr
-	}
+	err = errors.Join(err, r.writeStatus(ctx, mesh, st.next, "LicenseRefused", chk.refusal.Error()))
 	return r.outcome(ctx, wait, err)
 }
 
