@@ -4,7 +4,6 @@ package controller
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -33,15 +32,7 @@ func TestCNIReleaseIntegration(t *testing.T) {
 	evs := &eventLog{r: events.NewFakeRecorder(500)}
 	b := startEnrollmentBed(t, "lic-cni-release", evs.r)
 	ctx, admin := context.Background(), b.admin
-	var crds []string
-	for _, k := range []string{"istios", "istiocnis", "ztunnels"} {
-		crds = append(crds, filepath.Join(b.root, "mesh-operator/config/sail-test-crds/sailoperator.io_"+k+".yaml"))
-	}
-	installCRDs(t, admin, crds...)
-	eventually(t, 10*time.Second, "the Sail API in discovery", func() bool {
-		_, err := b.discovery.ServerResourcesForGroupVersion("sailoperator.io/v1")
-		return err == nil
-	})
+	serveSailAPI(t, admin, b.root, b.discovery)
 	fake := fakeSail{t: t, c: admin}
 	getSail := func(kind string) *unstructured.Unstructured {
 		u := &unstructured.Unstructured{}

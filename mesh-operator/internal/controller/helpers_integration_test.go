@@ -29,6 +29,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -257,4 +258,19 @@ func failedStep(m *v1alpha1.ServiceMesh) string {
 		return ""
 	}
 	return c.Message
+}
+
+// serveSailAPI installs the project's minimal Sail CRDs and waits until
+// discovery (as dc sees it) serves their group.
+func serveSailAPI(t *testing.T, admin client.Client, root string, dc discovery.ServerResourcesInterface) {
+	t.Helper()
+	var crds []string
+	for _, k := range []string{"istios", "istiocnis", "ztunnels"} {
+		crds = append(crds, filepath.Join(root, "mesh-operator/config/sail-test-crds/sailoperator.io_"+k+".yaml"))
+	}
+	installCRDs(t, admin, crds...)
+	eventually(t, 10*time.Second, "the Sail API in discovery", func() bool {
+		_, err := dc.ServerResourcesForGroupVersion("sailoperator.io/v1")
+		return err == nil
+	})
 }

@@ -5,9 +5,7 @@ package controller
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -40,15 +38,7 @@ import (
 func TestDataPlaneMigrationIntegration(t *testing.T) {
 	b := startEnrollmentBed(t, "lic-migrate", events.NewFakeRecorder(10000))
 	ctx, admin := context.Background(), b.admin
-	var crds []string
-	for _, k := range []string{"istios", "istiocnis", "ztunnels"} {
-		crds = append(crds, filepath.Join(b.root, "mesh-operator/config/sail-test-crds/sailoperator.io_"+k+".yaml"))
-	}
-	installCRDs(t, admin, crds...)
-	eventually(t, 10*time.Second, "the Sail API in discovery", func() bool {
-		_, err := b.discovery.ServerResourcesForGroupVersion("sailoperator.io/v1")
-		return err == nil
-	})
+	serveSailAPI(t, admin, b.root, b.discovery)
 	fake := fakeSail{t: t, c: admin}
 	syncAll := func() { fake.sync(sail.KindIstio, sail.KindIstioCNI, sail.KindZTunnel) }
 	reconcile := func() *v1alpha1.ServiceMesh {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -115,15 +114,7 @@ func TestSailWatchAndRestIntegration(t *testing.T) {
 	const namespaces = 40
 	b := startEnrollmentBed(t, "lic-sail-watch", events.NewFakeRecorder(1000))
 	ctx, admin := context.Background(), b.admin
-	var crds []string
-	for _, k := range []string{"istios", "istiocnis", "ztunnels"} {
-		crds = append(crds, filepath.Join(b.root, "mesh-operator/config/sail-test-crds/sailoperator.io_"+k+".yaml"))
-	}
-	installCRDs(t, admin, crds...)
-	eventually(t, 10*time.Second, "the Sail API in discovery", func() bool {
-		_, err := b.discovery.ServerResourcesForGroupVersion("sailoperator.io/v1")
-		return err == nil
-	})
+	serveSailAPI(t, admin, b.root, b.discovery)
 	var names []string
 	for i := 0; i < namespaces; i++ {
 		name := fmt.Sprintf("app-%d", i)

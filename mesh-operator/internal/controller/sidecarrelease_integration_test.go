@@ -6,10 +6,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -37,15 +35,7 @@ func TestSidecarReleaseIntegration(t *testing.T) {
 	evs := &eventLog{r: events.NewFakeRecorder(500)}
 	b := startEnrollmentBed(t, "lic-sidecar-release", evs.r)
 	ctx, admin := context.Background(), b.admin
-	var crds []string
-	for _, k := range []string{"istios", "istiocnis", "ztunnels"} {
-		crds = append(crds, filepath.Join(b.root, "mesh-operator/config/sail-test-crds/sailoperator.io_"+k+".yaml"))
-	}
-	installCRDs(t, admin, crds...)
-	eventually(t, 10*time.Second, "the Sail API in discovery", func() bool {
-		_, err := b.discovery.ServerResourcesForGroupVersion("sailoperator.io/v1")
-		return err == nil
-	})
+	serveSailAPI(t, admin, b.root, b.discovery)
 	fake := fakeSail{t: t, c: admin}
 	istio := func() *unstructured.Unstructured {
 		u := &unstructured.Unstructured{}

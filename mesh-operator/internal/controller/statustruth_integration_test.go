@@ -6,7 +6,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -183,15 +182,7 @@ func TestCutoverStatusWhileNotReadyIntegration(t *testing.T) {
 func sailBed(t *testing.T, licenseID string) (*enrollmentBed, fakeSail) {
 	t.Helper()
 	b := startEnrollmentBed(t, licenseID, events.NewFakeRecorder(1000))
-	var crds []string
-	for _, k := range []string{"istios", "istiocnis", "ztunnels"} {
-		crds = append(crds, filepath.Join(b.root, "mesh-operator/config/sail-test-crds/sailoperator.io_"+k+".yaml"))
-	}
-	installCRDs(t, b.admin, crds...)
-	eventually(t, 10*time.Second, "the Sail API in discovery", func() bool {
-		_, err := b.discovery.ServerResourcesForGroupVersion("sailoperator.io/v1")
-		return err == nil
-	})
+	serveSailAPI(t, b.admin, b.root, b.discovery)
 	return b, fakeSail{t: t, c: b.admin}
 }
 

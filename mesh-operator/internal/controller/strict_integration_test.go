@@ -4,7 +4,6 @@ package controller
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -340,15 +339,7 @@ func TestStrictIsolationIntegration(t *testing.T) {
 
 	t.Run("managed mode: enrollment teardown before the control plane leaves only user state", func(t *testing.T) {
 		require.NoError(t, admin.Delete(ctx, dep))
-		var crds []string
-		for _, k := range []string{"istios", "istiocnis", "ztunnels"} {
-			crds = append(crds, filepath.Join(root, "mesh-operator/config/sail-test-crds/sailoperator.io_"+k+".yaml"))
-		}
-		installCRDs(t, admin, crds...)
-		eventually(t, 10*time.Second, "the Sail API in discovery", func() bool {
-			_, err := dc.ServerResourcesForGroupVersion("sailoperator.io/v1")
-			return err == nil
-		})
+		serveSailAPI(t, admin, root, dc)
 		fake := fakeSail{t: t, c: admin}
 		require.NoError(t, admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "managed-app", Labels: map[string]string{"cost-center": "42"}}}))
 		require.NoError(t, admin.Create(ctx, &v1alpha1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: "cluster"},
