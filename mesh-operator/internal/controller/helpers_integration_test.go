@@ -274,3 +274,17 @@ func serveSailAPI(t *testing.T, admin client.Client, root string, dc discovery.S
 		return err == nil
 	})
 }
+
+// requireFailedPass: the pass that returned err failed a step, which the
+// operator reports in status (phase Error, or EnrollmentFailed) and retries
+// on its own timers instead of returning it.
+func requireFailedPass(t *testing.T, admin client.Client, err error, msgAndArgs ...any) *v1alpha1.ServiceMesh {
+	t.Helper()
+	require.NoError(t, err, "a failed step is reported in status, not returned")
+	m := &v1alpha1.ServiceMesh{}
+	require.NoError(t, admin.Get(context.Background(), client.ObjectKey{Name: v1alpha1.SingletonName}, m))
+	if m.Status.Phase != PhaseError && failedStep(m) == "" {
+		require.Failf(t, "the pass did not fail", "phase %s, conditions %+v %v", m.Status.Phase, m.Status.Conditions, msgAndArgs)
+	}
+	return m
+}
