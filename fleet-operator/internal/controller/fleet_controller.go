@@ -344,6 +344,9 @@ type observed struct {
 	// pausedChanges is set when maintenance is paused and the spec asks for
 	// member changes that are being held back.
 	pausedChanges bool
+	// heldMesh is the mesh change (joining or leaving) that the maintenance
+	// pause holds back from the member template; "" when there is none.
+	heldMesh meshChange
 	// diskResize explains member claims smaller than spec.storage.size.
 	diskResize string
 	// mesh is where the fleet stands with respect to the Istio mesh.
@@ -580,7 +583,14 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 	}
 	obs.namespace = view
 	obs.intent = mesh.IntentFor(fleet, view.state)
-	obs.mesh = observeMesh(fleet, pods, live, obs.intent)
+	obs.heldMesh = heldMeshChange(fleet, live, obs.intent)
+	meshTemplate := live
+	if obs.heldMesh != "" {
+		// The members run the held template, which is not the one the mesh
+		// decision judges proxies against: none is missing or unwanted yet.
+		meshTemplate = nil
+	}
+	obs.mesh = observeMesh(fleet, pods, meshTemplate, obs.intent)
 	// Until the routing step judges the route, RoutingReady stays as it was.
 	obs.routing = routingOutcome{keep: true}
 
