@@ -596,9 +596,10 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 
 	// Networking and routing are reconciled whatever else holds the fleet
 	// back, including maintenance.paused: they never restart a member.
-	if err := r.reconcileNetworking(ctx, fleet, obs); err != nil {
-		return failed("applying Services and NetworkPolicy", err)
-	}
+	// Routing does not depend on the Services and NetworkPolicy: it runs
+	// even when they failed (a foreign Service with the fleet's name), so a
+	// routing change is applied while that failure is reported.
+	networkErr := r.reconcileNetworking(ctx, fleet, obs)
 	// A route the API server refuses is reported in RoutingReady; any other
 	// routing failure is returned at the end, after the members had their
 	// turn: routing is separate from the fleet's own work.
@@ -606,6 +607,9 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 	if obs.routing, err = r.reconcileRouting(ctx, fleet, obs); err != nil {
 		routingErr = failed("routing", err)
 		obs.routing = routingOutcome{keep: true}
+	}
+	if networkErr != nil {
+		return failed("applying Services and NetworkPolicy", networkErr)
 	}
 
 	// Even a fleet outside the mesh asks: it may hold Istio objects to
