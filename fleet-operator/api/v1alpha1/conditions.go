@@ -56,7 +56,9 @@ const (
 const (
 	// ReasonProxyMissing: a member on the meshed template runs without its
 	// istio-proxy (also MeshReady while joining).
-	ReasonProxyMissing      ConditionReason = "ProxyMissing"
+	ReasonProxyMissing ConditionReason = "ProxyMissing"
+	// ReasonMaintenancePaused: spec.maintenance.paused holds member changes
+	// (also MeshReady, when the held change is joining or leaving the mesh).
 	ReasonMaintenancePaused ConditionReason = "MaintenancePaused"
 	ReasonRolling           ConditionReason = "Rolling"
 	ReasonRollPaused        ConditionReason = "RollPaused"

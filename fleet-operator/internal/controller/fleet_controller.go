@@ -344,6 +344,9 @@ type observed struct {
 	// pausedChanges is set when maintenance is paused and the spec asks for
 	// member changes that are being held back.
 	pausedChanges bool
+	// heldMesh is the mesh change (joining or leaving) that the maintenance
+	// pause holds back from the member template; "" when there is none.
+	heldMesh meshChange
 	// diskResize explains member claims smaller than spec.storage.size.
 	diskResize string
 	// mesh is where the fleet stands with respect to the Istio mesh.
@@ -580,15 +583,23 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 	}
 	obs.namespace = view
 	obs.intent = mesh.IntentFor(fleet, view.state)
-	obs.mesh = observeMesh(fleet, pods, live, obs.intent)
+	obs.heldMesh = heldMeshChange(fleet, live, obs.intent)
+	meshTemplate := live
+	if obs.heldMesh != "" {
+		// The members run the held template, which is not the one the mesh
+		// decision judges proxies against: none is missing or unwanted yet.
+		meshTemplate = nil
+	}
+	obs.mesh = observeMesh(fleet, pods, meshTemplate, obs.intent)
 	// Until the routing step judges the route, RoutingReady stays as it was.
 	obs.routing = routingOutcome{keep: true}
 
 	// Networking and routing are reconciled whatever else holds the fleet
 	// back, including maintenance.paused: they never restart a member.
-	if err := r.reconcileNetworking(ctx, fleet, obs); err != nil {
-		return failed("applying Services and NetworkPolicy", err)
-	}
+	// Routing does not depend on the Services and NetworkPolicy: it runs
+	// even when they failed (a foreign Service with the fleet's name), so a
+	// routing change is applied while that failure is reported.
+	networkErr := r.reconcileNetworking(ctx, fleet, obs)
 	// A route the API server refuses is reported in RoutingReady; any other
 	// routing failure is returned at the end, after the members had their
 	// turn: routing is separate from the fleet's own work.
@@ -596,6 +607,9 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 	if obs.routing, err = r.reconcileRouting(ctx, fleet, obs); err != nil {
 		routingErr = failed("routing", err)
 		obs.routing = routingOutcome{keep: true}
+	}
+	if networkErr != nil {
+		return failed("applying Services and NetworkPolicy", networkErr)
 	}
 
 	// Even a fleet outside the mesh asks: it may hold Istio objects to

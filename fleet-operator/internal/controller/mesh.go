@@ -45,6 +45,34 @@ func observeMesh(fleet *v1alpha1.CelldFleet, pods []corev1.Pod, sts *appsv1.Stat
 	return mesh.Decide(o)
 }
 
+// meshChange is a change of the members' mesh membership.
+type meshChange string
+
+const (
+	joiningMesh meshChange = "joining"
+	leavingMesh meshChange = "leaving"
+)
+
+// heldMeshChange is the mesh change the maintenance pause holds back: the
+// live member template asks for the sidecar and the spec no longer does
+// (leaving), or the other way round (joining). Read from the template, not
+// from the Pods: a member without its proxy on a held template is the
+// pause's doing, not the injector's.
+func heldMeshChange(fleet *v1alpha1.CelldFleet, live *appsv1.StatefulSet, in mesh.Intent) meshChange {
+	if !fleet.Spec.Maintenance.Paused || live == nil {
+		return ""
+	}
+	wants := memberStatefulSet(fleet, in).Spec.Template.Labels[labels.IstioInject] == "true"
+	runs := live.Spec.Template.Labels[labels.IstioInject] == "true"
+	switch {
+	case wants && !runs:
+		return joiningMesh
+	case runs && !wants:
+		return leavingMesh
+	}
+	return ""
+}
+
 // istioServed reports whether the API server serves Istio's
 // security.istio.io/v1 AuthorizationPolicy. The REST mapper discovers
 // lazily, so an API installed later is found without a restart.

@@ -57,6 +57,20 @@ func (r *FleetReconciler) reconcileRouting(ctx context.Context, fleet *v1alpha1.
 		return routingOutcome{readiness: &routing.Readiness{Status: s, Reason: reason, Message: fmt.Sprintf(format, args...)}}, nil
 	}
 
+	// A route that cannot be written leaves the old one (and its policy) as
+	// it is: deleting it first would take down working routing for a
+	// switch that cannot happen yet.
+	if mode == routing.Gateway && !gatewayAPI {
+		held := ""
+		if ingress, err := r.ownedRoute(ctx, fleet, ingressGVK); err != nil {
+			return routingOutcome{}, err
+		} else if ingress {
+			held = fmt.Sprintf(" Ingress %s keeps routing meanwhile; it is deleted once the HTTPRoute can be written.", names.Routing(fleet.Name))
+		}
+		return not(metav1.ConditionFalse, v1alpha1.ReasonGatewayAPIUnavailable,
+			"The Gateway API HTTPRoute CRD (gateway.networking.k8s.io/v1) is not installed: install the Gateway API standard CRDs and a Gateway controller.%s The fleet itself is not affected.", held)
+	}
+
 	// The old route goes first: switching modes, or removing routing. Whether
 	// there is one is read from the owned objects (the cache), never from
 	// status: a status lost to a failed reconcile or restored from a copy
@@ -96,10 +110,6 @@ func (r *FleetReconciler) reconcileRouting(ctx context.Context, fleet *v1alpha1.
 
 	var route client.Object
 	if mode == routing.Gateway {
-		if !gatewayAPI {
-			return not(metav1.ConditionFalse, v1alpha1.ReasonGatewayAPIUnavailable,
-				"The Gateway API HTTPRoute CRD (gateway.networking.k8s.io/v1) is not installed: install the Gateway API standard CRDs and a Gateway controller. The fleet itself is not affected.")
-		}
 		route = routing.HTTPRoute(fleet)
 	} else {
 		route = routing.IngressObject(fleet)
@@ -186,6 +196,19 @@ func (r *FleetReconciler) served(gvk schema.GroupVersionKind) (bool, error) {
 // until discovery shows it again. Any other error changes nothing.
 func (r *FleetReconciler) kindGone(gvk schema.GroupVersionKind, err error) {
 	r.Served.Gone(gvk, err)
+}
+
+// ownedRoute reports whether the fleet controls a route of that kind, read
+// as removeOwned reads it.
+func (r *FleetReconciler) ownedRoute(ctx context.Context, fleet *v1alpha1.CelldFleet, gvk schema.GroupVersionKind) (bool, error) {
+	live, err := r.Applier.Observed(ctx, gvk, client.ObjectKey{Namespace: fleet.Namespace, Name: names.Routing(fleet.Name)})
+	if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return metav1.IsControlledBy(live, fleet), nil
 }
 
 // removeOwned deletes the fleet's object of that kind and name, if the fleet

@@ -162,7 +162,7 @@ func setDisksCondition(fleet *v1alpha1.CelldFleet, obs *observed, set conditionS
 func setProvisioningCondition(fleet *v1alpha1.CelldFleet, st *v1alpha1.CelldFleetStatus, obs *observed, set conditionSetter) string {
 	want := derefReplicas(fleet)
 	switch {
-	case len(obs.mesh.MissingProxy) > 0:
+	case len(obs.mesh.MissingProxy) > 0 && obs.heldMesh == "":
 		set(v1alpha1.ConditionProvisioning, metav1.ConditionTrue, v1alpha1.ReasonProxyMissing, mesh.MissingProxyMessage(fleet, obs.mesh.MissingProxy))
 		return PhaseProvisioning
 	case obs.pausedChanges:
@@ -202,7 +202,7 @@ func setProvisioningCondition(fleet *v1alpha1.CelldFleet, st *v1alpha1.CelldFlee
 func setReadyCondition(fleet *v1alpha1.CelldFleet, st *v1alpha1.CelldFleetStatus, obs *observed, set conditionSetter) {
 	want := derefReplicas(fleet)
 	switch {
-	case len(obs.mesh.MissingProxy) > 0:
+	case len(obs.mesh.MissingProxy) > 0 && obs.heldMesh == "":
 		// A member without the proxy it must run is outside the mesh's
 		// mTLS and authorization: not ready, however healthy it says it is.
 		set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonProxyMissing, fmt.Sprintf("Member(s) %s have no %s: see the Provisioning condition.",
@@ -294,6 +294,16 @@ func setMeshCondition(fleet *v1alpha1.CelldFleet, obs *observed, set conditionSe
 		set(v1alpha1.ConditionMeshReady, metav1.ConditionFalse, v1alpha1.ReasonAwaitingEnrollment, fmt.Sprintf(
 			"spec.mesh.mode is enabled: namespace %s is labelled for enrollment and the fleet waits for a Ready mesh to enroll it "+
 				"(a licensed ServiceMesh with its control plane Ready). Members keep running meanwhile.", fleet.Namespace))
+		return true
+	}
+	if obs.heldMesh != "" {
+		// The members still run the template the pause holds: proxies are
+		// missing (joining) or still there (leaving) because of the pause,
+		// and a deleted member comes back unchanged.
+		set(v1alpha1.ConditionMeshReady, metav1.ConditionFalse, v1alpha1.ReasonMaintenancePaused, fmt.Sprintf(
+			"Maintenance is paused: the members keep the template they run, so the pending change, %s the mesh, waits. "+
+				"They roll, one at a time, when spec.maintenance.paused is false; deleting a member Pod meanwhile brings it back unchanged.",
+			obs.heldMesh))
 		return true
 	}
 	switch {

@@ -72,6 +72,8 @@ func TestComputeStatus(t *testing.T) {
 		want  map[v1alpha1.ConditionType]wantCondition
 		// absent conditions must not be in status.
 		absent []v1alpha1.ConditionType
+		// message: what a condition's message must say.
+		message map[v1alpha1.ConditionType][]string
 	}{
 		{
 			name: "every member ready", phase: PhaseReady,
@@ -207,6 +209,37 @@ func TestComputeStatus(t *testing.T) {
 			},
 		},
 		{
+			// The pause holds the template, so the members still run the
+			// old one: without proxies (joining) or with them (leaving). That
+			// is the pause, not a broken injector: deleting a member Pod
+			// brings it back unchanged from the held template.
+			name:  "a mesh join held by the maintenance pause",
+			fleet: func(f *v1alpha1.CelldFleet) { f.Spec.Maintenance.Paused = true }, phase: PhasePaused,
+			obs: func(o *observed) {
+				o.pausedChanges, o.heldMesh = true, joiningMesh
+				o.mesh = mesh.State{Phase: mesh.Joining, MissingProxy: []string{"shop-0", "shop-1", "shop-2"}}
+			},
+			want: map[v1alpha1.ConditionType]wantCondition{
+				v1alpha1.ConditionMeshReady:    {F, v1alpha1.ReasonMaintenancePaused},
+				v1alpha1.ConditionProvisioning: {T, v1alpha1.ReasonMaintenancePaused},
+				v1alpha1.ConditionReconciling:  {F, v1alpha1.ReasonMaintenancePaused},
+			},
+			message: map[v1alpha1.ConditionType][]string{v1alpha1.ConditionMeshReady: {"joining the mesh", "spec.maintenance.paused"}},
+		},
+		{
+			name:  "a mesh leave held by the maintenance pause",
+			fleet: func(f *v1alpha1.CelldFleet) { f.Spec.Maintenance.Paused = true }, phase: PhasePaused,
+			obs: func(o *observed) {
+				o.pausedChanges, o.heldMesh = true, leavingMesh
+				o.mesh = mesh.State{Phase: mesh.Leaving, UnwantedProxy: []string{"shop-0", "shop-1", "shop-2"}}
+			},
+			want: map[v1alpha1.ConditionType]wantCondition{
+				v1alpha1.ConditionMeshReady:    {F, v1alpha1.ReasonMaintenancePaused},
+				v1alpha1.ConditionProvisioning: {T, v1alpha1.ReasonMaintenancePaused},
+			},
+			message: map[v1alpha1.ConditionType][]string{v1alpha1.ConditionMeshReady: {"leaving the mesh", "spec.maintenance.paused"}},
+		},
+		{
 			name:  "storage: a resize rejected",
 			fleet: func(f *v1alpha1.CelldFleet) { f.Spec.Storage = &v1alpha1.Storage{} }, phase: PhaseReady,
 			obs: func(o *observed) { o.diskResize = "the storage class does not allow expansion" },
@@ -256,6 +289,13 @@ func TestComputeStatus(t *testing.T) {
 				assert.Equal(t, string(w.reason), c.Reason, "%s: %s", typ, c.Message)
 				if c.Status == metav1.ConditionTrue && typ != v1alpha1.ConditionReady && typ != v1alpha1.ConditionReconciled {
 					assert.NotEmpty(t, c.Message, "%s says why", typ)
+				}
+			}
+			for typ, parts := range tc.message {
+				if c := meta.FindStatusCondition(st.Conditions, string(typ)); assert.NotNil(t, c, "%s", typ) {
+					for _, part := range parts {
+						assert.Contains(t, c.Message, part, "%s", typ)
+					}
 				}
 			}
 			for _, typ := range tc.absent {

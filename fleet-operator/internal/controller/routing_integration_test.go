@@ -1,0 +1,74 @@
+//go:build integration
+
+package controller
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/shared/testenv"
+)
+
+// TestRoutingChangesKeepTheWorkingRoute: on an API server without the
+// Gateway API, a routing change never leaves the fleet without the route it
+// had, and routing goes on whatever the fleet's Services hit.
+func TestRoutingChangesKeepTheWorkingRoute(t *testing.T) {
+	env := testenv.Start(t, newScheme(t), "fleet-operator/config/crd/bases")
+	ctx := context.Background()
+	createNamespace(t, env.Client, "reroute")
+	h := newHarness(t, env, true)
+
+	t.Run("switching Ingress to Gateway without the Gateway API keeps the Ingress", func(t *testing.T) {
+		f := routingFleet("reroute", "sw", ingressRouting())
+		require.NoError(t, env.Client.Create(ctx, f))
+		assertRouting(t, routingCondition(t, h, f), metav1.ConditionUnknown, v1alpha1.ReasonAwaitingAddress)
+		require.NoError(t, h.get(&networkingv1.Ingress{}, "reroute", "sw-routing"))
+
+		require.NoError(t, env.Client.Patch(ctx, f, client.RawPatch(types.MergePatchType,
+			[]byte(`{"spec":{"routing":{"ingress":null,"gateway":{"name":"public","namespace":"edge"}}}}`))))
+		c := routingCondition(t, h, f)
+		assertRouting(t, c, metav1.ConditionFalse, v1alpha1.ReasonGatewayAPIUnavailable)
+		assert.Contains(t, c.Message, "Ingress sw-routing")
+		require.NoError(t, h.get(&networkingv1.Ingress{}, "reroute", "sw-routing"), "the working route stays until the new one can be written")
+		require.NoError(t, h.get(&networkingv1.NetworkPolicy{}, "reroute", "sw-routing"), "and so does the policy that admits its traffic")
+	})
+
+	t.Run("a foreign Service with the fleet's name does not stop a routing change", func(t *testing.T) {
+		f := routingFleet("reroute", "svc", ingressRouting())
+		require.NoError(t, env.Client.Create(ctx, f))
+		h.reconcile(f)
+		require.NoError(t, h.get(&networkingv1.Ingress{}, "reroute", "svc-routing"))
+
+		// Someone replaces the fleet's Service with one of their own.
+		require.NoError(t, env.Client.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "reroute", Name: "svc"}}))
+		require.NoError(t, env.Client.Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "reroute", Name: "svc"},
+			Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}},
+		}))
+		require.NoError(t, env.Client.Patch(ctx, f, client.RawPatch(types.MergePatchType,
+			[]byte(`{"spec":{"routing":{"hostnames":["moved.example.com"]}}}`))))
+		h.reconcile(f)
+
+		require.NoError(t, h.get(f, "reroute", "svc"))
+		blocked := meta.FindStatusCondition(f.Status.Conditions, string(v1alpha1.ConditionInfrastructureBlocked))
+		require.NotNil(t, blocked)
+		assert.Equal(t, string(v1alpha1.ReasonOwnershipConflict), blocked.Reason, "the collision is still reported")
+		ing := &networkingv1.Ingress{}
+		require.NoError(t, h.get(ing, "reroute", "svc-routing"))
+		require.Len(t, ing.Spec.Rules, 1)
+		assert.Equal(t, "moved.example.com", ing.Spec.Rules[0].Host, "the routing change is applied")
+		c := meta.FindStatusCondition(f.Status.Conditions, string(v1alpha1.ConditionRoutingReady))
+		require.NotNil(t, c)
+		assert.Equal(t, f.Generation, c.ObservedGeneration, "RoutingReady judges the changed route: %s", c.Message)
+	})
+}
