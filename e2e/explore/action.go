@@ -60,7 +60,8 @@ const (
 	HandEdit        = "env.handedit"     // deletes the fleet's NetworkPolicy by hand
 	ClientLabel     = "env.client"       // Arg: label/unlabel (the fleet's client Pod's celld.eric.dev/client-of)
 	Gateway         = "env.gateway"      // Arg: accept/reject (the played Gateway controller's answer to routes)
-	License         = "env.license"      // Arg: delete/restore/expiring (valid 20 s more)
+	License         = "env.license"      // Arg: delete/restore/expiring (valid 20 s more)/renew (deleted, created again 2 s later)
+	LicenseRead     = "env.licenseread"  // Arg: deny/allow (the mesh operator's RBAC to get its license Secret)
 	CRDs            = "env.crds"         // Arg: istio-off/istio-on/gateway-off/gateway-on (remove or restore the CRDs)
 )
 
@@ -95,7 +96,8 @@ var alphabet = []struct {
 	{HandEdit, true, nil, 1},
 	{ClientLabel, true, []string{"label", "unlabel"}, 1},
 	{Gateway, false, []string{"accept", "reject"}, 1},
-	{License, false, []string{"delete", "restore", "expiring"}, 1},
+	{License, false, []string{"delete", "restore", "expiring", "renew"}, 1},
+	{LicenseRead, false, []string{"deny", "allow"}, 1},
 	{CRDs, false, []string{"istio-off", "istio-on", "gateway-off", "gateway-on"}, 1},
 }
 

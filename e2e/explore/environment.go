@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -35,6 +38,16 @@ const (
 	// shortLived is how long an expiring license or a short maintenance
 	// window lasts.
 	shortLived = 20 * time.Second
+	// renewalGap is how long a renewed license Secret is gone between its
+	// deletion and its creation.
+	renewalGap = 2 * time.Second
+	// unreadableReread bounds how long after the license can be read
+	// again the operator may still act on what it could not read: it reads
+	// an unreadable license again every 10 s, plus a few seconds.
+	unreadableReread = 15 * time.Second
+	// missingReread: likewise after the license Secret is back; a mesh
+	// locked for a missing license reads it again every 30 s.
+	missingReread = 35 * time.Second
 )
 
 // environment is the part of the bed the sequence's env.* actions change,
@@ -48,9 +61,98 @@ type environment struct {
 	// license is the bed's valid license, restored by reset.
 	license []byte
 	// expiries: when something the sequence set expires by itself (an
-	// expiring license, a short maintenance window); rest is not judged
+	// expiring license, a short maintenance window) or the operator is due
+	// to read a license it could not know (closeHold); rest is not judged
 	// before the last of them.
 	expiries time.Time
+	// licenseExpires: when the license the Secret holds expires (zero: not
+	// within the sequence).
+	licenseExpires time.Time
+	// meshRoleRules: the rules of the mesh operator's Role (meshRole) as
+	// the chart made them, while env.licenseread deny has taken its license
+	// rule away (nil otherwise).
+	meshRoleRules []rbacv1.PolicyRule
+	meshRole      string
+	// holds: the sequence's spans in which a valid license could not be
+	// read or was missing for a moment, and nothing may be released.
+	holds []hold
+}
+
+// hold is a span in which the operator cannot know the license, which was
+// valid when the span began: it must hold the mesh as it is (see
+// releasedWhileHeld).
+type hold struct {
+	why string
+	// from: the fault is in place; until: the operator has had time to
+	// read the license again (zero while the fault lasts, to the
+	// sequence's end).
+	from, until time.Time
+	// expires: the license expires then, read or not, and releasing is
+	// owed (zero: it does not expire within the sequence).
+	expires time.Time
+}
+
+// covers: t is within the hold.
+func (h hold) covers(t time.Time) bool {
+	return !t.Before(h.from) && (h.until.IsZero() || !t.After(h.until)) && (h.expires.IsZero() || t.Before(h.expires))
+}
+
+// openHold starts a hold, unless the license has already expired or one
+// for the same fault is open.
+func (e *environment) openHold(why string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := time.Now()
+	if !e.licenseExpires.IsZero() && !now.Before(e.licenseExpires) {
+		return
+	}
+	for _, h := range e.holds {
+		if h.why == why && h.until.IsZero() {
+			return
+		}
+	}
+	e.holds = append(e.holds, hold{why: why, from: now, expires: e.licenseExpires})
+}
+
+// closeHold ends the open hold for why once the operator has had the
+// time to read the license again (reread from now); rest is not judged
+// before (settle), since the operator acts on what it reads then.
+func (e *environment) closeHold(why string, reread time.Duration) {
+	e.mu.Lock()
+	closed := false
+	for i, h := range e.holds {
+		if h.why == why && h.until.IsZero() {
+			e.holds[i].until, closed = time.Now().Add(reread), true
+		}
+	}
+	e.mu.Unlock()
+	if closed {
+		e.expiresIn(reread)
+	}
+}
+
+// licenseExpiresAt notes that the license now in the Secret expires at t
+// (zero: it does not); the holds not over yet end then at the latest. A
+// hold whose license has expired stays over: releasing was owed.
+func (e *environment) licenseExpiresAt(t time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := time.Now()
+	e.licenseExpires = t
+	for i, h := range e.holds {
+		if (h.until.IsZero() || h.until.After(now)) && (h.expires.IsZero() || h.expires.After(now)) {
+			e.holds[i].expires = t
+		}
+	}
+}
+
+// takeHolds returns the sequence's holds and forgets them.
+func (e *environment) takeHolds() []hold {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := e.holds
+	e.holds = nil
+	return out
 }
 
 // expiresIn notes that something set now expires by itself after d.
@@ -223,15 +325,31 @@ func (r *Runner) answerRoute(ctx context.Context, route *unstructured.Unstructur
 	_ = r.K8s.Status().Update(ctx, route) // a conflict is answered on the next pass
 }
 
+// What the holds are for: the faults during which a license that was valid
+// cannot be known.
+const (
+	licenseUnreadable = "the mesh operator may not read its license Secret"
+	licenseDeleted    = "the license Secret is deleted"
+	licenseRenewing   = "the license Secret is renewed (deleted and created again)"
+)
+
 // setLicense changes the license Secret: delete, restore the bed's valid
-// license, or put one that expires 20 s later.
+// license, put one that expires 20 s later, or renew the one there.
 func (r *Runner) setLicense(ctx context.Context, how string) error {
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: harness.MeshNamespace, Name: licenseSecret}}
-	if how == "delete" {
-		return client.IgnoreNotFound(r.K8s.Delete(ctx, secret))
+	switch how {
+	case "delete":
+		if err := r.K8s.Delete(ctx, secret); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+		r.env.openHold(licenseDeleted)
+		return nil
+	case "renew":
+		return r.renewLicense(ctx)
 	}
-	data := r.env.license
+	data, expires := r.env.license, time.Time{}
 	if how == "expiring" {
+		expires = time.Now().Add(shortLived) // signed after: it expires a little later
 		path := filepath.Join(os.TempDir(), fmt.Sprintf("explore-license-%d", time.Now().UnixNano()))
 		defer os.Remove(path)
 		if err := r.Bed.SignLicense(ctx, path, "explorer (expiring)", "preview", shortLived); err != nil {
@@ -248,11 +366,109 @@ func (r *Runner) setLicense(ctx context.Context, how string) error {
 		secret.Data = map[string][]byte{"license": data}
 		return nil
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	r.env.licenseExpiresAt(expires)
+	r.env.closeHold(licenseDeleted, missingReread)
+	return nil
+}
+
+// renewLicense replaces the license Secret as kubectl replace --force or a
+// GitOps tool recreating it does: deleted, and created again with the same
+// content renewalGap later. Nothing happens when there is none.
+func (r *Runner) renewLicense(ctx context.Context) error {
+	old := &corev1.Secret{}
+	if err := r.K8s.Get(ctx, client.ObjectKey{Namespace: harness.MeshNamespace, Name: licenseSecret}, old); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if err := r.K8s.Delete(ctx, old); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	r.env.openHold(licenseRenewing)
+	time.Sleep(renewalGap)
+	renewed := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: old.Namespace, Name: old.Name, Labels: old.Labels, Annotations: old.Annotations},
+		Type:       old.Type, Data: old.Data,
+	}
+	if err := r.K8s.Create(ctx, renewed); err != nil {
+		return err
+	}
+	r.env.closeHold(licenseRenewing, missingReread)
+	return nil
+}
+
+// meshServiceAccount is the user the mesh operator runs as (the mesh
+// chart's ServiceAccount, see harness.InstallRBAC).
+var meshServiceAccount = "system:serviceaccount:" + harness.MeshNamespace + ":mesh-operator"
+
+// setLicenseRead takes away (deny) or gives back (allow) the rule of the
+// mesh operator's Role that lets it get its license Secret, as an admin
+// editing the chart's RBAC would; the rest of the Role (its leader lease,
+// Events) stays. It returns once the API server decides accordingly.
+func (r *Runner) setLicenseRead(ctx context.Context, allow bool) error {
+	r.env.mu.Lock()
+	saved, name := r.env.meshRoleRules, r.env.meshRole
+	r.env.mu.Unlock()
+	if allow == (saved == nil) {
+		return nil // already so
+	}
+	role := &rbacv1.Role{}
+	if allow {
+		if err := r.K8s.Get(ctx, client.ObjectKey{Namespace: harness.MeshNamespace, Name: name}, role); err != nil {
+			return err
+		}
+		role.Rules = saved
+	} else {
+		roles := &rbacv1.RoleList{}
+		if err := r.K8s.List(ctx, roles, client.InNamespace(harness.MeshNamespace)); err != nil {
+			return err
+		}
+		i := slices.IndexFunc(roles.Items, func(ro rbacv1.Role) bool { return slices.ContainsFunc(ro.Rules, grantsLicense) })
+		if i < 0 {
+			return fmt.Errorf("no Role in %s grants get on Secret %s", harness.MeshNamespace, licenseSecret)
+		}
+		role = &roles.Items[i]
+		saved, name = role.DeepCopy().Rules, role.Name
+		role.Rules = slices.DeleteFunc(role.Rules, grantsLicense)
+	}
+	if err := r.K8s.Update(ctx, role); err != nil {
+		return err
+	}
+	if err := waitUntil(ctx, 30*time.Second, func() (bool, string) {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: meshServiceAccount,
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: harness.MeshNamespace, Verb: "get", Resource: "secrets", Name: licenseSecret}}}
+		if err := r.K8s.Create(ctx, sar); err != nil {
+			return false, err.Error()
+		}
+		return sar.Status.Allowed == allow, fmt.Sprintf("the API server still says allowed=%t", sar.Status.Allowed)
+	}); err != nil {
+		return err
+	}
+	r.env.mu.Lock()
+	if allow {
+		r.env.meshRoleRules, r.env.meshRole = nil, ""
+	} else {
+		r.env.meshRoleRules, r.env.meshRole = saved, name
+	}
+	r.env.mu.Unlock()
+	if allow {
+		r.env.closeHold(licenseUnreadable, unreadableReread)
+	} else {
+		r.env.openHold(licenseUnreadable)
+	}
+	return nil
+}
+
+// grantsLicense: the rule lets its subject get the license Secret.
+func grantsLicense(rule rbacv1.PolicyRule) bool {
+	return slices.Contains(rule.APIGroups, "") && slices.Contains(rule.Resources, "secrets") &&
+		slices.Contains(rule.ResourceNames, licenseSecret) && slices.Contains(rule.Verbs, "get")
 }
 
 // restoreEnvironment puts back what env.* actions changed: CRDs, the
-// license, a Gateway controller that accepts.
+// mesh operator's right to read its license, the license, a Gateway
+// controller that accepts.
 func (r *Runner) restoreEnvironment(ctx context.Context) error {
 	r.env.mu.Lock()
 	r.env.accept = true
@@ -265,6 +481,9 @@ func (r *Runner) restoreEnvironment(ctx context.Context) error {
 		if err := r.restoreCRDs(ctx, world{}, g); err != nil {
 			return fmt.Errorf("restoring the %s CRDs: %w", g, err)
 		}
+	}
+	if err := r.setLicenseRead(ctx, true); err != nil {
+		return fmt.Errorf("restoring the mesh operator's license rule: %w", err)
 	}
 	return r.setLicense(ctx, "restore")
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -181,14 +182,70 @@ func TestExplore(t *testing.T) {
 }
 
 // TestPlantedDefect checks the explorer itself: operators built from a copy
-// of the tree whose fleet operator leaves the routing NetworkPolicy behind
-// when routing is removed must fail the invariants, and shrinking must keep
-// only the actions that matter. It builds and runs a bed of its own (about
-// five minutes), so it runs under `make explore-selftest`, not `make test`.
+// of the tree with a defect planted must fail the invariants. Each row
+// builds and runs a bed of its own (about five minutes), so it runs under
+// `make explore-selftest`, not `make test`.
 func TestPlantedDefect(t *testing.T) {
 	if os.Getenv("EXPLORE_SELFTEST") == "" {
 		t.Skip("EXPLORE_SELFTEST unset: run with make explore-selftest")
 	}
+	// The fleet operator leaves the routing NetworkPolicy behind when
+	// routing is removed; shrinking must keep only the actions that matter.
+	t.Run("routing-policy-left-behind", func(t *testing.T) {
+		tree := plantedTree(t, "fleet-operator/internal/controller/routing.go",
+			"waiting, err := r.removeOwned(ctx, fleet, networkPolicyGVK, names.Routing(fleet.Name))",
+			`waiting, err := "", error(nil) // planted defect: the routing policy is left behind`)
+		r := startRunner(t, tree)
+		noisy := []Action{
+			{Kind: FleetCreate, Fleet: "a"},
+			{Kind: FleetRouting, Fleet: "a", Arg: "on"},
+			{Kind: FleetScale, Fleet: "a", Arg: "1"},
+			{Kind: FleetRouting, Fleet: "a", Arg: "off"},
+		}
+		res := runSequence(t, r, noisy)
+		require.NotEmpty(t, res.Violations, "the planted defect went unnoticed")
+		t.Logf("found:\n%s", strings.Join(res.Violations, "\n"))
+		min := Shrink(noisy, func(try []Action) bool {
+			res, err := r.Run(context.Background(), try)
+			return err == nil && len(res.Violations) > 0
+		})
+		t.Logf("minimal sequence:\n%s", Describe(min))
+		require.Equal(t, []Action{noisy[0], noisy[1], noisy[3]}, min, "shrinking keeps create, routing on, routing off")
+	})
+	// The mesh operator as it was before issue 40: a license Secret it
+	// cannot read counts as a missing one, and a missing one has no grace,
+	// so every enrolled namespace is torn down. The scenario that denies the
+	// read must report a release while the license could not be read; a
+	// Secret deleted and restored around a reconcile, one while it was
+	// deleted.
+	t.Run("license-unknown-releases", func(t *testing.T) {
+		tree := plantedTree(t, "mesh-operator/internal/controller/servicemesh_controller.go",
+			`return licenseCheck{unreadable: fmt.Errorf("cannot read license Secret %s: %w", ref, err)}`,
+			`return licenseCheck{refusal: ref.NotFound()} // planted defect: a failed read is a missing license`,
+			`return licenseCheck{refusal: ref.NotFound(), missingUntil: r.licenseMissingSince(now).Add(licenseMissingGrace)}`,
+			`return licenseCheck{refusal: ref.NotFound()} // planted defect: a missing license has no grace`)
+		r := startRunner(t, tree)
+		scenario, err := ReadSequence(filepath.Join("testdata", "scenarios", "license-unreadable-and-renewed.json"))
+		require.NoError(t, err)
+		deleted := append(slices.Clone(scenario.Actions[:5]),
+			Action{Kind: License, Arg: "delete"}, Action{Kind: MeshIsolation, Arg: "namespace"}, Action{Kind: License, Arg: "restore"})
+		for _, c := range []struct {
+			seq []Action
+			why string
+		}{{scenario.Actions, licenseUnreadable}, {deleted, licenseDeleted}} {
+			res := runSequence(t, r, c.seq)
+			t.Logf("%s\nfound:\n%s%s", Describe(c.seq), strings.Join(res.Violations, "\n"), traceOf(res))
+			require.True(t, slices.ContainsFunc(res.Violations, func(v string) bool { return strings.Contains(v, "while "+c.why+": ") }),
+				"the planted defect went unnoticed %s", c.why)
+		}
+	})
+}
+
+// plantedTree is a copy of the repository (without bin/ and .git) in which,
+// in the file at rel, each old line of oldPlanted is replaced by the
+// planted one after it.
+func plantedTree(t *testing.T, rel string, oldPlanted ...string) string {
+	t.Helper()
 	root, err := cluster.RepoRoot()
 	require.NoError(t, err)
 	tree := filepath.Join(t.TempDir(), "planted")
@@ -196,26 +253,10 @@ func TestPlantedDefect(t *testing.T) {
 	copyTree := exec.Command("sh", "-c", fmt.Sprintf("tar -C %q --exclude=./bin --exclude=./.git --exclude='.testbed*' -cf - . | tar -C %q -xf -", root, tree))
 	out, err := copyTree.CombinedOutput()
 	require.NoError(t, err, string(out))
-	plant(t, filepath.Join(tree, "fleet-operator/internal/controller/routing.go"),
-		"waiting, err := r.removeOwned(ctx, fleet, networkPolicyGVK, names.Routing(fleet.Name))",
-		`waiting, err := "", error(nil) // planted defect: the routing policy is left behind`)
-	r := startRunner(t, tree)
-
-	noisy := []Action{
-		{Kind: FleetCreate, Fleet: "a"},
-		{Kind: FleetRouting, Fleet: "a", Arg: "on"},
-		{Kind: FleetScale, Fleet: "a", Arg: "1"},
-		{Kind: FleetRouting, Fleet: "a", Arg: "off"},
+	for i := 0; i+1 < len(oldPlanted); i += 2 {
+		plant(t, filepath.Join(tree, rel), oldPlanted[i], oldPlanted[i+1])
 	}
-	res := runSequence(t, r, noisy)
-	require.NotEmpty(t, res.Violations, "the planted defect went unnoticed")
-	t.Logf("found:\n%s", strings.Join(res.Violations, "\n"))
-	min := Shrink(noisy, func(try []Action) bool {
-		res, err := r.Run(context.Background(), try)
-		return err == nil && len(res.Violations) > 0
-	})
-	t.Logf("minimal sequence:\n%s", Describe(min))
-	require.Equal(t, []Action{noisy[0], noisy[1], noisy[3]}, min, "shrinking keeps create, routing on, routing off")
+	return tree
 }
 
 func plant(t *testing.T, path, old, planted string) {

@@ -6,12 +6,15 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	fleetv1 "github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	meshv1 "github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/shared/contract"
 	"github.com/ericdev/fleetmesh/shared/labels"
 	"github.com/ericdev/fleetmesh/shared/podmesh"
@@ -55,6 +58,10 @@ type judgement struct {
 	// atRest: the state judged is the one the cluster came to rest in, where
 	// no grace applies.
 	atRest bool
+	// holds: when the license could not be known (checkHeld).
+	holds []hold
+	// before: the mesh part of the state judged before (snapshot.meshPart).
+	before *snapshot
 }
 
 func newJudgement(w world) *judgement {
@@ -80,7 +87,8 @@ type row struct {
 // check judges one observed state: the access table of every fleet
 // (required edges never lost once they held, forbidden ones never open),
 // STRICT only over meshed workloads and edges, at most one member of a
-// fleet unavailable, disks never replaced.
+// fleet unavailable, disks never replaced, nothing released while the
+// license cannot be known.
 func (j *judgement) check(s *snapshot, step int) {
 	ambient := len(s.objs[gvrZTunnels]) > 0
 	j.lastAllowed = map[string]verdict{}
@@ -172,6 +180,7 @@ func (j *judgement) check(s *snapshot, step int) {
 	}
 	j.checkStrict(s, step, ambient)
 	j.checkDisks(s, step)
+	j.checkHeld(s, step)
 	j.last = s
 }
 
@@ -337,4 +346,135 @@ func (j *judgement) missing() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// checkHeld: while a hold lasts (a license that was valid could not be
+// read, or its Secret was missing for a moment), nothing is released
+// (releasedWhileHeld, from the state before to this one).
+func (j *judgement) checkHeld(s *snapshot, step int) {
+	if j.before != nil {
+		for _, h := range j.holds {
+			if !h.covers(s.at) {
+				continue
+			}
+			for _, v := range releasedWhileHeld(j.w, j.before, s) {
+				j.fail("held "+v, "step %d, after %s: while %s: %s", step, s.last, h.why, v)
+			}
+			break
+		}
+	}
+	j.before = s.meshPart()
+}
+
+// heldLabels are the mesh state labels an enrolled namespace keeps while
+// the license cannot be known; dataPlaneLabels are Istio's, of which it
+// keeps the one it has.
+var (
+	heldLabels      = []string{labels.MeshState, labels.MeshMTLS, labels.MeshDataPlane}
+	dataPlaneLabels = []string{labels.IstioDataPlaneMode, labels.IstioInjection, labels.IstioRevision}
+)
+
+// maintenanceSlack: a relaxation the operator decided just before a
+// maintenance window ended may be seen just after.
+const maintenanceSlack = 5 * time.Second
+
+// releasedWhileHeld is what went, from before to now, that releases or
+// relaxes one of the world's enrolled namespaces without the spec asking:
+// a mesh state or data-plane label removed, its mesh-mtls
+// PeerAuthentication or mesh-isolation AuthorizationPolicy deleted,
+// mesh-mtls strict turned permissive. Unknown is not absent: an operator
+// that cannot know its license holds the mesh as it is. The spec asks when
+// the ServiceMesh is deleted, mtls.mode is permissive, a maintenance
+// window is open, isolation is off, the data plane is being switched, or
+// the namespace was opted out; states while Istio's API is not served are
+// left out (its policies go with it).
+func releasedWhileHeld(w world, before, now *snapshot) []string {
+	mesh, meshBefore := now.serviceMesh(), before.serviceMesh()
+	if mesh == nil || meshBefore == nil || mesh.DeletionTimestamp != nil || before.istioPoliciesMissing() || now.istioPoliciesMissing() {
+		return nil
+	}
+	relaxAsked := mesh.Spec.MTLS.Mode == meshv1.MTLSPermissive ||
+		(mesh.Spec.MTLS.MaintenanceUntil != nil && now.at.Before(mesh.Spec.MTLS.MaintenanceUntil.Add(maintenanceSlack)))
+	var out []string
+	for _, name := range []string{w.app, w.edge, w.other} {
+		was, is := before.objs[gvrNamespaces]["/"+name], now.objs[gvrNamespaces]["/"+name]
+		if was == nil || is == nil || is.GetDeletionTimestamp() != nil || optedOut(meshBefore, was) || optedOut(mesh, is) {
+			continue
+		}
+		wasLabels, isLabels := was.GetLabels(), is.GetLabels()
+		if dp := wasLabels[labels.MeshDataPlane]; dp != "" && dp != string(mesh.Spec.DataPlane) {
+			continue // a data plane switch relaxes the namespace first
+		}
+		for _, k := range heldLabels {
+			if v, had := wasLabels[k]; had {
+				if _, has := isLabels[k]; !has {
+					out = append(out, fmt.Sprintf("namespace %s lost %s=%s", name, k, v))
+				}
+			}
+		}
+		if had, has := anyOf(wasLabels, dataPlaneLabels), anyOf(isLabels, dataPlaneLabels); had != "" && has == "" {
+			out = append(out, fmt.Sprintf("namespace %s lost its data-plane label %s", name, had))
+		}
+		policies := []struct {
+			gvr  schema.GroupVersionResource
+			kind string
+			name string
+		}{{gvrPAs, "PeerAuthentication", meshMTLSPolicy}, {gvrAPs, "AuthorizationPolicy", meshIsolationPolicy}}
+		for _, p := range policies {
+			if p.name == meshIsolationPolicy && mesh.Spec.Isolation == meshv1.IsolationOff {
+				continue
+			}
+			k := name + "/" + p.name
+			if before.objs[p.gvr][k] != nil && now.objs[p.gvr][k] == nil {
+				out = append(out, fmt.Sprintf("%s %s was deleted", p.kind, k))
+			}
+		}
+		if relaxAsked {
+			continue
+		}
+		if v, has := isLabels[labels.MeshMTLS]; wasLabels[labels.MeshMTLS] == contract.MTLSStrict && has && v != contract.MTLSStrict {
+			out = append(out, fmt.Sprintf("namespace %s went from %s=strict to %q without the spec asking", name, labels.MeshMTLS, v))
+		}
+		if pa := now.objs[gvrPAs][name+"/"+meshMTLSPolicy]; pa != nil && mtlsMode(before.objs[gvrPAs][name+"/"+meshMTLSPolicy]) == "STRICT" && mtlsMode(pa) != "STRICT" {
+			out = append(out, fmt.Sprintf("PeerAuthentication %s/%s went from STRICT to %s without the spec asking", name, meshMTLSPolicy, mtlsMode(pa)))
+		}
+	}
+	return out
+}
+
+// The mesh operator's per-namespace policies (enroll.PeerAuthenticationName
+// and enroll.IsolationPolicyName, internal to the mesh operator).
+const (
+	meshMTLSPolicy      = "mesh-mtls"
+	meshIsolationPolicy = "mesh-isolation"
+)
+
+// optedOut: the namespace is not asking to be enrolled: the admin's label
+// says disabled, or neither the label nor spec.enrollNamespaces asks.
+func optedOut(mesh *meshv1.ServiceMesh, ns *unstructured.Unstructured) bool {
+	switch ns.GetLabels()[labels.Mesh] {
+	case labels.MeshDisabled:
+		return true
+	case labels.MeshEnabled:
+		return false
+	}
+	return !slices.Contains(mesh.Spec.EnrollNamespaces, ns.GetName())
+}
+
+// anyOf is the first of keys set in l, "" when none is.
+func anyOf(l map[string]string, keys []string) string {
+	for _, k := range keys {
+		if _, ok := l[k]; ok {
+			return k
+		}
+	}
+	return ""
+}
+
+func mtlsMode(pa *unstructured.Unstructured) string {
+	if pa == nil {
+		return ""
+	}
+	mode, _, _ := unstructured.NestedString(pa.Object, "spec", "mtls", "mode")
+	return mode
 }

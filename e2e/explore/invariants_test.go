@@ -1,6 +1,9 @@
 package explore
 
 import (
+	"maps"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	meshv1 "github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/shared/labels"
 	"github.com/ericdev/fleetmesh/shared/podmesh"
 )
@@ -107,5 +111,138 @@ func TestDescribeShowsWhatTheJudgeSaw(t *testing.T) {
 	want := `rv 42 step 4 DELETED peerauthentications x1-app/b-mesh (found by a relist) | pods [a-0[0aaa]C a-1[1bbb]PT a-2[2ccc]~] | PA [a-mesh] AP [] | ns istio.io/dataplane-mode="ambient" core.navique.com/mesh-mtls="strict" | ztunnel false`
 	if got != want {
 		t.Fatalf("describe =\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestReleasedWhileHeld: from one state to the next while the license
+// cannot be known, an enrolled STRICT namespace keeps its labels, its
+// PeerAuthentication and isolation policy, and STRICT, unless the spec
+// asks otherwise. The torn-down pair is what the mesh operator did before
+// issue 40 when a read of its license Secret failed.
+func TestReleasedWhileHeld(t *testing.T) {
+	w := world{app: "x1-app", edge: "x1-edge", other: "x1-other"}
+	at := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	enrolled := map[string]string{labels.Mesh: labels.MeshEnabled, labels.MeshState: labels.MeshStateEnrolled, labels.MeshMTLS: "strict",
+		labels.MeshDataPlane: "ambient", labels.IstioDataPlaneMode: "ambient"}
+	state := func(nsLabels map[string]string, paMode string, isolation bool, spec func(*meshv1.ServiceMesh)) *snapshot {
+		ns := &unstructured.Unstructured{}
+		ns.SetName(w.app)
+		ns.SetLabels(nsLabels)
+		s := &snapshot{at: at, objs: map[schema.GroupVersionResource]map[string]*unstructured.Unstructured{
+			gvrNamespaces: {"/" + w.app: ns}, gvrPAs: {}, gvrAPs: {}, gvrMeshes: {}}, absent: map[schema.GroupVersionResource]bool{}}
+		if paMode != "" {
+			pa := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"mtls": map[string]any{"mode": paMode}}}}
+			pa.SetNamespace(w.app)
+			pa.SetName(meshMTLSPolicy)
+			s.objs[gvrPAs][w.app+"/"+meshMTLSPolicy] = pa
+		}
+		if isolation {
+			ap := &unstructured.Unstructured{}
+			ap.SetNamespace(w.app)
+			ap.SetName(meshIsolationPolicy)
+			s.objs[gvrAPs][w.app+"/"+meshIsolationPolicy] = ap
+		}
+		if spec != nil {
+			m := &meshv1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: meshv1.SingletonName}, Spec: meshv1.ServiceMeshSpec{
+				DataPlane: meshv1.DataPlaneAmbient, Isolation: meshv1.IsolationNamespace, MTLS: meshv1.MTLS{Mode: meshv1.MTLSStrict}}}
+			spec(m)
+			obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.objs[gvrMeshes]["/"+meshv1.SingletonName] = &unstructured.Unstructured{Object: obj}
+		}
+		return s
+	}
+	as := func(*meshv1.ServiceMesh) {}
+	with := func(l map[string]string, kv ...string) map[string]string {
+		out := maps.Clone(l)
+		for i := 0; i < len(kv); i += 2 {
+			if kv[i+1] == "" {
+				delete(out, kv[i])
+			} else {
+				out[kv[i]] = kv[i+1]
+			}
+		}
+		return out
+	}
+	before := state(enrolled, "STRICT", true, as)
+	for _, tc := range []struct {
+		name string
+		now  *snapshot
+		want []string
+	}{
+		{"held as it was", state(enrolled, "STRICT", true, as), nil},
+		{"torn down (a failed read taken for a missing license)", state(map[string]string{labels.Mesh: labels.MeshEnabled}, "", false, as), []string{
+			"namespace x1-app lost core.navique.com/mesh-state=enrolled",
+			"namespace x1-app lost core.navique.com/mesh-mtls=strict",
+			"namespace x1-app lost core.navique.com/mesh-dataplane=ambient",
+			"namespace x1-app lost its data-plane label istio.io/dataplane-mode",
+			"PeerAuthentication x1-app/mesh-mtls was deleted",
+			"AuthorizationPolicy x1-app/mesh-isolation was deleted",
+		}},
+		{"relaxed without the spec asking", state(with(enrolled, labels.MeshMTLS, "permissive"), "PERMISSIVE", true, as), []string{
+			`namespace x1-app went from core.navique.com/mesh-mtls=strict to "permissive" without the spec asking`,
+			"PeerAuthentication x1-app/mesh-mtls went from STRICT to PERMISSIVE without the spec asking",
+		}},
+		{"relaxed for mtls.mode permissive", state(with(enrolled, labels.MeshMTLS, "permissive"), "PERMISSIVE", true,
+			func(m *meshv1.ServiceMesh) { m.Spec.MTLS.Mode = meshv1.MTLSPermissive }), nil},
+		{"relaxed for an open maintenance window", state(with(enrolled, labels.MeshMTLS, "permissive"), "PERMISSIVE", true,
+			func(m *meshv1.ServiceMesh) { m.Spec.MTLS.MaintenanceUntil = &metav1.Time{Time: at.Add(time.Minute)} }), nil},
+		{"relaxed after the maintenance window ended", state(with(enrolled, labels.MeshMTLS, "permissive"), "PERMISSIVE", true,
+			func(m *meshv1.ServiceMesh) { m.Spec.MTLS.MaintenanceUntil = &metav1.Time{Time: at.Add(-time.Minute)} }), []string{
+			`namespace x1-app went from core.navique.com/mesh-mtls=strict to "permissive" without the spec asking`,
+			"PeerAuthentication x1-app/mesh-mtls went from STRICT to PERMISSIVE without the spec asking",
+		}},
+		{"isolation switched off", state(enrolled, "STRICT", false, func(m *meshv1.ServiceMesh) { m.Spec.Isolation = meshv1.IsolationOff }), nil},
+		{"released, opted out by the admin", state(map[string]string{labels.Mesh: labels.MeshDisabled}, "", false, as), nil},
+		{"released, no longer asked for", state(map[string]string{}, "", false, as), nil},
+		{"released while switching the data plane", state(map[string]string{labels.Mesh: labels.MeshEnabled}, "", false,
+			func(m *meshv1.ServiceMesh) { m.Spec.DataPlane = meshv1.DataPlaneSidecar }), nil},
+		{"the ServiceMesh deleted", state(map[string]string{labels.Mesh: labels.MeshEnabled}, "", false, nil), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := releasedWhileHeld(w, before, tc.now)
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("releasedWhileHeld =\n%q\nwant\n%q", got, tc.want)
+			}
+		})
+	}
+	t.Run("Istio's API removed", func(t *testing.T) {
+		now := state(map[string]string{labels.Mesh: labels.MeshEnabled}, "", false, as)
+		now.absent[gvrPAs], now.absent[gvrAPs] = true, true
+		if got := releasedWhileHeld(w, before, now); got != nil {
+			t.Fatalf("releasedWhileHeld = %q, want nothing while Istio's policies are gone with its API", got)
+		}
+	})
+
+	// checkHeld judges only inside a hold: the same tear-down is a
+	// violation while the read is denied, and what is owed once the
+	// license has been read again and was found expired.
+	torn := state(map[string]string{labels.Mesh: labels.MeshEnabled}, "", false, as)
+	for _, tc := range []struct {
+		name string
+		h    hold
+		want bool
+	}{
+		{"while the read is denied", hold{why: licenseUnreadable, from: at.Add(-time.Minute)}, true},
+		{"within the re-read after allow", hold{why: licenseUnreadable, from: at.Add(-time.Minute), until: at.Add(time.Second)}, true},
+		{"after the re-read", hold{why: licenseUnreadable, from: at.Add(-time.Minute), until: at.Add(-time.Second)}, false},
+		{"after the license expired", hold{why: licenseUnreadable, from: at.Add(-time.Minute), expires: at.Add(-time.Second)}, false},
+		{"before the fault", hold{why: licenseRenewing, from: at.Add(time.Second)}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := newJudgement(w)
+			j.holds = []hold{tc.h}
+			j.checkHeld(before, 1)
+			torn.last = "MODIFIED namespaces /x1-app"
+			j.checkHeld(torn, 2)
+			if (len(j.violations) > 0) != tc.want {
+				t.Fatalf("violations %q, want some: %t", j.violations, tc.want)
+			}
+			if tc.want && !strings.HasPrefix(j.violations[0], "step 2, after MODIFIED namespaces /x1-app: while "+tc.h.why+": ") {
+				t.Fatalf("violation %q does not say when and why", j.violations[0])
+			}
+		})
 	}
 }

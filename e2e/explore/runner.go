@@ -82,6 +82,7 @@ func (r *Runner) Run(ctx context.Context, seq []Action) (Result, error) {
 	if err := r.reset(ctx); err != nil {
 		return Result{}, fmt.Errorf("reset before the sequence: %w", err)
 	}
+	r.env.takeHolds() // the reset's own
 	if err := r.populate(ctx, w); err != nil {
 		return Result{}, err
 	}
@@ -126,6 +127,7 @@ func (r *Runner) Run(ctx context.Context, seq []Action) (Result, error) {
 		_ = r.K8s.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	}
 	j := newJudgement(w)
+	j.holds = r.env.takeHolds()
 	var recent, trace []string
 	states := rec.replay(func(s *snapshot) {
 		clean := len(j.violations) == 0
@@ -351,6 +353,8 @@ func (r *Runner) do(ctx context.Context, w world, a Action) error {
 		return nil
 	case License:
 		return r.setLicense(ctx, a.Arg)
+	case LicenseRead:
+		return r.setLicenseRead(ctx, a.Arg == "allow")
 	case CRDs:
 		group, state, _ := strings.Cut(a.Arg, "-")
 		r.env.mu.Lock()

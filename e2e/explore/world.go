@@ -3,6 +3,7 @@ package explore
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sort"
 	"strconv"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	fleetv1 "github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	meshv1 "github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/shared/authzeval"
 	"github.com/ericdev/fleetmesh/shared/labels"
 	"github.com/ericdev/fleetmesh/shared/podmesh"
@@ -36,10 +38,11 @@ var (
 	gvrAPs        = schema.GroupVersionResource{Group: "security.istio.io", Version: "v1", Resource: "authorizationpolicies"}
 	gvrFleets     = schema.GroupVersionResource{Group: "celld.eric.dev", Version: "v1alpha1", Resource: "celldfleets"}
 	gvrZTunnels   = schema.GroupVersionResource{Group: "sailoperator.io", Version: "v1", Resource: "ztunnels"}
+	gvrMeshes     = schema.GroupVersionResource{Group: "core.navique.com", Version: "v1alpha1", Resource: "servicemeshes"}
 
 	gvrCRDs = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
-	watched = []schema.GroupVersionResource{gvrPods, gvrNamespaces, gvrPVCs, gvrNetpols, gvrPAs, gvrAPs, gvrFleets, gvrZTunnels, gvrCRDs}
+	watched = []schema.GroupVersionResource{gvrPods, gvrNamespaces, gvrPVCs, gvrNetpols, gvrPAs, gvrAPs, gvrFleets, gvrZTunnels, gvrMeshes, gvrCRDs}
 )
 
 // hbonePort is where ztunnel delivers ambient traffic to a captured Pod.
@@ -295,6 +298,30 @@ const istioGrace = 30 * time.Second
 func (s *snapshot) istioPoliciesMissing() bool {
 	back, ok := s.restored[gvrAPs]
 	return s.absent[gvrAPs] || (ok && s.at.Sub(back) < istioGrace)
+}
+
+// serviceMesh is the cluster's ServiceMesh, nil when there is none.
+func (s *snapshot) serviceMesh() *meshv1.ServiceMesh {
+	u := s.objs[gvrMeshes]["/"+meshv1.SingletonName]
+	if u == nil {
+		return nil
+	}
+	m := &meshv1.ServiceMesh{}
+	if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, m) != nil {
+		return nil
+	}
+	return m
+}
+
+// meshPart is a copy of what releasedWhileHeld compares (namespaces, Istio
+// policies, the ServiceMesh): replay changes the snapshot in place.
+func (s *snapshot) meshPart() *snapshot {
+	out := &snapshot{rv: s.rv, step: s.step, last: s.last, at: s.at, objs: map[schema.GroupVersionResource]map[string]*unstructured.Unstructured{},
+		absent: maps.Clone(s.absent), restored: maps.Clone(s.restored)}
+	for _, gvr := range []schema.GroupVersionResource{gvrNamespaces, gvrPAs, gvrAPs, gvrMeshes} {
+		out.objs[gvr] = maps.Clone(s.objs[gvr])
+	}
+	return out
 }
 
 func (s *snapshot) in(gvr schema.GroupVersionResource, namespace string) []unstructured.Unstructured {
