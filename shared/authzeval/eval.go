@@ -217,9 +217,11 @@ type ModeInForce struct {
 // portLevelMtls for the port wins over its mtls.mode, which wins over the
 // namespace-wide policy's mode; UNSET or absent inherits, and with nothing
 // set Istio's default is PERMISSIVE (the mesh-wide root-namespace policy is
-// not modelled). ambient: ztunnel enforces the workload, and it ignores
-// DISABLE (it always accepts mTLS and, unless STRICT, plaintext), so DISABLE
-// reads as PERMISSIVE there.
+// not modelled). Where several namespace-wide policies exist, or several
+// selector policies match the workload, Istio applies only the oldest of
+// each (by creation time, then name). ambient: ztunnel enforces the
+// workload, and it ignores DISABLE (it always accepts mTLS and, unless
+// STRICT, plaintext), so DISABLE reads as PERMISSIVE there.
 func MTLSInForce(peerAuthentications []unstructured.Unstructured, podLabels map[string]string, port int, ambient bool) ModeInForce {
 	out := ModeInForce{Mode: "PERMISSIVE"}
 	set := func(m string, pa *unstructured.Unstructured, portLevel bool) {
@@ -227,29 +229,45 @@ func MTLSInForce(peerAuthentications []unstructured.Unstructured, podLabels map[
 			out = ModeInForce{Mode: m, Source: pa.GetNamespace() + "/" + pa.GetName(), PortLevel: portLevel}
 		}
 	}
+	var namespaceWide, workload *unstructured.Unstructured
 	for i := range peerAuthentications {
 		pa := &peerAuthentications[i]
 		spec, _ := pa.Object["spec"].(map[string]any)
 		if _, hasSelector := spec["selector"]; !hasSelector {
-			m, _, _ := unstructured.NestedString(pa.Object, "spec", "mtls", "mode")
-			set(m, pa, false)
-		}
-	}
-	for i := range peerAuthentications {
-		pa := &peerAuthentications[i]
-		matchLabels, found, _ := unstructured.NestedStringMap(pa.Object, "spec", "selector", "matchLabels")
-		if !found || !subset(matchLabels, podLabels) {
+			if namespaceWide == nil || olderThan(pa, namespaceWide) {
+				namespaceWide = pa
+			}
 			continue
 		}
-		m, _, _ := unstructured.NestedString(pa.Object, "spec", "mtls", "mode")
-		set(m, pa, false)
-		m, _, _ = unstructured.NestedString(pa.Object, "spec", "portLevelMtls", strconv.Itoa(port), "mode")
-		set(m, pa, true)
+		matchLabels, found, _ := unstructured.NestedStringMap(pa.Object, "spec", "selector", "matchLabels")
+		if found && subset(matchLabels, podLabels) && (workload == nil || olderThan(pa, workload)) {
+			workload = pa
+		}
+	}
+	if namespaceWide != nil {
+		m, _, _ := unstructured.NestedString(namespaceWide.Object, "spec", "mtls", "mode")
+		set(m, namespaceWide, false)
+	}
+	if workload != nil {
+		m, _, _ := unstructured.NestedString(workload.Object, "spec", "mtls", "mode")
+		set(m, workload, false)
+		m, _, _ = unstructured.NestedString(workload.Object, "spec", "portLevelMtls", strconv.Itoa(port), "mode")
+		set(m, workload, true)
 	}
 	if ambient && out.Mode == "DISABLE" {
 		out.Mode = "PERMISSIVE"
 	}
 	return out
+}
+
+// olderThan orders PeerAuthentications as Istio picks among rivals: by
+// creation time, then by name.
+func olderThan(a, b *unstructured.Unstructured) bool {
+	ta, tb := a.GetCreationTimestamp(), b.GetCreationTimestamp()
+	if !ta.Equal(&tb) {
+		return ta.Before(&tb)
+	}
+	return a.GetName() < b.GetName()
 }
 
 func subset(want, have map[string]string) bool {

@@ -2,8 +2,10 @@ package authzeval
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
@@ -132,4 +134,31 @@ func TestModeInForceNamesThePeerAuthentication(t *testing.T) {
 	disable.SetName("off")
 	assert.Equal(t, "DISABLE", MTLSInForce([]unstructured.Unstructured{*disable}, nil, 8080, false).Mode)
 	assert.Equal(t, "PERMISSIVE", MTLSInForce([]unstructured.Unstructured{*disable}, nil, 8080, true).Mode, "ztunnel ignores DISABLE")
+}
+
+// TestOldestPeerAuthenticationWins: with several namespace-wide policies
+// (or several selector policies matching a workload) Istio applies the
+// oldest, whatever order a list returns them in; equal creation times fall
+// back to the name.
+func TestOldestPeerAuthenticationWins(t *testing.T) {
+	at := func(pa unstructured.Unstructured, name string, minute int) unstructured.Unstructured {
+		pa.SetNamespace("team-a")
+		pa.SetName(name)
+		pa.SetCreationTimestamp(metav1.NewTime(time.Date(2026, 12, 7, 4, minute, 0, 0, time.UTC)))
+		return pa
+	}
+	users := at(peerAuthentication(nil, "PERMISSIVE", nil), "default", 1)
+	ours := at(peerAuthentication(nil, "STRICT", nil), "mesh-mtls", 2)
+	vault := map[string]string{"app": "vault"}
+	for _, order := range [][]unstructured.Unstructured{{users, ours}, {ours, users}} {
+		assert.Equal(t, ModeInForce{Mode: "PERMISSIVE", Source: "team-a/default"}, MTLSInForce(order, vault, 8080, false))
+	}
+	same := at(peerAuthentication(nil, "STRICT", nil), "a-first", 1)
+	assert.Equal(t, "team-a/a-first", MTLSInForce([]unstructured.Unstructured{users, same}, vault, 8080, false).Source, "same minute: by name")
+
+	oldWorkload := at(peerAuthentication(map[string]any{"app": "vault"}, "DISABLE", nil), "vault-old", 3)
+	newWorkload := at(peerAuthentication(map[string]any{"app": "vault"}, "STRICT", nil), "vault-new", 4)
+	for _, order := range [][]unstructured.Unstructured{{ours, newWorkload, oldWorkload}, {oldWorkload, ours, newWorkload}} {
+		assert.Equal(t, ModeInForce{Mode: "DISABLE", Source: "team-a/vault-old"}, MTLSInForce(order, vault, 8080, false))
+	}
 }
