@@ -231,7 +231,7 @@ func sidecarState(f *v1alpha1.CelldFleet, st mesh.State, np network.Params, mp m
 		NetworkPolicies: []networkingv1.NetworkPolicy{*must(network.NetworkPolicy(f, np))},
 	}
 	if st.Policies {
-		s.AuthorizationPolicies = []unstructured.Unstructured{u(mesh.AuthorizationPolicy(f, mp, v1alpha1.AllowAll, st.Relaxed, mesh.Wiring{}))}
+		s.AuthorizationPolicies = []unstructured.Unstructured{u(mesh.AuthorizationPolicy(f, mp, v1alpha1.AllowAll, st.Relaxed, mesh.Wiring{}, nil))}
 		s.PeerAuthentications = []unstructured.Unstructured{u(mesh.PeerAuthentication(f))}
 	}
 	s.Pods = append(members, otherPods([]podOpt{sidecar}, []podOpt{sidecar}, nil, []podOpt{sidecar})...)
@@ -251,7 +251,7 @@ func ambientState(t *testing.T, golden string, np network.Params, mp mesh.Params
 			namespace(foreignNS, map[string]string{labels.IstioDataPlaneMode: "ambient"})},
 		NetworkPolicies:       []networkingv1.NetworkPolicy{*must(network.NetworkPolicy(f, np)), *routing.NetworkPolicy(f, true)},
 		PeerAuthentications:   pas,
-		AuthorizationPolicies: append(aps, u(mesh.AmbientAuthorizationPolicy(f, mp, v1alpha1.AllowAll, mesh.Wiring{}))),
+		AuthorizationPolicies: append(aps, u(mesh.AmbientAuthorizationPolicy(f, mp, v1alpha1.AllowAll, mesh.Wiring{}, nil))),
 	}
 	s.Pods = []corev1.Pod{member(f, 0, redirected), member(f, 1, redirected), member(f, 2, redirected)}
 	s.Pods = append(s.Pods, otherPods([]podOpt{redirected}, []podOpt{sidecar}, []podOpt{redirected}, []podOpt{redirected})...)

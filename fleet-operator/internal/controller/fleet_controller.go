@@ -363,6 +363,9 @@ type observed struct {
 	// wiring: the identities isolation strict admits on 8080 (Strict false
 	// outside isolation strict).
 	wiring mesh.Wiring
+	// formerAccounts: ServiceAccounts other than the spec's that members run
+	// as or the live template names (mesh.FormerAccounts).
+	formerAccounts []string
 	// ownVersions are the resourceVersions of the operator's own writes to
 	// the fleet in this pass (its finalizer), for statusView.
 	ownVersions []string
@@ -591,6 +594,7 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 		meshTemplate = nil
 	}
 	obs.mesh = observeMesh(fleet, pods, meshTemplate, obs.intent)
+	obs.formerAccounts = formerAccounts(fleet, pods, live)
 	// Until the routing step judges the route, RoutingReady stays as it was.
 	obs.routing = routingOutcome{keep: true}
 
@@ -652,7 +656,7 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 		return routingErr
 	}
 
-	if err := r.reconcileServiceAccount(ctx, fleet); err != nil {
+	if err := r.reconcileServiceAccount(ctx, fleet, live, obs.formerAccounts); err != nil {
 		return failed("ServiceAccount", err)
 	}
 	sts, held, err := r.reconcileStatefulSet(ctx, fleet, live, obs)
@@ -733,17 +737,41 @@ func (r *FleetReconciler) applied(ctx context.Context, obj client.Object, res ap
 	return nil
 }
 
-func (r *FleetReconciler) reconcileServiceAccount(ctx context.Context, fleet *v1alpha1.CelldFleet) error {
-	if sa := members.ServiceAccount(fleet); sa != nil {
-		return r.apply(ctx, fleet, sa)
-	}
-	// The spec names its own ServiceAccount: drop the default one we made, if any.
-	_, err := r.Applier.Delete(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: fleet.Namespace, Name: names.ServiceAccount(fleet.Name)}}, fleet)
+// reconcileServiceAccount makes the fleet's default ServiceAccount while
+// the members run as it, and deletes the one the operator made once
+// nothing can run as it any more (defaultAccountInUse).
+func (r *FleetReconciler) reconcileServiceAccount(ctx context.Context, fleet *v1alpha1.CelldFleet, live *appsv1.StatefulSet, former []string) error {
 	var conflict *apply.ConflictError
+	if sa := members.ServiceAccount(fleet); sa != nil {
+		err := r.apply(ctx, fleet, sa)
+		if errors.As(err, &conflict) && fleet.Spec.ServiceAccountName == sa.Name {
+			return nil // the spec names an account of someone else's that happens to bear the fleet's name
+		}
+		return err
+	}
+	if defaultAccountInUse(fleet, live, former) {
+		return nil
+	}
+	_, err := r.Applier.Delete(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: fleet.Namespace, Name: names.ServiceAccount(fleet.Name)}}, fleet)
 	if errors.As(err, &conflict) {
 		return nil // not ours (perhaps the very account the spec names): leave it
 	}
 	return err
+}
+
+// defaultAccountInUse reports whether something may still run as the
+// fleet's default ServiceAccount after the spec named another: a member
+// Pod (a terminating one included) or the live StatefulSet template, which
+// a paused fleet holds and from which the StatefulSet controller recreates
+// an evicted member; or a template the StatefulSet controller has yet to
+// observe, so that it may still create a member from an older one.
+// Deleting the account under any of them would stop their bound tokens
+// from validating and fail the Pod's re-creation.
+func defaultAccountInUse(fleet *v1alpha1.CelldFleet, live *appsv1.StatefulSet, former []string) bool {
+	if slices.Contains(former, names.ServiceAccount(fleet.Name)) {
+		return true
+	}
+	return live != nil && live.Status.ObservedGeneration < live.Generation
 }
 
 // membersEvent is the event recorded when an apply of the members'

@@ -144,9 +144,9 @@ func (r *FleetReconciler) reconcileMeshPolicies(ctx context.Context, fleet *v1al
 		return nil
 	}
 	st := obs.mesh
-	ap := mesh.AuthorizationPolicy(fleet, r.meshParams(), obs.intent.Access, st.Relaxed, obs.wiring)
+	ap := mesh.AuthorizationPolicy(fleet, r.meshParams(), obs.intent.Access, st.Relaxed, obs.wiring, obs.formerAccounts)
 	if st.Phase == mesh.Ambient || st.Standby || st.Captured {
-		ap = mesh.AmbientAuthorizationPolicy(fleet, r.meshParams(), obs.intent.Access, obs.wiring)
+		ap = mesh.AmbientAuthorizationPolicy(fleet, r.meshParams(), obs.intent.Access, obs.wiring, obs.formerAccounts)
 	}
 	pa := mesh.PeerAuthentication(fleet)
 	if st.Policies || st.Standby {
@@ -193,6 +193,20 @@ func (r *FleetReconciler) deleteOwned(ctx context.Context, fleet *v1alpha1.Celld
 	}
 	r.Recorder.Eventf(fleet, nil, corev1.EventTypeNormal, string(v1alpha1.EventMeshPolicyDeleted), "Delete", "Deleted %s %s", desired.GetKind(), desired.GetName())
 	return nil
+}
+
+// formerAccounts are mesh.FormerAccounts of the member Pods and the live
+// StatefulSet (nil: none yet).
+func formerAccounts(fleet *v1alpha1.CelldFleet, pods []corev1.Pod, live *appsv1.StatefulSet) []string {
+	podAccounts := make([]string, 0, len(pods))
+	for i := range pods {
+		podAccounts = append(podAccounts, pods[i].Spec.ServiceAccountName)
+	}
+	var template *string
+	if live != nil {
+		template = &live.Spec.Template.Spec.ServiceAccountName
+	}
+	return mesh.FormerAccounts(fleet, podAccounts, template)
 }
 
 // sharingServiceAccount lists the Pods of the fleet's namespace, other than

@@ -53,9 +53,11 @@ func ServiceAccountName(f *v1alpha1.CelldFleet) string {
 	return names.ServiceAccount(f.Name)
 }
 
-// ServiceAccount is the default identity, built only when the spec names none.
+// ServiceAccount is the default identity, built whenever the members run as
+// it: when the spec names no account, and when it names this very one (the
+// fleet's own name).
 func ServiceAccount(f *v1alpha1.CelldFleet) *corev1.ServiceAccount {
-	if f.Spec.ServiceAccountName != "" {
+	if ServiceAccountName(f) != names.ServiceAccount(f.Name) {
 		return nil
 	}
 	return &corev1.ServiceAccount{

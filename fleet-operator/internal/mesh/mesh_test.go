@@ -84,17 +84,17 @@ func fleet(access v1alpha1.ApplicationAccess) *v1alpha1.CelldFleet {
 var params = Params{OperatorNamespace: "fleet-system", OperatorServiceAccount: "fleet-operator", TrustDomain: "cluster.local"}
 
 func TestGoldenPolicies(t *testing.T) {
-	golden.AssertYAML(t, "meshed-allowall", AuthorizationPolicy(fleet(v1alpha1.AllowAll), params, v1alpha1.AllowAll, false, Wiring{}))
-	golden.AssertYAML(t, "meshed-policies", AuthorizationPolicy(fleet(v1alpha1.Policies), params, v1alpha1.Policies, false, Wiring{}))
-	golden.AssertYAML(t, "rolling-allowall", AuthorizationPolicy(fleet(v1alpha1.AllowAll), params, v1alpha1.AllowAll, true, Wiring{}), PeerAuthentication(fleet(v1alpha1.AllowAll)))
-	golden.AssertYAML(t, "rolling-policies", AuthorizationPolicy(fleet(v1alpha1.Policies), params, v1alpha1.Policies, true, Wiring{}), PeerAuthentication(fleet(v1alpha1.Policies)))
+	golden.AssertYAML(t, "meshed-allowall", AuthorizationPolicy(fleet(v1alpha1.AllowAll), params, v1alpha1.AllowAll, false, Wiring{}, nil))
+	golden.AssertYAML(t, "meshed-policies", AuthorizationPolicy(fleet(v1alpha1.Policies), params, v1alpha1.Policies, false, Wiring{}, nil))
+	golden.AssertYAML(t, "rolling-allowall", AuthorizationPolicy(fleet(v1alpha1.AllowAll), params, v1alpha1.AllowAll, true, Wiring{}, nil), PeerAuthentication(fleet(v1alpha1.AllowAll)))
+	golden.AssertYAML(t, "rolling-policies", AuthorizationPolicy(fleet(v1alpha1.Policies), params, v1alpha1.Policies, true, Wiring{}, nil), PeerAuthentication(fleet(v1alpha1.Policies)))
 	// A leaving fleet has no spec.mesh: its relaxed policy keeps 8080 open as before.
-	golden.AssertYAML(t, "leaving", AuthorizationPolicy(fleet(""), params, IntentFor(fleet(""), contract.State{}).Access, true, Wiring{}), PeerAuthentication(fleet("")))
-	golden.AssertYAML(t, "ambient-allowall", AmbientAuthorizationPolicy(fleet(""), params, v1alpha1.AllowAll, Wiring{}))
+	golden.AssertYAML(t, "leaving", AuthorizationPolicy(fleet(""), params, IntentFor(fleet(""), contract.State{}).Access, true, Wiring{}, nil), PeerAuthentication(fleet("")))
+	golden.AssertYAML(t, "ambient-allowall", AmbientAuthorizationPolicy(fleet(""), params, v1alpha1.AllowAll, Wiring{}, nil))
 	// Isolation strict: 8080 names the wired callers; with none, no 8080 rule.
-	golden.AssertYAML(t, "ambient-strict", AmbientAuthorizationPolicy(fleet(""), params, v1alpha1.AllowAll, strictWiring))
-	golden.AssertYAML(t, "meshed-strict", AuthorizationPolicy(fleet(v1alpha1.AllowAll), params, v1alpha1.AllowAll, false, strictWiring))
-	golden.AssertYAML(t, "ambient-strict-no-callers", AmbientAuthorizationPolicy(fleet(""), params, v1alpha1.AllowAll, Wiring{Strict: true}))
+	golden.AssertYAML(t, "ambient-strict", AmbientAuthorizationPolicy(fleet(""), params, v1alpha1.AllowAll, strictWiring, nil))
+	golden.AssertYAML(t, "meshed-strict", AuthorizationPolicy(fleet(v1alpha1.AllowAll), params, v1alpha1.AllowAll, false, strictWiring, nil))
+	golden.AssertYAML(t, "ambient-strict-no-callers", AmbientAuthorizationPolicy(fleet(""), params, v1alpha1.AllowAll, Wiring{Strict: true}, nil))
 }
 
 // strictWiring: a wired client, the routing source, and a client that
@@ -129,8 +129,8 @@ func TestStrictTruthTable(t *testing.T) {
 		{"wired client on the peer port", p("fleets", "web"), 8081, false},
 	}
 	for name, ap := range map[string]*unstructured.Unstructured{
-		"ambient": AmbientAuthorizationPolicy(fleet(""), params, v1alpha1.AllowAll, strictWiring),
-		"sidecar": AuthorizationPolicy(fleet(v1alpha1.AllowAll), params, v1alpha1.AllowAll, false, strictWiring),
+		"ambient": AmbientAuthorizationPolicy(fleet(""), params, v1alpha1.AllowAll, strictWiring, nil),
+		"sidecar": AuthorizationPolicy(fleet(v1alpha1.AllowAll), params, v1alpha1.AllowAll, false, strictWiring, nil),
 	} {
 		pol := authzeval.FromUnstructured(ap, members)
 		for _, r := range rows {
@@ -139,7 +139,7 @@ func TestStrictTruthTable(t *testing.T) {
 			assert.Equal(t, r.want, got.Allowed, "%s: %s :%d (%s)", name, r.name, r.port, got.Why)
 		}
 	}
-	none := authzeval.FromUnstructured(AmbientAuthorizationPolicy(fleet(""), params, v1alpha1.AllowAll, Wiring{Strict: true}), members)
+	none := authzeval.FromUnstructured(AmbientAuthorizationPolicy(fleet(""), params, v1alpha1.AllowAll, Wiring{Strict: true}, nil), members)
 	assert.False(t, authzeval.Evaluate("STRICT", []authzeval.Policy{none}, authzeval.Request{MTLS: true, Principal: p("fleets", "web"), Namespace: "fleets", Port: 8080}).Allowed,
 		"no wired caller: 8080 admits nobody")
 }
@@ -256,7 +256,7 @@ func TestAmbientCaptureIsGradual(t *testing.T) {
 	// not STRICT), never another identity's.
 	f := fleet(v1alpha1.AllowAll)
 	members := map[string]string{labels.Fleet: f.Name}
-	ap := authzeval.FromUnstructured(AmbientAuthorizationPolicy(f, params, v1alpha1.AllowAll, Wiring{}), members)
+	ap := authzeval.FromUnstructured(AmbientAuthorizationPolicy(f, params, v1alpha1.AllowAll, Wiring{}, nil), members)
 	plaintextPeer := authzeval.Request{Port: 8081}
 	client := authzeval.Request{MTLS: true, Principal: "cluster.local/ns/" + f.Namespace + "/sa/web", Namespace: f.Namespace, Port: 8081}
 	peer := authzeval.Request{MTLS: true, Principal: "cluster.local/ns/" + f.Namespace + "/sa/" + f.Name, Namespace: f.Namespace, Port: 8081}
@@ -274,7 +274,7 @@ func TestAllowAllAdmitsAnyCallerOn8080(t *testing.T) {
 	f := fleet(v1alpha1.AllowAll)
 	f.Spec.ServiceAccountName = "default"
 	members := map[string]string{labels.Fleet: f.Name}
-	ap := authzeval.FromUnstructured(AuthorizationPolicy(f, params, v1alpha1.AllowAll, false, Wiring{}), members)
+	ap := authzeval.FromUnstructured(AuthorizationPolicy(f, params, v1alpha1.AllowAll, false, Wiring{}, nil), members)
 	callers := map[string]authzeval.Request{
 		"a client sharing the fleet's ServiceAccount": {MTLS: true, Principal: "cluster.local/ns/" + f.Namespace + "/sa/default", Namespace: f.Namespace},
 		"the operator":   {MTLS: true, Principal: "cluster.local/ns/fleet-system/sa/fleet-operator", Namespace: "fleet-system"},
@@ -289,10 +289,44 @@ func TestAllowAllAdmitsAnyCallerOn8080(t *testing.T) {
 	assert.False(t, authzeval.Evaluate("STRICT", []authzeval.Policy{ap}, other).Allowed, "8081 stays limited to the peer identities")
 
 	// Ambient keeps the exclusion: the NetworkPolicy sees only HBONE there.
-	amb := authzeval.FromUnstructured(AmbientAuthorizationPolicy(f, params, v1alpha1.AllowAll, Wiring{}), members)
+	amb := authzeval.FromUnstructured(AmbientAuthorizationPolicy(f, params, v1alpha1.AllowAll, Wiring{}, nil), members)
 	shared := callers["a client sharing the fleet's ServiceAccount"]
 	shared.Port = 8080
 	assert.False(t, authzeval.Evaluate("STRICT", []authzeval.Policy{amb}, shared).Allowed, "ambient: peer identities stay off 8080")
 	other.Port = 8080
 	assert.True(t, authzeval.Evaluate("STRICT", []authzeval.Policy{amb}, other).Allowed)
+}
+
+// TestFormerAccountsAdmittedOn8081 judges both policies with Istio's rules
+// while a change of spec.serviceAccountName rolls: the old identity the
+// members or the template still run as and the new one are both peers on
+// 8081; with no former account left, only the new one.
+func TestFormerAccountsAdmittedOn8081(t *testing.T) {
+	f := fleet(v1alpha1.AllowAll)
+	f.Spec.ServiceAccountName = "custom"
+	template := "orders"
+	former := FormerAccounts(f, []string{"orders", "custom", "orders", ""}, &template)
+	assert.Equal(t, []string{"default", "orders"}, former, "sorted, without the spec's, a Pod naming none runs as default")
+	assert.Empty(t, FormerAccounts(f, []string{"custom"}, nil))
+
+	members := map[string]string{labels.Fleet: f.Name}
+	peer := func(sa string) authzeval.Request {
+		return authzeval.Request{MTLS: true, Principal: "cluster.local/ns/" + f.Namespace + "/sa/" + sa, Namespace: f.Namespace, Port: 8081}
+	}
+	for mode, build := range map[string]func([]string) *unstructured.Unstructured{
+		"sidecar": func(former []string) *unstructured.Unstructured {
+			return AuthorizationPolicy(f, params, v1alpha1.AllowAll, false, Wiring{}, former)
+		},
+		"ambient": func(former []string) *unstructured.Unstructured {
+			return AmbientAuthorizationPolicy(f, params, v1alpha1.AllowAll, Wiring{}, former)
+		},
+	} {
+		rolling := authzeval.FromUnstructured(build([]string{"orders"}), members)
+		assert.True(t, authzeval.Evaluate("STRICT", []authzeval.Policy{rolling}, peer("orders")).Allowed, "%s: an old member on 8081 during the roll", mode)
+		assert.True(t, authzeval.Evaluate("STRICT", []authzeval.Policy{rolling}, peer("custom")).Allowed, "%s: a new member on 8081 during the roll", mode)
+		assert.False(t, authzeval.Evaluate("STRICT", []authzeval.Policy{rolling}, peer("web")).Allowed, "%s: no other identity", mode)
+		rolled := authzeval.FromUnstructured(build(nil), members)
+		assert.False(t, authzeval.Evaluate("STRICT", []authzeval.Policy{rolled}, peer("orders")).Allowed, "%s: the old identity once nothing runs as it", mode)
+		assert.True(t, authzeval.Evaluate("STRICT", []authzeval.Policy{rolled}, peer("custom")).Allowed, "%s", mode)
+	}
 }

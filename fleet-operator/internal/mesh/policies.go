@@ -47,14 +47,14 @@ type Wiring struct {
 // Istio denies 8080. Otherwise open reports the rule of the mode: nil
 // sources for sidecar (the NetworkPolicy sees the real ports), the peer
 // identities excluded for ambient.
-func appRule(f *v1alpha1.CelldFleet, p Params, access v1alpha1.ApplicationAccess, w Wiring, open []policy.Source) (policy.Rule, bool) {
+func appRule(f *v1alpha1.CelldFleet, p Params, access v1alpha1.ApplicationAccess, w Wiring, former []string, open []policy.Source) (policy.Rule, bool) {
 	if access == v1alpha1.Policies {
 		return policy.Rule{}, false
 	}
 	if !w.Strict {
 		return policy.Rule{From: open, Ports: []int{names.AppPort}}, true
 	}
-	peers := peerIdentities(f, p)
+	peers := peerIdentities(f, p, former)
 	var callers []string
 	for _, c := range w.Callers {
 		if !slices.Contains(peers, c) {
@@ -76,9 +76,13 @@ func appRule(f *v1alpha1.CelldFleet, p Params, access v1alpha1.ApplicationAccess
 // operator on 8081; under isolation strict only the wired callers (see
 // appRule). With Policies nothing admits 8080, so Istio denies it until a
 // policy of the user's own allows the caller.
-func AuthorizationPolicy(f *v1alpha1.CelldFleet, p Params, access v1alpha1.ApplicationAccess, relaxed bool, w Wiring) *unstructured.Unstructured {
-	rules := []policy.Rule{peerRule(f, p, relaxed)}
-	if r, ok := appRule(f, p, access, w, nil); ok {
+//
+// former are the other ServiceAccounts the members still run as, or may be
+// recreated as, while a change of spec.serviceAccountName rolls (see
+// FormerAccounts): they are peer identities until no member runs as them.
+func AuthorizationPolicy(f *v1alpha1.CelldFleet, p Params, access v1alpha1.ApplicationAccess, relaxed bool, w Wiring, former []string) *unstructured.Unstructured {
+	rules := []policy.Rule{peerRule(f, p, relaxed, former)}
+	if r, ok := appRule(f, p, access, w, former, nil); ok {
 		rules = append(rules, r)
 	}
 	return policy.AuthorizationPolicy(object(f), selector(f), policy.Allow, rules...)
@@ -101,29 +105,66 @@ func AuthorizationPolicy(f *v1alpha1.CelldFleet, p Params, access v1alpha1.Appli
 // members (a teardown, an expired license, a data-plane migration), peers
 // keep talking even if this operator has not reconciled yet (the
 // transition explorer found peers cut off while it was restarting).
-func AmbientAuthorizationPolicy(f *v1alpha1.CelldFleet, p Params, access v1alpha1.ApplicationAccess, w Wiring) *unstructured.Unstructured {
-	peer := peerRule(f, p, false)
+// former as for AuthorizationPolicy.
+func AmbientAuthorizationPolicy(f *v1alpha1.CelldFleet, p Params, access v1alpha1.ApplicationAccess, w Wiring, former []string) *unstructured.Unstructured {
+	peer := peerRule(f, p, false, former)
 	peer.From = append(peer.From, policy.Source{NotPrincipals: []string{"*"}})
 	rules := []policy.Rule{peer}
-	if r, ok := appRule(f, p, access, w, []policy.Source{{NotPrincipals: peerIdentities(f, p)}}); ok {
+	if r, ok := appRule(f, p, access, w, former, []policy.Source{{NotPrincipals: peerIdentities(f, p, former)}}); ok {
 		rules = append(rules, r)
 	}
 	return policy.AuthorizationPolicy(object(f), selector(f), policy.Allow, rules...)
 }
 
-func peerIdentities(f *v1alpha1.CelldFleet, p Params) []string {
-	return []string{
-		policy.Principal(p.TrustDomain, f.Namespace, members.ServiceAccountName(f)),
-		policy.Principal(p.TrustDomain, p.OperatorNamespace, p.OperatorServiceAccount),
+// peerIdentities are the identities admitted to the peer port: the
+// members' (the one the spec names first, then any former one members
+// still run as) and the operator's.
+func peerIdentities(f *v1alpha1.CelldFleet, p Params, former []string) []string {
+	current := members.ServiceAccountName(f)
+	ids := []string{policy.Principal(p.TrustDomain, f.Namespace, current)}
+	for _, sa := range former {
+		if sa != current {
+			ids = append(ids, policy.Principal(p.TrustDomain, f.Namespace, sa))
+		}
 	}
+	return append(ids, policy.Principal(p.TrustDomain, p.OperatorNamespace, p.OperatorServiceAccount))
 }
 
-func peerRule(f *v1alpha1.CelldFleet, p Params, relaxed bool) policy.Rule {
+func peerRule(f *v1alpha1.CelldFleet, p Params, relaxed bool, former []string) policy.Rule {
 	peer := policy.Rule{Ports: []int{names.PeerPort}}
 	if !relaxed {
-		peer.From = []policy.Source{{Principals: peerIdentities(f, p)}}
+		peer.From = []policy.Source{{Principals: peerIdentities(f, p, former)}}
 	}
 	return peer
+}
+
+// FormerAccounts are the ServiceAccounts, other than the one the spec asks
+// for, that member Pods (terminating ones included) run as or that the
+// members' StatefulSet template names (held while maintenance is paused,
+// and what the StatefulSet controller recreates a lost member from), sorted
+// and without duplicates. A Pod that names none runs as "default". They
+// are what exists, not what status says: after a change of
+// spec.serviceAccountName, old and new members talk to each other until
+// the last old one is gone.
+func FormerAccounts(f *v1alpha1.CelldFleet, podAccounts []string, templateAccount *string) []string {
+	current := members.ServiceAccountName(f)
+	var out []string
+	add := func(sa string) {
+		if sa == "" {
+			sa = "default"
+		}
+		if sa != current {
+			out = append(out, sa)
+		}
+	}
+	for _, sa := range podAccounts {
+		add(sa)
+	}
+	if templateAccount != nil {
+		add(*templateAccount)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // PeerAuthentication is FLEET-mesh: the peer port PERMISSIVE for the
