@@ -116,6 +116,25 @@ func TestServiceAccountChanges(t *testing.T) {
 		assert.True(t, serviceAccountExists(t, h, "saown", "own"), "the account the spec names and the operator made is made again")
 	})
 
+	t.Run("named after the fleet, someone else's: used as it is", func(t *testing.T) {
+		const ns = "saforeign"
+		createNamespace(t, env.Client, ns)
+		theirs := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "theirs", Labels: map[string]string{"team": "theirs"}}}
+		require.NoError(t, env.Client.Create(ctx, theirs))
+		f := fleet(ns, "theirs")
+		f.Spec.ServiceAccountName = "theirs"
+		require.NoError(t, env.Client.Create(ctx, f))
+		h := newHarness(t, env, true)
+		h.reconcile(f)
+		if c := condition(t, h, f, v1alpha1.ConditionInfrastructureBlocked); c != nil {
+			assert.NotEqual(t, string(v1alpha1.ReasonOwnershipConflict), c.Reason, c.Message)
+		}
+		require.NoError(t, h.get(theirs, ns, "theirs"))
+		assert.Empty(t, theirs.OwnerReferences, "never adopted")
+		assert.Equal(t, map[string]string{"team": "theirs"}, theirs.Labels)
+		assert.NoError(t, h.get(&appsv1.StatefulSet{}, ns, "theirs"), "the members run as the account the spec names")
+	})
+
 	t.Run("paused: the old ServiceAccount stays while the held template or a member names it", func(t *testing.T) {
 		const ns = "sapaused"
 		createNamespace(t, env.Client, ns)
