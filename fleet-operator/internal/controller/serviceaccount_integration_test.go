@@ -22,6 +22,7 @@ import (
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/mesh"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
+	"github.com/ericdev/fleetmesh/shared/labels"
 	istiopolicy "github.com/ericdev/fleetmesh/shared/policy"
 	"github.com/ericdev/fleetmesh/shared/testenv"
 )
@@ -47,6 +48,18 @@ func saMember(t *testing.T, c client.Client, ns, fleet string, ordinal int, prox
 		PodIP:      ip, PodIPs: []corev1.PodIP{{IP: ip}},
 	}
 	require.NoError(t, c.Status().Update(ctx, p), "playing the kubelet for %s", p.Name)
+}
+
+// meshMember is saMember of fleet m in the mesh: with its sidecar, or
+// captured by ztunnel (istio-cni's redirection mark).
+func meshMember(t *testing.T, c client.Client, ns string, ordinal int, ambient bool, revision, sa, ip string) {
+	t.Helper()
+	saMember(t, c, ns, "m", ordinal, !ambient, revision, sa, ip)
+	if ambient {
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"enabled"}}}`, labels.IstioAmbientRedirection)
+		require.NoError(t, c.Patch(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("m-%d", ordinal)}},
+			client.RawPatch(types.MergePatchType, []byte(patch))))
+	}
 }
 
 // releaseMember lets a terminating member go.
@@ -194,92 +207,110 @@ func TestServiceAccountChanges(t *testing.T) {
 		assert.True(t, serviceAccountExists(t, h, ns, "custom"), "the account the spec names is not the operator's")
 	})
 
-	t.Run("meshed: 8081 admits both identities through the roll", func(t *testing.T) {
-		const ns = "sameshed"
-		createNamespace(t, env.Client, ns)
-		require.NoError(t, env.Client.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "custom"}}))
-		f := fleet(ns, "m")
+	t.Run("sidecar: 8081 admits both identities through the roll", func(t *testing.T) { testServiceAccountRoll(t, env, false) })
+	t.Run("ambient: 8081 admits both identities through the roll", func(t *testing.T) { testServiceAccountRoll(t, env, true) })
+}
+
+// testServiceAccountRoll changes the ServiceAccount of a fleet in the mesh
+// (sidecar, or captured by ambient) and judges FLEET-mesh at every state
+// the roll goes through.
+func testServiceAccountRoll(t *testing.T, env *testenv.Env, ambient bool) {
+	ctx := context.Background()
+	ns, ipBase := "sasidecar", 11
+	if ambient {
+		ns, ipBase = "saambient", 21
+	}
+	createNamespace(t, env.Client, ns)
+	require.NoError(t, env.Client.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "custom"}}))
+	f := fleet(ns, "m")
+	if ambient {
+		enroll(t, env.Client, ns, "ambient")
+	} else {
 		f.Spec.Mesh = &v1alpha1.Mesh{Istio: &v1alpha1.IstioMesh{}}
-		require.NoError(t, env.Client.Create(ctx, f))
-		h := newHarness(t, env, true)
-		require.Eventually(t, func() bool {
-			h.reconcile(f)
-			return h.get(&appsv1.StatefulSet{}, ns, "m") == nil
-		}, 30*time.Second, time.Second)
-		playStatefulSet(t, env.Client, ns, "m", "rev1")
-		for i := range 3 {
-			ip := fmt.Sprintf("127.14.42.%d", i+11)
-			serveState(t, ip)
-			saMember(t, env.Client, ns, "m", i, true, "rev1", "m", ip)
-		}
+	}
+	require.NoError(t, env.Client.Create(ctx, f))
+	h := newHarness(t, env, true)
+	require.Eventually(t, func() bool {
 		h.reconcile(f)
-		require.NoError(t, h.get(f, ns, "m"))
+		return h.get(&appsv1.StatefulSet{}, ns, "m") == nil
+	}, 30*time.Second, time.Second)
+	playStatefulSet(t, env.Client, ns, "m", "rev1")
+	for i := range 3 {
+		ip := fmt.Sprintf("127.14.42.%d", i+ipBase)
+		serveState(t, ip)
+		meshMember(t, env.Client, ns, i, ambient, "rev1", "m", ip)
+	}
+	h.reconcile(f)
+	require.NoError(t, h.get(f, ns, "m"))
+	if ambient {
+		require.Equal(t, "Ambient", f.Status.Mesh)
+	} else {
 		require.Equal(t, "Meshed", f.Status.Mesh)
+	}
 
-		td := h.r.Config.IstioTrustDomain
-		oldP, newP := istiopolicy.Principal(td, ns, "m"), istiopolicy.Principal(td, ns, "custom")
-		// check judges one observed state: every identity a member (even a
-		// terminating one) or the template runs as is admitted on 8081;
-		// once the operator has looked (reconciled), none other of the
-		// fleet's. Between a change and the operator's next look the
-		// policy may still admit an identity nobody runs as any more.
-		check := func(step string, reconciled bool) {
-			t.Helper()
-			want := map[string]bool{}
-			pods := &corev1.PodList{}
-			require.NoError(t, env.Client.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels(names.Selector("m"))))
-			for _, p := range pods.Items {
-				want[istiopolicy.Principal(td, ns, p.Spec.ServiceAccountName)] = true
-			}
-			sts := &appsv1.StatefulSet{}
-			require.NoError(t, h.get(sts, ns, "m"))
-			want[istiopolicy.Principal(td, ns, sts.Spec.Template.Spec.ServiceAccountName)] = true
-			got := peerPrincipals(t, h, ns, "m")
-			for p := range want {
-				assert.Contains(t, got, p, "%s: a member or the template runs as %s", step, p)
-			}
-			if reconciled && !want[oldP] {
-				assert.NotContains(t, got, oldP, "%s: no member runs as the old identity any more", step)
-			}
+	td := h.r.Config.IstioTrustDomain
+	oldP, newP := istiopolicy.Principal(td, ns, "m"), istiopolicy.Principal(td, ns, "custom")
+	// check judges one observed state: every identity a member (even a
+	// terminating one) or the template runs as is admitted on 8081;
+	// once the operator has looked (reconciled), none other of the
+	// fleet's. Between a change and the operator's next look the
+	// policy may still admit an identity nobody runs as any more.
+	check := func(step string, reconciled bool) {
+		t.Helper()
+		want := map[string]bool{}
+		pods := &corev1.PodList{}
+		require.NoError(t, env.Client.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels(names.Selector("m"))))
+		for _, p := range pods.Items {
+			want[istiopolicy.Principal(td, ns, p.Spec.ServiceAccountName)] = true
 		}
-		check("before the change", true)
-
-		require.NoError(t, env.Client.Patch(ctx, f, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"serviceAccountName":"custom"}}`))))
-		h.reconcile(f)
-		check("template changed", true)
-		assert.Contains(t, peerPrincipals(t, h, ns, "m"), newP, "the new identity is admitted before any member runs as it")
-		playStatefulSetRevisions(t, env.Client, ns, "m", "rev1", "rev2")
-		check("StatefulSet controller saw the template", false)
-
-		for step := 0; step < 10; step++ {
-			h.reconcile(f)
-			check(fmt.Sprintf("roll pass %d", step), true)
-			pods := &corev1.PodList{}
-			require.NoError(t, env.Client.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels(names.Selector("m"))))
-			old := 0
-			for _, p := range pods.Items {
-				if p.Labels[revisionLabel] == "rev1" {
-					old++
-				}
-				if p.DeletionTimestamp == nil {
-					continue
-				}
-				// The roll deleted it: it stops, and the StatefulSet
-				// controller makes it again from the new template.
-				check(p.Name+" terminating", false)
-				releaseMember(t, env.Client, ns, p.Name)
-				check(p.Name+" gone", false)
-				saMember(t, env.Client, ns, "m", ordinal(p.Name), true, "rev2", "custom", p.Status.PodIP)
-				check(p.Name+" replaced", false)
-			}
-			if old == 0 {
-				break
-			}
+		sts := &appsv1.StatefulSet{}
+		require.NoError(t, h.get(sts, ns, "m"))
+		want[istiopolicy.Principal(td, ns, sts.Spec.Template.Spec.ServiceAccountName)] = true
+		got := peerPrincipals(t, h, ns, "m")
+		for p := range want {
+			assert.Contains(t, got, p, "%s: a member or the template runs as %s", step, p)
 		}
+		if reconciled && !want[oldP] {
+			assert.NotContains(t, got, oldP, "%s: no member runs as the old identity any more", step)
+		}
+	}
+	check("before the change", true)
+
+	require.NoError(t, env.Client.Patch(ctx, f, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"serviceAccountName":"custom"}}`))))
+	h.reconcile(f)
+	check("template changed", true)
+	assert.Contains(t, peerPrincipals(t, h, ns, "m"), newP, "the new identity is admitted before any member runs as it")
+	playStatefulSetRevisions(t, env.Client, ns, "m", "rev1", "rev2")
+	check("StatefulSet controller saw the template", false)
+
+	for step := 0; step < 10; step++ {
 		h.reconcile(f)
-		check("rolled", true)
-		assert.ElementsMatch(t, []string{newP, istiopolicy.Principal(td, "fleet-system", "fleet-operator")}, peerPrincipals(t, h, ns, "m"),
-			"after the roll only the new identity (and the operator's)")
-		assert.False(t, serviceAccountExists(t, h, ns, "m"), "nothing runs as the old account: deleted")
-	})
+		check(fmt.Sprintf("roll pass %d", step), true)
+		pods := &corev1.PodList{}
+		require.NoError(t, env.Client.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels(names.Selector("m"))))
+		old := 0
+		for _, p := range pods.Items {
+			if p.Labels[revisionLabel] == "rev1" {
+				old++
+			}
+			if p.DeletionTimestamp == nil {
+				continue
+			}
+			// The roll deleted it: it stops, and the StatefulSet
+			// controller makes it again from the new template.
+			check(p.Name+" terminating", false)
+			releaseMember(t, env.Client, ns, p.Name)
+			check(p.Name+" gone", false)
+			saMember(t, env.Client, ns, "m", ordinal(p.Name), true, "rev2", "custom", p.Status.PodIP)
+			check(p.Name+" replaced", false)
+		}
+		if old == 0 {
+			break
+		}
+	}
+	h.reconcile(f)
+	check("rolled", true)
+	assert.ElementsMatch(t, []string{newP, istiopolicy.Principal(td, "fleet-system", "fleet-operator")}, peerPrincipals(t, h, ns, "m"),
+		"after the roll only the new identity (and the operator's)")
+	assert.False(t, serviceAccountExists(t, h, ns, "m"), "nothing runs as the old account: deleted")
 }
