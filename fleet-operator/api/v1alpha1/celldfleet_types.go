@@ -146,8 +146,10 @@ type IngressRouting struct {
 	// +optional
 	TLSSecretName string `json:"tlsSecretName,omitempty"`
 	// Annotations for the Ingress controller (privileged configuration:
-	// follow your admission policy). Removing one here removes it from the
-	// Ingress; annotations other controllers set are kept.
+	// follow your admission policy). The operator writes only the keys its
+	// administrator allows (chart value routing.allowedIngressAnnotations);
+	// others are left out and reported in RoutingReady. Removing one here
+	// removes it from the Ingress; annotations other controllers set are kept.
 	// +kubebuilder:validation:MaxProperties=64
 	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) <= 317 && k.matches('^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?([.][a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$'))",message="spec.routing.ingress.annotations keys must be valid annotation keys: an optional DNS subdomain prefix and '/', then a name of at most 63 letters, digits, '-', '_' and '.' that starts and ends with a letter or digit"
 	// +kubebuilder:validation:XValidation:rule="!('kubernetes.io/ingress.class' in self)",message="the legacy kubernetes.io/ingress.class annotation is rejected: use spec.routing.ingress.className"

@@ -107,6 +107,7 @@ func newHarness(t *testing.T, env *testenv.Env, enforced bool) *harness {
 			OperatorNamespace: "fleet-system", OperatorServiceAccount: "fleet-operator",
 			OperatorPodSelector: "app.kubernetes.io/name=fleet-operator", NetworkPolicyEnforced: enforced,
 			StateTimeout: 200 * time.Millisecond, StateInterval: time.Minute,
+			AllowedIngressAnnotations: []string{"*"},
 		},
 		Applier:  &apply.Applier{Client: c, FieldManager: names.Operator, HashAnnotation: HashAnnotation},
 		State:    state.NewReader(200 * time.Millisecond),
