@@ -110,6 +110,8 @@ func TestFleetDefaults(t *testing.T) {
 		"state-timeout":             "2s",
 		"state-interval":            "30s",
 		"zap-log-level":             "info",
+		// Every key but the families the fleet schema refuses anyway.
+		"allowed-ingress-annotations": "*",
 	}
 	assertFlags(t, c.Args, wantFlags)
 	_, watching := flagValue(c.Args, "watch-namespaces")
@@ -242,6 +244,25 @@ func TestMetricsDisabled(t *testing.T) {
 		d := deployment(t, m, r.namespace, r.name)
 		assertFlags(t, operatorContainer(t, d).Args, map[string]string{"metrics-bind-address": ":9090"})
 		assertMetricsService(t, m, d, r.namespace, r.name+"-metrics", 9090)
+	}
+}
+
+// TestFleetAllowedIngressAnnotations: routing.allowedIngressAnnotations
+// reaches the operator as one flag; an empty list is passed as an empty
+// value (no key allowed), not dropped (which would allow every key).
+func TestFleetAllowedIngressAnnotations(t *testing.T) {
+	for name, tc := range map[string]struct {
+		patterns []string
+		flag     string
+	}{
+		"a list":        {[]string{"cert-manager.io/*", "nginx.ingress.kubernetes.io/proxy-body-size"}, "cert-manager.io/*,nginx.ingress.kubernetes.io/proxy-body-size"},
+		"an empty list": {[]string{}, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			m := render(t, fleetRelease, values{"routing": values{"allowedIngressAnnotations": tc.patterns}})
+			c := operatorContainer(t, deployment(t, m, "fleet-system", "fleet-operator"))
+			assertFlags(t, c.Args, map[string]string{"allowed-ingress-annotations": tc.flag})
+		})
 	}
 }
 

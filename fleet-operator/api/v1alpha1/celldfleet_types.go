@@ -146,11 +146,20 @@ type IngressRouting struct {
 	// +optional
 	TLSSecretName string `json:"tlsSecretName,omitempty"`
 	// Annotations for the Ingress controller (privileged configuration:
-	// follow your admission policy). Removing one here removes it from the
-	// Ingress; annotations other controllers set are kept.
+	// follow your admission policy). The operator writes only the keys its
+	// administrator allows (chart value routing.allowedIngressAnnotations);
+	// others are left out and reported in RoutingReady. Removing one here
+	// removes it from the Ingress; annotations other controllers set are kept.
 	// +kubebuilder:validation:MaxProperties=64
 	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) <= 317 && k.matches('^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?([.][a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$'))",message="spec.routing.ingress.annotations keys must be valid annotation keys: an optional DNS subdomain prefix and '/', then a name of at most 63 letters, digits, '-', '_' and '.' that starts and ends with a letter or digit"
 	// +kubebuilder:validation:XValidation:rule="!('kubernetes.io/ingress.class' in self)",message="the legacy kubernetes.io/ingress.class annotation is rejected: use spec.routing.ingress.className"
+	// The operator writes these with its own rights, so admission policies
+	// keyed on the requesting user never see them: configuration injection
+	// (any controller's *-snippet) and ingress-nginx external authentication,
+	// which sends every request's headers to a URL the fleet author picks.
+	// docs/security.md "Ingress annotations".
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.endsWith('-snippet'))",message="spec.routing.ingress.annotations ending in -snippet are refused: they inject controller configuration, which the operator would write with its own rights (docs/security.md)"
+	// +kubebuilder:validation:XValidation:rule="!('nginx.ingress.kubernetes.io/auth-url' in self) && !('nginx.ingress.kubernetes.io/auth-signin' in self)",message="spec.routing.ingress.annotations nginx.ingress.kubernetes.io/auth-url and auth-signin are refused: they send requests to a URL of the fleet author's choosing, with the operator's rights (docs/security.md)"
 	// +optional
 	Annotations map[string]string `json:"annotations,omitempty"`
 }

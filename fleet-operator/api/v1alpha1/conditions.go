@@ -123,4 +123,9 @@ const (
 	// ReasonRouteRejected: the API server (its schema or an admission
 	// webhook or policy) refused the route; RoutingReady quotes its answer.
 	ReasonRouteRejected ConditionReason = "RouteRejected"
+	// ReasonIngressAnnotationRefused: spec.routing.ingress.annotations holds
+	// keys the operator's allowed patterns (chart value
+	// routing.allowedIngressAnnotations) do not match; the Ingress is
+	// written without them, and the message names them.
+	ReasonIngressAnnotationRefused ConditionReason = "IngressAnnotationRefused"
 )

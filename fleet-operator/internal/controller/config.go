@@ -34,6 +34,12 @@ type Config struct {
 	StateInterval time.Duration
 	// Workers is how many fleets are reconciled at once (0: DefaultWorkers).
 	Workers int
+	// AllowedIngressAnnotations are the glob patterns ('*' matches any run
+	// of characters) of the spec.routing.ingress.annotations keys the
+	// operator writes; empty allows none. The operator writes them with its
+	// own rights, past admission policies keyed on the fleet's author
+	// (docs/security.md).
+	AllowedIngressAnnotations []string
 }
 
 // DefaultWorkers: a reconcile mostly waits (on members' /state, on the API
@@ -60,6 +66,16 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.StateTimeout, "state-timeout", 2*time.Second, "timeout of one /state read from a member")
 	fs.DurationVar(&c.StateInterval, "state-interval", 30*time.Second, "how often members' /state is read when nothing else changes")
 	fs.IntVar(&c.Workers, "workers", DefaultWorkers, "how many fleets are reconciled at once")
+	c.AllowedIngressAnnotations = []string{"*"}
+	fs.Func("allowed-ingress-annotations", "comma-separated glob patterns ('*' matches any run of characters) of the Ingress annotation keys fleets may set; empty allows none. Keys ending in -snippet and ingress-nginx auth-url/auth-signin are never written (default \"*\")", func(v string) error {
+		c.AllowedIngressAnnotations = []string{}
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				c.AllowedIngressAnnotations = append(c.AllowedIngressAnnotations, p)
+			}
+		}
+		return nil
+	})
 }
 
 // Validate reports a configuration the operator cannot run with.

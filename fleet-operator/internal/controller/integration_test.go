@@ -107,6 +107,7 @@ func newHarness(t *testing.T, env *testenv.Env, enforced bool) *harness {
 			OperatorNamespace: "fleet-system", OperatorServiceAccount: "fleet-operator",
 			OperatorPodSelector: "app.kubernetes.io/name=fleet-operator", NetworkPolicyEnforced: enforced,
 			StateTimeout: 200 * time.Millisecond, StateInterval: time.Minute,
+			AllowedIngressAnnotations: []string{"*"},
 		},
 		Applier:  &apply.Applier{Client: c, FieldManager: names.Operator, HashAnnotation: HashAnnotation},
 		State:    state.NewReader(200 * time.Millisecond),
@@ -823,6 +824,24 @@ func testRouting(t *testing.T, env *testenv.Env) {
 				r.Gateway = nil
 				r.Ingress = &v1alpha1.IngressRouting{ClassName: "nginx", Annotations: map[string]string{"bad key!": "x"}}
 			}, "spec.routing.ingress.annotations keys must be"},
+			// Configuration-injection annotations are refused whatever the
+			// chart allows: the operator would write them with its own rights.
+			"configuration snippet": {func(r *v1alpha1.Routing) {
+				r.Gateway = nil
+				r.Ingress = &v1alpha1.IngressRouting{ClassName: "nginx", Annotations: map[string]string{"nginx.ingress.kubernetes.io/configuration-snippet": "return 200;"}}
+			}, "annotations ending in -snippet are refused"},
+			"server snippet of any controller": {func(r *v1alpha1.Routing) {
+				r.Gateway = nil
+				r.Ingress = &v1alpha1.IngressRouting{ClassName: "nginx", Annotations: map[string]string{"example.com/server-snippet": "x"}}
+			}, "annotations ending in -snippet are refused"},
+			"external auth url": {func(r *v1alpha1.Routing) {
+				r.Gateway = nil
+				r.Ingress = &v1alpha1.IngressRouting{ClassName: "nginx", Annotations: map[string]string{"nginx.ingress.kubernetes.io/auth-url": "http://evil.example.com/"}}
+			}, "nginx.ingress.kubernetes.io/auth-url and auth-signin are refused"},
+			"external auth signin": {func(r *v1alpha1.Routing) {
+				r.Gateway = nil
+				r.Ingress = &v1alpha1.IngressRouting{ClassName: "nginx", Annotations: map[string]string{"nginx.ingress.kubernetes.io/auth-signin": "http://evil.example.com/"}}
+			}, "nginx.ingress.kubernetes.io/auth-url and auth-signin are refused"},
 			"source namespace":   {func(r *v1alpha1.Routing) { r.Source.Namespace = "Edge" }, "spec.routing.source.namespace must be a namespace name"},
 			"source label key":   {func(r *v1alpha1.Routing) { r.Source.PodLabels = map[string]v1alpha1.LabelValue{"-app": "x"} }, "spec.routing.source.podLabels keys must be"},
 			"source label value": {func(r *v1alpha1.Routing) { r.Source.PodLabels = map[string]v1alpha1.LabelValue{"app": "not ok!"} }, "spec.routing.source.podLabels values must be"},

@@ -109,10 +109,11 @@ func (r *FleetReconciler) reconcileRouting(ctx context.Context, fleet *v1alpha1.
 	}
 
 	var route client.Object
+	var refusedAnnotations []string
 	if mode == routing.Gateway {
 		route = routing.HTTPRoute(fleet)
 	} else {
-		route = routing.IngressObject(fleet)
+		route, refusedAnnotations = routing.IngressObject(fleet, routing.AnnotationPolicy(r.Config.AllowedIngressAnnotations))
 	}
 	for _, obj := range []client.Object{route, routing.NetworkPolicy(fleet, hboneOpen(obs))} {
 		if err := r.apply(ctx, fleet, obj); err != nil {
@@ -149,7 +150,7 @@ func (r *FleetReconciler) reconcileRouting(ctx context.Context, fleet *v1alpha1.
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(live.Object, ing); err != nil {
 			return routingOutcome{}, err
 		}
-		readiness = routing.IngressReadiness(ing)
+		readiness = routing.IngressReadiness(ing, refusedAnnotations)
 	}
 	return routingOutcome{readiness: &readiness}, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -71,4 +72,49 @@ func TestRoutingChangesKeepTheWorkingRoute(t *testing.T) {
 		require.NotNil(t, c)
 		assert.Equal(t, f.Generation, c.ObservedGeneration, "RoutingReady judges the changed route: %s", c.Message)
 	})
+}
+
+// TestIngressAnnotationsOutsideTheAllowedPatterns: the operator writes only
+// the annotations --allowed-ingress-annotations allows, removes one it wrote
+// once the patterns no longer allow it, and says which keys it left out.
+func TestIngressAnnotationsOutsideTheAllowedPatterns(t *testing.T) {
+	env := testenv.Start(t, newScheme(t), "fleet-operator/config/crd/bases")
+	ctx := context.Background()
+	createNamespace(t, env.Client, "annotated")
+	h := newHarness(t, env, true)
+
+	f := routingFleet("annotated", "shop", ingressRouting())
+	require.NoError(t, env.Client.Create(ctx, f))
+	assertRouting(t, routingCondition(t, h, f), metav1.ConditionUnknown, v1alpha1.ReasonAwaitingAddress)
+	ing := &networkingv1.Ingress{}
+	require.NoError(t, h.get(ing, "annotated", "shop-routing"))
+	require.Equal(t, "8m", ing.Annotations["nginx.ingress.kubernetes.io/proxy-body-size"], "the harness allows every key (the flag's default)")
+
+	// The administrator narrows the patterns (the operator restarts with a
+	// new chart value); an ingress controller has annotated the Ingress.
+	ing.Annotations["ingress.example.com/last-sync"] = "now"
+	require.NoError(t, env.Client.Update(ctx, ing, client.FieldOwner("ingress-controller")))
+	h.r.Config.AllowedIngressAnnotations = []string{"cert-manager.io/*"}
+	c := routingCondition(t, h, f)
+	assertRouting(t, c, metav1.ConditionFalse, v1alpha1.ReasonIngressAnnotationRefused)
+	assert.Contains(t, c.Message, "nginx.ingress.kubernetes.io/proxy-body-size")
+	assert.NotContains(t, c.Message, "cert-manager.io/cluster-issuer")
+	require.NoError(t, h.get(ing, "annotated", "shop-routing"))
+	assert.NotContains(t, ing.Annotations, "nginx.ingress.kubernetes.io/proxy-body-size", "the operator wrote it, and no longer may: it is removed")
+	assert.Equal(t, "letsencrypt", ing.Annotations["cert-manager.io/cluster-issuer"], "allowed keys are written")
+	assert.Equal(t, "now", ing.Annotations["ingress.example.com/last-sync"], "what the operator did not write is not its to remove")
+	require.NoError(t, h.get(&appsv1.StatefulSet{}, "annotated", "shop"), "the members are not affected")
+
+	// The fleet author drops the refused key: routing is judged as usual.
+	require.NoError(t, env.Client.Patch(ctx, f, client.RawPatch(types.MergePatchType,
+		[]byte(`{"spec":{"routing":{"ingress":{"annotations":{"nginx.ingress.kubernetes.io/proxy-body-size":null}}}}}`))))
+	assertRouting(t, routingCondition(t, h, f), metav1.ConditionUnknown, v1alpha1.ReasonAwaitingAddress)
+
+	// An empty list allows no key at all.
+	h.r.Config.AllowedIngressAnnotations = []string{}
+	c = routingCondition(t, h, f)
+	assertRouting(t, c, metav1.ConditionFalse, v1alpha1.ReasonIngressAnnotationRefused)
+	assert.Contains(t, c.Message, "cert-manager.io/cluster-issuer")
+	require.NoError(t, h.get(ing, "annotated", "shop-routing"))
+	assert.NotContains(t, ing.Annotations, "cert-manager.io/cluster-issuer")
 }

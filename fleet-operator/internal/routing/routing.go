@@ -7,6 +7,7 @@ package routing
 import (
 	"maps"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -91,16 +92,79 @@ func HTTPRoute(f *v1alpha1.CelldFleet) *gatewayv1.HTTPRoute {
 	}
 }
 
+// AnnotationPolicy holds the glob patterns of the Ingress annotation keys
+// the operator writes: '*' matches any run of characters ('/' and '.'
+// included), everything else itself. No pattern allows nothing.
+type AnnotationPolicy []string
+
+// AllowAll is the operator's default (--allowed-ingress-annotations=*).
+var AllowAll = AnnotationPolicy{"*"}
+
+// Allows reports whether the operator writes the key. The families the
+// fleet schema refuses (alwaysRefused) are never allowed: a fleet admitted
+// under an older schema, or with validation off, must not get them either.
+func (p AnnotationPolicy) Allows(key string) bool {
+	if alwaysRefused(key) {
+		return false
+	}
+	for _, pattern := range p {
+		if globMatch(pattern, key) {
+			return true
+		}
+	}
+	return false
+}
+
+// alwaysRefused mirrors the CEL rules on IngressRouting.Annotations.
+func alwaysRefused(key string) bool {
+	return strings.HasSuffix(key, "-snippet") ||
+		key == "nginx.ingress.kubernetes.io/auth-url" || key == "nginx.ingress.kubernetes.io/auth-signin"
+}
+
+// globMatch matches s against a pattern whose only wildcard is '*'.
+func globMatch(pattern, s string) bool {
+	parts := strings.Split(pattern, "*")
+	if len(parts) == 1 {
+		return pattern == s
+	}
+	if !strings.HasPrefix(s, parts[0]) {
+		return false
+	}
+	s = s[len(parts[0]):]
+	last := parts[len(parts)-1]
+	for _, part := range parts[1 : len(parts)-1] {
+		i := strings.Index(s, part)
+		if i < 0 {
+			return false
+		}
+		s = s[i+len(part):]
+	}
+	return len(s) >= len(last) && strings.HasSuffix(s, last)
+}
+
 // IngressObject routes every path of the hostnames to the fleet Service on
-// 8080, with TLS for all of them when a Secret is named.
-func IngressObject(f *v1alpha1.CelldFleet) *networkingv1.Ingress {
+// 8080, with TLS for all of them when a Secret is named. It carries the
+// configured annotations the policy allows; refused lists, sorted, those it
+// does not.
+func IngressObject(f *v1alpha1.CelldFleet, allowed AnnotationPolicy) (ing *networkingv1.Ingress, refused []string) {
 	r := f.Spec.Routing
 	backend := networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{
 		Name: names.AppService(f.Name), Port: networkingv1.ServiceBackendPort{Number: names.AppPort},
 	}}
-	ing := &networkingv1.Ingress{
+	annotations := maps.Clone(r.Ingress.Annotations)
+	for k := range annotations {
+		if !allowed.Allows(k) {
+			delete(annotations, k)
+			refused = append(refused, k)
+		}
+	}
+	slices.Sort(refused)
+	if len(annotations) == 0 {
+		annotations = nil
+	}
+	ing = &networkingv1.Ingress{
 		TypeMeta:   metav1.TypeMeta{APIVersion: networkingv1.SchemeGroupVersion.String(), Kind: "Ingress"},
-		ObjectMeta: objectMeta(f, maps.Clone(r.Ingress.Annotations)),
+		ObjectMeta: objectMeta(f, annotations),
 		Spec:       networkingv1.IngressSpec{IngressClassName: ptr.To(r.Ingress.ClassName)},
 	}
 	for _, h := range r.Hostnames {
@@ -114,7 +178,7 @@ func IngressObject(f *v1alpha1.CelldFleet) *networkingv1.Ingress {
 	if r.Ingress.TLSSecretName != "" {
 		ing.Spec.TLS = []networkingv1.IngressTLS{{Hosts: slices.Clone(r.Hostnames), SecretName: r.Ingress.TLSSecretName}}
 	}
-	return ing
+	return ing, refused
 }
 
 // NetworkPolicy admits TCP 8080 to the members from the routing source Pods

@@ -41,10 +41,12 @@ func TestGolden(t *testing.T) {
 	gw := fleet(gatewayRouting())
 	golden.AssertYAML(t, "gateway", HTTPRoute(gw), NetworkPolicy(gw, false))
 	ing := fleet(ingressRouting())
-	golden.AssertYAML(t, "ingress", IngressObject(ing), NetworkPolicy(ing, false), NetworkPolicy(ing, true))
+	ingress, _ := IngressObject(ing, AllowAll)
+	golden.AssertYAML(t, "ingress", ingress, NetworkPolicy(ing, false), NetworkPolicy(ing, true))
 	plain := ingressRouting()
 	plain.Ingress.TLSSecretName, plain.Ingress.Annotations = "", nil
-	golden.AssertYAML(t, "ingress-http-only", IngressObject(fleet(plain)))
+	httpOnly, _ := IngressObject(fleet(plain), AllowAll)
+	golden.AssertYAML(t, "ingress-http-only", httpOnly)
 }
 
 func TestModeAndParent(t *testing.T) {
@@ -96,12 +98,77 @@ func TestGatewayReadiness(t *testing.T) {
 }
 
 func TestIngressReadiness(t *testing.T) {
-	ing := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: "shop-routing"}}
-	got := IngressReadiness(ing)
-	assert.Equal(t, metav1.ConditionUnknown, got.Status)
-	assert.Equal(t, v1alpha1.ReasonAwaitingAddress, got.Reason)
-	ing.Status.LoadBalancer.Ingress = []networkingv1.IngressLoadBalancerIngress{{Hostname: "lb.example.com"}}
-	got = IngressReadiness(ing)
-	assert.Equal(t, metav1.ConditionTrue, got.Status)
-	assert.Contains(t, got.Message, "lb.example.com")
+	pending := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: "shop-routing"}}
+	published := pending.DeepCopy()
+	published.Status.LoadBalancer.Ingress = []networkingv1.IngressLoadBalancerIngress{{Hostname: "lb.example.com"}}
+	tests := []struct {
+		name     string
+		ing      *networkingv1.Ingress
+		refused  []string
+		status   metav1.ConditionStatus
+		reason   v1alpha1.ConditionReason
+		contains []string
+	}{
+		{"no address yet", pending, nil, metav1.ConditionUnknown, v1alpha1.ReasonAwaitingAddress, nil},
+		{"address published", published, nil, metav1.ConditionTrue, v1alpha1.ReasonAddressAssigned, []string{"lb.example.com"}},
+		// An address says the controller serves the route, not that it
+		// serves it as configured: the refused keys are missing from it.
+		{"refused annotations, with an address", published, []string{"a.example.com/x", "b.example.com/y"}, metav1.ConditionFalse, v1alpha1.ReasonIngressAnnotationRefused,
+			[]string{"a.example.com/x, b.example.com/y", "routing.allowedIngressAnnotations", "without them"}},
+		{"refused annotations, no address", pending, []string{"a.example.com/x"}, metav1.ConditionFalse, v1alpha1.ReasonIngressAnnotationRefused, []string{"a.example.com/x"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := IngressReadiness(tc.ing, tc.refused)
+			assert.Equal(t, tc.status, got.Status, got.Message)
+			assert.Equal(t, tc.reason, got.Reason)
+			for _, s := range tc.contains {
+				assert.Contains(t, got.Message, s)
+			}
+		})
+	}
+}
+
+func TestAnnotationPolicy(t *testing.T) {
+	tests := []struct {
+		patterns []string
+		key      string
+		allowed  bool
+	}{
+		{[]string{"*"}, "cert-manager.io/cluster-issuer", true},
+		{[]string{"*"}, "nginx.ingress.kubernetes.io/proxy-body-size", true},
+		{nil, "cert-manager.io/cluster-issuer", false},
+		{[]string{}, "cert-manager.io/cluster-issuer", false},
+		{[]string{"cert-manager.io/*"}, "cert-manager.io/cluster-issuer", true},
+		{[]string{"cert-manager.io/*"}, "evil.cert-manager.io/cluster-issuer", false},
+		{[]string{"cert-manager.io/*"}, "nginx.ingress.kubernetes.io/proxy-body-size", false},
+		{[]string{"*.example.com/*"}, "a.b.example.com/x", true},
+		{[]string{"nginx.ingress.kubernetes.io/proxy-body-size"}, "nginx.ingress.kubernetes.io/proxy-body-size", true},
+		{[]string{"nginx.ingress.kubernetes.io/proxy-body-size"}, "nginx.ingress.kubernetes.io/proxy-body-sizes", false},
+		{[]string{"a.b/c"}, "aXb/c", false},
+		// The families the fleet schema refuses stay refused whatever the
+		// patterns say: a fleet admitted under an older schema must not
+		// get them written either.
+		{[]string{"*"}, "nginx.ingress.kubernetes.io/configuration-snippet", false},
+		{[]string{"nginx.ingress.kubernetes.io/*"}, "nginx.ingress.kubernetes.io/server-snippet", false},
+		{[]string{"*"}, "nginx.ingress.kubernetes.io/auth-url", false},
+		{[]string{"*"}, "nginx.ingress.kubernetes.io/auth-signin", false},
+	}
+	for _, tc := range tests {
+		assert.Equal(t, tc.allowed, AnnotationPolicy(tc.patterns).Allows(tc.key), "%v allows %s", tc.patterns, tc.key)
+	}
+}
+
+func TestIngressObjectWritesOnlyAllowedAnnotations(t *testing.T) {
+	r := ingressRouting()
+	r.Ingress.Annotations["nginx.ingress.kubernetes.io/rewrite-target"] = "/"
+	r.Ingress.Annotations["example.com/a"] = "1"
+	ing, refused := IngressObject(fleet(r), AnnotationPolicy{"cert-manager.io/*"})
+	assert.Equal(t, map[string]string{"cert-manager.io/cluster-issuer": "letsencrypt"}, ing.Annotations)
+	assert.Equal(t, []string{"example.com/a", "nginx.ingress.kubernetes.io/rewrite-target"}, refused, "sorted, so the message is stable")
+	assert.Len(t, r.Ingress.Annotations, 3, "the spec is not changed")
+
+	ing, refused = IngressObject(fleet(r), AllowAll)
+	assert.Len(t, ing.Annotations, 3)
+	assert.Empty(t, refused)
 }

@@ -71,7 +71,14 @@ func sameParent(ref gatewayv1.ParentReference, routeNS, ns, name, section string
 
 // IngressReadiness is True once the controller published an address.
 // Controllers that never publish one leave it Unknown even when traffic flows.
-func IngressReadiness(ing *networkingv1.Ingress) Readiness {
+// Annotations left out (refused) make it False whatever the address: the
+// route is served, but not as the fleet configured it.
+func IngressReadiness(ing *networkingv1.Ingress, refused []string) Readiness {
+	if len(refused) > 0 {
+		return Readiness{metav1.ConditionFalse, v1alpha1.ReasonIngressAnnotationRefused, fmt.Sprintf(
+			"spec.routing.ingress.annotations %s are not among the keys the operator may write (chart value routing.allowedIngressAnnotations, flag --allowed-ingress-annotations): Ingress %s is written without them. Remove them from the fleet, or ask the operator's administrator to allow them; the operator writes annotations with its own rights (docs/security.md). The members are not affected.",
+			strings.Join(refused, ", "), ing.Name)}
+	}
 	var addrs []string
 	for _, lb := range ing.Status.LoadBalancer.Ingress {
 		if lb.Hostname != "" {
