@@ -137,3 +137,16 @@ const (
 	// other tools sharing the Sail Operator add keys of their own.
 	SailHolderServiceMesh = "servicemesh." + MeshGroup
 )
+
+// Ingress annotations the fleet operator never writes (they hand the ingress
+// controller configuration or an authentication endpoint, which the operator
+// would set with its own rights; docs/security.md). The CRD's CEL rules on
+// spec.routing.ingress.annotations refuse the same keys.
+const (
+	// IngressAnnotationSnippetSuffix ends every configuration-injection key
+	// (ingress-nginx's configuration-snippet, server-snippet, auth-snippet, and
+	// other controllers' alike).
+	IngressAnnotationSnippetSuffix = "-snippet"
+	NginxAuthURL                   = "nginx.ingress.kubernetes.io/auth-url"
+	NginxAuthSignin                = "nginx.ingress.kubernetes.io/auth-signin"
+)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
+	"github.com/ericdev/fleetmesh/shared/labels"
 	"github.com/ericdev/fleetmesh/shared/policy"
 )
 
@@ -117,8 +118,7 @@ func (p AnnotationPolicy) Allows(key string) bool {
 
 // alwaysRefused mirrors the CEL rules on IngressRouting.Annotations.
 func alwaysRefused(key string) bool {
-	return strings.HasSuffix(key, "-snippet") ||
-		key == "nginx.ingress.kubernetes.io/auth-url" || key == "nginx.ingress.kubernetes.io/auth-signin"
+	return strings.HasSuffix(key, labels.IngressAnnotationSnippetSuffix) || key == labels.NginxAuthURL || key == labels.NginxAuthSignin
 }
 
 // globMatch matches s against a pattern whose only wildcard is '*'.
