@@ -165,6 +165,11 @@ func setProvisioningCondition(fleet *v1alpha1.CelldFleet, st *v1alpha1.CelldFlee
 	case len(obs.mesh.MissingProxy) > 0 && obs.heldMesh == "":
 		set(v1alpha1.ConditionProvisioning, metav1.ConditionTrue, v1alpha1.ReasonProxyMissing, mesh.MissingProxyMessage(fleet, obs.mesh.MissingProxy))
 		return PhaseProvisioning
+	case obs.refusal != nil && obs.refusal.message != "":
+		// Before the pause and the roll: a member the API server refuses
+		// does not come back, whatever the roll or the pause waits for.
+		set(v1alpha1.ConditionProvisioning, metav1.ConditionTrue, v1alpha1.ReasonMembersRefused, refusalMessage(st.Replicas, want, obs.refusal))
+		return PhaseProvisioning
 	case obs.pausedChanges:
 		set(v1alpha1.ConditionProvisioning, metav1.ConditionTrue, v1alpha1.ReasonMaintenancePaused,
 			"Maintenance is paused: changes to the members (template, image, replicas) are held until spec.maintenance.paused is false.")
@@ -184,7 +189,11 @@ func setProvisioningCondition(fleet *v1alpha1.CelldFleet, st *v1alpha1.CelldFlee
 		set(v1alpha1.ConditionProvisioning, metav1.ConditionTrue, v1alpha1.ReasonApplyingTemplate, "Waiting for the StatefulSet controller to observe the new member template.")
 		return PhaseProvisioning
 	case st.Replicas < want:
-		set(v1alpha1.ConditionProvisioning, metav1.ConditionTrue, v1alpha1.ReasonCreatingMembers, fmt.Sprintf("%d of %d member(s) exist.", st.Replicas, want))
+		msg := fmt.Sprintf("%d of %d member(s) exist.", st.Replicas, want)
+		if obs.refusal != nil && obs.refusal.unknown != nil {
+			msg += fmt.Sprintf(" Whether the API server refuses the others is unknown: the StatefulSet's events could not be read: %v.", obs.refusal.unknown)
+		}
+		set(v1alpha1.ConditionProvisioning, metav1.ConditionTrue, v1alpha1.ReasonCreatingMembers, msg)
 		return PhaseProvisioning
 	case !allAvailable(fleet, obs):
 		set(v1alpha1.ConditionProvisioning, metav1.ConditionTrue, v1alpha1.ReasonWaitingForMembers, fmt.Sprintf("%d of %d member(s) are Ready and healthy on /state.", countAvailable(st.Members), want))
