@@ -91,9 +91,10 @@ func TestRestrictedNamespace(t *testing.T) {
 		assert.Contains(t, prov.Message, `violates PodSecurity "restricted:latest"`, "the API server's own words")
 		assert.Contains(t, prov.Message, "rooted-0")
 		assert.Equal(t, PhaseProvisioning, f.Status.Phase)
-		reconciling := condition(t, h, f, v1alpha1.ConditionReconciling)
-		require.NotNil(t, reconciling)
-		assert.Equal(t, string(v1alpha1.ReasonMembersRefused), reconciling.Reason)
+		stalled := condition(t, h, f, v1alpha1.ConditionStalled)
+		require.NotNil(t, stalled)
+		assert.Equal(t, metav1.ConditionTrue, stalled.Status, "a GitOps health check fails now: someone must act")
+		assert.Equal(t, string(v1alpha1.ReasonMembersRefused), stalled.Reason)
 	})
 
 	t.Run("fixed, the member is created and the refusal is gone from status", func(t *testing.T) {
@@ -106,6 +107,9 @@ func TestRestrictedNamespace(t *testing.T) {
 		prov := condition(t, h, f, v1alpha1.ConditionProvisioning)
 		require.NotNil(t, prov)
 		assert.NotEqual(t, string(v1alpha1.ReasonMembersRefused), prov.Reason, "%s: %s", prov.Reason, prov.Message)
+		stalled := condition(t, h, f, v1alpha1.ConditionStalled)
+		require.NotNil(t, stalled)
+		assert.Equal(t, metav1.ConditionFalse, stalled.Status)
 	})
 
 	t.Run("events that cannot be read leave the cause unknown, and say so", func(t *testing.T) {

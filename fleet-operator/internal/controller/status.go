@@ -225,7 +225,8 @@ func setReadyCondition(fleet *v1alpha1.CelldFleet, st *v1alpha1.CelldFleetStatus
 
 // setKStatusConditions sets the kstatus pair from what the other
 // conditions say, as the ServiceMesh does: Stalled=True while something
-// outside the fleet blocks it (a person must act), Reconciling=True while
+// outside the fleet blocks it or the API server refuses its members (a
+// person must act), Reconciling=True while
 // it converges or retries a failed step. A fleet whose changes are held by
 // spec.maintenance.paused is neither: that is the user's choice, and it
 // reports the pause as the reason.
@@ -243,13 +244,22 @@ func setKStatusConditions(st *v1alpha1.CelldFleetStatus, obs *observed, set cond
 			return
 		}
 	}
+	prov := meta.FindStatusCondition(st.Conditions, string(v1alpha1.ConditionProvisioning))
+	if obs.failed == nil && prov != nil && prov.Status == metav1.ConditionTrue && prov.Reason == string(v1alpha1.ReasonMembersRefused) {
+		// The StatefulSet controller keeps retrying, but only someone
+		// changing the template, the namespace's policy or its quota lets
+		// the members in: a GitOps health check should fail now, not at
+		// its timeout.
+		reconciling(metav1.ConditionFalse, v1alpha1.ReasonNotReconciling, "")
+		stalled(metav1.ConditionTrue, v1alpha1.ReasonMembersRefused, prov.Message)
+		return
+	}
 	stalled(metav1.ConditionFalse, v1alpha1.ReasonNotStalled, "")
 	if obs.failed != nil {
 		c := meta.FindStatusCondition(st.Conditions, string(v1alpha1.ConditionReconciled))
 		reconciling(metav1.ConditionTrue, v1alpha1.ReasonStepFailed, c.Message)
 		return
 	}
-	prov := meta.FindStatusCondition(st.Conditions, string(v1alpha1.ConditionProvisioning))
 	switch {
 	case prov == nil || prov.Status != metav1.ConditionTrue:
 		reconciling(metav1.ConditionFalse, v1alpha1.ReasonNotReconciling, "")

@@ -119,12 +119,12 @@ func TestComputeStatus(t *testing.T) {
 			want: map[v1alpha1.ConditionType]wantCondition{
 				v1alpha1.ConditionProvisioning: {T, v1alpha1.ReasonMembersRefused},
 				v1alpha1.ConditionReady:        {F, v1alpha1.ReasonMembersNotReady},
-				v1alpha1.ConditionReconciling:  {T, v1alpha1.ReasonMembersRefused},
-				v1alpha1.ConditionStalled:      {F, v1alpha1.ReasonNotStalled},
+				v1alpha1.ConditionReconciling:  {F, v1alpha1.ReasonNotReconciling},
+				v1alpha1.ConditionStalled:      {T, v1alpha1.ReasonMembersRefused},
 			},
 			message: map[v1alpha1.ConditionType][]string{
 				v1alpha1.ConditionProvisioning: {"2 of 3 member(s) exist", `pods "shop-2" is forbidden`, "spec.podTemplate.securityContext", "pod-security.kubernetes.io/enforce"},
-				v1alpha1.ConditionReconciling:  {`pods "shop-2" is forbidden`},
+				v1alpha1.ConditionStalled:      {`pods "shop-2" is forbidden`},
 			},
 		},
 		{
