@@ -76,6 +76,10 @@ func Start(t testing.TB, scheme *runtime.Scheme, crdDirs ...string) *Env {
 	}
 	cfg, err := env.Start()
 	if err != nil {
+		// envtest leaves the control plane running when a later step
+		// (installing the CRDs) fails: stop what it started, or etcd and
+		// kube-apiserver outlive the test.
+		_ = env.Stop()
 		t.Fatalf("starting kube-apiserver and etcd: %v", err)
 	}
 	t.Cleanup(func() {
