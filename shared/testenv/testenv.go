@@ -43,6 +43,8 @@ func RepoRoot(t testing.TB) string {
 type Env struct {
 	Config *rest.Config
 	Client client.Client
+	// assets is the directory holding the control plane's binaries.
+	assets string
 }
 
 // Start runs kube-apiserver and etcd for the test and stops them when it
@@ -74,6 +76,10 @@ func Start(t testing.TB, scheme *runtime.Scheme, crdDirs ...string) *Env {
 	}
 	cfg, err := env.Start()
 	if err != nil {
+		// envtest leaves the control plane running when a later step
+		// (installing the CRDs) fails: stop what it started, or etcd and
+		// kube-apiserver outlive the test.
+		_ = env.Stop()
 		t.Fatalf("starting kube-apiserver and etcd: %v", err)
 	}
 	t.Cleanup(func() {
@@ -85,7 +91,7 @@ func Start(t testing.TB, scheme *runtime.Scheme, crdDirs ...string) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Env{Config: cfg, Client: c}
+	return &Env{Config: cfg, Client: c, assets: assets}
 }
 
 // ModuleFile returns the path of a file inside a Go module at a version,

@@ -52,8 +52,8 @@ type CelldFleetSpec struct {
 	// +optional
 	ServiceAccountName string `json:"serviceAccountName,omitempty"`
 
-	// PodTemplate carries extra labels and annotations for member Pods.
-	// Keys the operator manages itself are rejected.
+	// PodTemplate carries extra labels and annotations for member Pods, and
+	// their security contexts. Keys the operator manages itself are rejected.
 	// +optional
 	PodTemplate PodTemplateMetadata `json:"podTemplate,omitempty"`
 
@@ -243,7 +243,8 @@ type IstioMesh struct {
 	ApplicationAccess ApplicationAccess `json:"applicationAccess,omitempty"`
 }
 
-// PodTemplateMetadata is the user's extra metadata for member Pods.
+// PodTemplateMetadata is what the user adds to the member Pod template:
+// metadata and security contexts.
 type PodTemplateMetadata struct {
 	// +kubebuilder:validation:MaxProperties=64
 	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.startsWith('celld.eric.dev/') && !k.startsWith('app.kubernetes.io/'))",message="spec.podTemplate.labels may not use the celld.eric.dev/ or app.kubernetes.io/ prefixes: the operator selects members by them"
@@ -253,6 +254,42 @@ type PodTemplateMetadata struct {
 	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.startsWith('celld.eric.dev/'))",message="spec.podTemplate.annotations may not use the celld.eric.dev/ prefix: the operator owns it"
 	// +optional
 	Annotations map[string]string `json:"annotations,omitempty"`
+
+	// SecurityContext is the member Pods' securityContext. Unset, members
+	// run as UID and GID 65532 with fsGroup 65532 (the celld image's user),
+	// runAsNonRoot and the RuntimeDefault seccomp profile: what Pod Security
+	// "restricted" asks. Set, it is used as written (so {} lets the platform
+	// assign the user and fsGroup, as OpenShift's restricted-v2 does), and
+	// only runAsNonRoot (true) and seccompProfile (RuntimeDefault) are
+	// filled in where it leaves them unset. The CRD refuses only what the
+	// Pod API refuses; whether the namespace's Pod Security level admits
+	// the result is reported in the Provisioning condition.
+	// +kubebuilder:validation:XValidation:rule="[has(self.runAsUser) ? self.runAsUser : 0, has(self.runAsGroup) ? self.runAsGroup : 0, has(self.fsGroup) ? self.fsGroup : 0].all(id, id >= 0 && id <= 2147483647)",message="spec.podTemplate.securityContext runAsUser, runAsGroup and fsGroup must be between 0 and 2147483647"
+	// +kubebuilder:validation:XValidation:rule="!has(self.supplementalGroups) || size(self.supplementalGroups) == 0 || (self.supplementalGroups.min() >= 0 && self.supplementalGroups.max() <= 2147483647)",message="spec.podTemplate.securityContext.supplementalGroups must be between 0 and 2147483647"
+	// +kubebuilder:validation:XValidation:rule="!has(self.fsGroupChangePolicy) || self.fsGroupChangePolicy in ['OnRootMismatch', 'Always']",message="spec.podTemplate.securityContext.fsGroupChangePolicy must be OnRootMismatch or Always"
+	// +kubebuilder:validation:XValidation:rule="!has(self.supplementalGroupsPolicy) || self.supplementalGroupsPolicy in ['Merge', 'Strict']",message="spec.podTemplate.securityContext.supplementalGroupsPolicy must be Merge or Strict"
+	// +kubebuilder:validation:XValidation:rule="!has(self.seLinuxChangePolicy) || self.seLinuxChangePolicy in ['MountOption', 'Recursive']",message="spec.podTemplate.securityContext.seLinuxChangePolicy must be MountOption or Recursive"
+	// +kubebuilder:validation:XValidation:rule="!has(self.seccompProfile) || (self.seccompProfile.type in ['RuntimeDefault', 'Unconfined', 'Localhost'] && (self.seccompProfile.type == 'Localhost') == has(self.seccompProfile.localhostProfile))",message="spec.podTemplate.securityContext.seccompProfile.type must be RuntimeDefault, Unconfined or Localhost, and localhostProfile is required with Localhost and forbidden otherwise"
+	// +kubebuilder:validation:XValidation:rule="!has(self.appArmorProfile) || (self.appArmorProfile.type in ['RuntimeDefault', 'Unconfined', 'Localhost'] && (self.appArmorProfile.type == 'Localhost') == has(self.appArmorProfile.localhostProfile))",message="spec.podTemplate.securityContext.appArmorProfile.type must be RuntimeDefault, Unconfined or Localhost, and localhostProfile is required with Localhost and forbidden otherwise"
+	// +kubebuilder:validation:XValidation:rule="!has(self.windowsOptions) || !has(self.windowsOptions.hostProcess) || !self.windowsOptions.hostProcess",message="spec.podTemplate.securityContext.windowsOptions.hostProcess cannot be true: members are not host processes (the Pod API needs hostNetwork for it)"
+	// +optional
+	SecurityContext *corev1.PodSecurityContext `json:"securityContext,omitempty"`
+
+	// ContainerSecurityContext is the celld container's securityContext.
+	// Unset, it is allowPrivilegeEscalation false with every capability
+	// dropped. Set, it is used as written, with allowPrivilegeEscalation
+	// (false, unless privileged or adding CAP_SYS_ADMIN, which the Pod API
+	// refuses together) and capabilities.drop (ALL) filled in where it
+	// leaves them unset.
+	// +kubebuilder:validation:XValidation:rule="[has(self.runAsUser) ? self.runAsUser : 0, has(self.runAsGroup) ? self.runAsGroup : 0].all(id, id >= 0 && id <= 2147483647)",message="spec.podTemplate.containerSecurityContext runAsUser and runAsGroup must be between 0 and 2147483647"
+	// +kubebuilder:validation:XValidation:rule="!has(self.allowPrivilegeEscalation) || self.allowPrivilegeEscalation || !(has(self.privileged) && self.privileged)",message="spec.podTemplate.containerSecurityContext: privileged true cannot be combined with allowPrivilegeEscalation false"
+	// +kubebuilder:validation:XValidation:rule="!has(self.allowPrivilegeEscalation) || self.allowPrivilegeEscalation || !has(self.capabilities) || !has(self.capabilities.add) || !self.capabilities.add.exists(c, c == 'CAP_SYS_ADMIN')",message="spec.podTemplate.containerSecurityContext: adding CAP_SYS_ADMIN cannot be combined with allowPrivilegeEscalation false"
+	// +kubebuilder:validation:XValidation:rule="!has(self.procMount) || self.procMount == 'Default'",message="spec.podTemplate.containerSecurityContext.procMount must be Default: Unmasked needs a user namespace (hostUsers false), which members do not use"
+	// +kubebuilder:validation:XValidation:rule="!has(self.seccompProfile) || (self.seccompProfile.type in ['RuntimeDefault', 'Unconfined', 'Localhost'] && (self.seccompProfile.type == 'Localhost') == has(self.seccompProfile.localhostProfile))",message="spec.podTemplate.containerSecurityContext.seccompProfile.type must be RuntimeDefault, Unconfined or Localhost, and localhostProfile is required with Localhost and forbidden otherwise"
+	// +kubebuilder:validation:XValidation:rule="!has(self.appArmorProfile) || (self.appArmorProfile.type in ['RuntimeDefault', 'Unconfined', 'Localhost'] && (self.appArmorProfile.type == 'Localhost') == has(self.appArmorProfile.localhostProfile))",message="spec.podTemplate.containerSecurityContext.appArmorProfile.type must be RuntimeDefault, Unconfined or Localhost, and localhostProfile is required with Localhost and forbidden otherwise"
+	// +kubebuilder:validation:XValidation:rule="!has(self.windowsOptions) || !has(self.windowsOptions.hostProcess) || !self.windowsOptions.hostProcess",message="spec.podTemplate.containerSecurityContext.windowsOptions.hostProcess cannot be true: members are not host processes (the Pod API needs hostNetwork for it)"
+	// +optional
+	ContainerSecurityContext *corev1.SecurityContext `json:"containerSecurityContext,omitempty"`
 }
 
 // Scheduling are the usual Pod placement knobs, passed through to members.

@@ -64,6 +64,10 @@ const (
 	ReasonRollPaused        ConditionReason = "RollPaused"
 	ReasonApplyingTemplate  ConditionReason = "ApplyingTemplate"
 	ReasonCreatingMembers   ConditionReason = "CreatingMembers"
+	// ReasonMembersRefused: the API server refuses the member Pods the
+	// StatefulSet controller creates (Pod Security admission, a quota, an
+	// admission webhook or policy); the message quotes its FailedCreate.
+	ReasonMembersRefused    ConditionReason = "MembersRefused"
 	ReasonWaitingForMembers ConditionReason = "WaitingForMembers"
 	ReasonProvisioned       ConditionReason = "Provisioned"
 	ReasonMembersReady      ConditionReason = "MembersReady"

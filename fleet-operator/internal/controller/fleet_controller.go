@@ -376,6 +376,9 @@ type observed struct {
 	// StatefulSet controller is about to create the members (see
 	// membersAboutToAppear).
 	membersCreated bool
+	// refusal: why members the StatefulSet should run are missing, when
+	// the API server refuses them (observeRefusal).
+	refusal *memberRefusal
 }
 
 type blockage struct {
@@ -669,6 +672,10 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 	// revision is the old one and a roll decision would be wrong.
 	obs.stsSettling = sts.Status.ObservedGeneration < sts.Generation
 
+	if !obs.membersCreated {
+		// A StatefulSet made by this pass has not been tried yet.
+		obs.refusal = r.observeRefusal(ctx, sts, pods)
+	}
 	obs.reports = r.readStates(ctx, pods)
 	obs.diskResize = r.growClaims(ctx, fleet, pods)
 	if obs.stsSettling {

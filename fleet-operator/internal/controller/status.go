@@ -165,6 +165,11 @@ func setProvisioningCondition(fleet *v1alpha1.CelldFleet, st *v1alpha1.CelldFlee
 	case len(obs.mesh.MissingProxy) > 0 && obs.heldMesh == "":
 		set(v1alpha1.ConditionProvisioning, metav1.ConditionTrue, v1alpha1.ReasonProxyMissing, mesh.MissingProxyMessage(fleet, obs.mesh.MissingProxy))
 		return PhaseProvisioning
+	case obs.refusal != nil && obs.refusal.message != "":
+		// Before the pause and the roll: a member the API server refuses
+		// does not come back, whatever the roll or the pause waits for.
+		set(v1alpha1.ConditionProvisioning, metav1.ConditionTrue, v1alpha1.ReasonMembersRefused, refusalMessage(st.Replicas, want, obs.refusal))
+		return PhaseProvisioning
 	case obs.pausedChanges:
 		set(v1alpha1.ConditionProvisioning, metav1.ConditionTrue, v1alpha1.ReasonMaintenancePaused,
 			"Maintenance is paused: changes to the members (template, image, replicas) are held until spec.maintenance.paused is false.")
@@ -184,7 +189,11 @@ func setProvisioningCondition(fleet *v1alpha1.CelldFleet, st *v1alpha1.CelldFlee
 		set(v1alpha1.ConditionProvisioning, metav1.ConditionTrue, v1alpha1.ReasonApplyingTemplate, "Waiting for the StatefulSet controller to observe the new member template.")
 		return PhaseProvisioning
 	case st.Replicas < want:
-		set(v1alpha1.ConditionProvisioning, metav1.ConditionTrue, v1alpha1.ReasonCreatingMembers, fmt.Sprintf("%d of %d member(s) exist.", st.Replicas, want))
+		msg := fmt.Sprintf("%d of %d member(s) exist.", st.Replicas, want)
+		if obs.refusal != nil && obs.refusal.unknown != nil {
+			msg += fmt.Sprintf(" Whether the API server refuses the others is unknown: the StatefulSet's events could not be read: %v.", obs.refusal.unknown)
+		}
+		set(v1alpha1.ConditionProvisioning, metav1.ConditionTrue, v1alpha1.ReasonCreatingMembers, msg)
 		return PhaseProvisioning
 	case !allAvailable(fleet, obs):
 		set(v1alpha1.ConditionProvisioning, metav1.ConditionTrue, v1alpha1.ReasonWaitingForMembers, fmt.Sprintf("%d of %d member(s) are Ready and healthy on /state.", countAvailable(st.Members), want))
@@ -216,7 +225,8 @@ func setReadyCondition(fleet *v1alpha1.CelldFleet, st *v1alpha1.CelldFleetStatus
 
 // setKStatusConditions sets the kstatus pair from what the other
 // conditions say, as the ServiceMesh does: Stalled=True while something
-// outside the fleet blocks it (a person must act), Reconciling=True while
+// outside the fleet blocks it or the API server refuses its members (a
+// person must act), Reconciling=True while
 // it converges or retries a failed step. A fleet whose changes are held by
 // spec.maintenance.paused is neither: that is the user's choice, and it
 // reports the pause as the reason.
@@ -234,13 +244,22 @@ func setKStatusConditions(st *v1alpha1.CelldFleetStatus, obs *observed, set cond
 			return
 		}
 	}
+	prov := meta.FindStatusCondition(st.Conditions, string(v1alpha1.ConditionProvisioning))
+	if obs.failed == nil && prov != nil && prov.Status == metav1.ConditionTrue && prov.Reason == string(v1alpha1.ReasonMembersRefused) {
+		// The StatefulSet controller keeps retrying, but only someone
+		// changing the template, the namespace's policy or its quota lets
+		// the members in: a GitOps health check should fail now, not at
+		// its timeout.
+		reconciling(metav1.ConditionFalse, v1alpha1.ReasonNotReconciling, "")
+		stalled(metav1.ConditionTrue, v1alpha1.ReasonMembersRefused, prov.Message)
+		return
+	}
 	stalled(metav1.ConditionFalse, v1alpha1.ReasonNotStalled, "")
 	if obs.failed != nil {
 		c := meta.FindStatusCondition(st.Conditions, string(v1alpha1.ConditionReconciled))
 		reconciling(metav1.ConditionTrue, v1alpha1.ReasonStepFailed, c.Message)
 		return
 	}
-	prov := meta.FindStatusCondition(st.Conditions, string(v1alpha1.ConditionProvisioning))
 	switch {
 	case prov == nil || prov.Status != metav1.ConditionTrue:
 		reconciling(metav1.ConditionFalse, v1alpha1.ReasonNotReconciling, "")

@@ -111,6 +111,47 @@ func TestComputeStatus(t *testing.T) {
 			},
 		},
 		{
+			name: "members the API server refuses: its words, not just a count", phase: PhaseProvisioning,
+			obs: func(o *observed) {
+				o.pods = o.pods[:2]
+				o.refusal = &memberRefusal{message: `create Pod shop-2 in StatefulSet shop failed error: pods "shop-2" is forbidden: violates PodSecurity "restricted:latest": runAsUser=0`}
+			},
+			want: map[v1alpha1.ConditionType]wantCondition{
+				v1alpha1.ConditionProvisioning: {T, v1alpha1.ReasonMembersRefused},
+				v1alpha1.ConditionReady:        {F, v1alpha1.ReasonMembersNotReady},
+				v1alpha1.ConditionReconciling:  {F, v1alpha1.ReasonNotReconciling},
+				v1alpha1.ConditionStalled:      {T, v1alpha1.ReasonMembersRefused},
+			},
+			message: map[v1alpha1.ConditionType][]string{
+				v1alpha1.ConditionProvisioning: {"2 of 3 member(s) exist", `pods "shop-2" is forbidden`, "spec.podTemplate.securityContext", "pod-security.kubernetes.io/enforce"},
+				v1alpha1.ConditionStalled:      {`pods "shop-2" is forbidden`},
+			},
+		},
+		{
+			// A member evicted while paused comes back from the held
+			// template, or not at all: the refusal is what to fix.
+			name: "a refused member is named before a held change", phase: PhaseProvisioning,
+			obs: func(o *observed) {
+				o.pods, o.pausedChanges = o.pods[:2], true
+				o.refusal = &memberRefusal{message: `create Pod shop-2 in StatefulSet shop failed error: pods "shop-2" is forbidden: exceeded quota: pods`}
+			},
+			want: map[v1alpha1.ConditionType]wantCondition{
+				v1alpha1.ConditionProvisioning: {T, v1alpha1.ReasonMembersRefused},
+			},
+			message: map[v1alpha1.ConditionType][]string{v1alpha1.ConditionProvisioning: {"exceeded quota"}},
+		},
+		{
+			name: "the StatefulSet's events unreadable: whether members are refused is unknown, and said", phase: PhaseProvisioning,
+			obs: func(o *observed) {
+				o.pods = o.pods[:2]
+				o.refusal = &memberRefusal{unknown: errors.New(`events is forbidden`)}
+			},
+			want: map[v1alpha1.ConditionType]wantCondition{
+				v1alpha1.ConditionProvisioning: {T, v1alpha1.ReasonCreatingMembers},
+			},
+			message: map[v1alpha1.ConditionType][]string{v1alpha1.ConditionProvisioning: {"2 of 3 member(s) exist", "unknown", "events is forbidden"}},
+		},
+		{
 			name: "a member not ready", phase: PhaseProvisioning,
 			obs: func(o *observed) { o.pods[1] = member(1, "r2", false) },
 			want: map[v1alpha1.ConditionType]wantCondition{

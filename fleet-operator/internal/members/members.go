@@ -150,10 +150,8 @@ func podTemplate(f *v1alpha1.CelldFleet) corev1.PodTemplateSpec {
 		Affinity:                      sched.Affinity,
 		TopologySpreadConstraints:     sched.TopologySpreadConstraints,
 		PriorityClassName:             sched.PriorityClassName,
-		SecurityContext: &corev1.PodSecurityContext{
-			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-		},
-		Containers: []corev1.Container{container(f)},
+		SecurityContext:               podSecurityContext(f.Spec.PodTemplate.SecurityContext),
+		Containers:                    []corev1.Container{container(f)},
 	}
 	if f.Spec.Storage == nil {
 		spec.Volumes = []corev1.Volume{{Name: DataVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
@@ -187,11 +185,80 @@ func container(f *v1alpha1.CelldFleet) corev1.Container {
 			TimeoutSeconds:   2,
 			FailureThreshold: 3,
 		},
-		SecurityContext: &corev1.SecurityContext{
-			AllowPrivilegeEscalation: ptr.To(false),
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-		},
+		SecurityContext: containerSecurityContext(f.Spec.PodTemplate.ContainerSecurityContext),
 	}
+}
+
+// The celld image's user, by contract (docs/fleet.md "Security context"):
+// a numeric non-root UID, so the kubelet can verify runAsNonRoot, and its
+// group, which owns the data directory.
+const (
+	RuntimeUID int64 = 65532
+	RuntimeGID int64 = 65532
+)
+
+// podSecurityContext is what Pod Security "restricted" asks of a Pod,
+// unless the spec sets a securityContext: that one is used as written, and
+// only the two settings restricted needs at Pod level are filled in where
+// it leaves them unset. Members run as the image's user with their disk's
+// group set to its group, so the data directory is writable on a claim
+// whose volume a root-owned filesystem backs.
+func podSecurityContext(spec *corev1.PodSecurityContext) *corev1.PodSecurityContext {
+	if spec == nil {
+		return &corev1.PodSecurityContext{
+			RunAsNonRoot:        ptr.To(true),
+			RunAsUser:           ptr.To(RuntimeUID),
+			RunAsGroup:          ptr.To(RuntimeGID),
+			FSGroup:             ptr.To(RuntimeGID),
+			FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch),
+			SeccompProfile:      &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		}
+	}
+	sc := spec.DeepCopy()
+	if sc.RunAsNonRoot == nil {
+		sc.RunAsNonRoot = ptr.To(true)
+	}
+	if sc.SeccompProfile == nil {
+		sc.SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}
+	}
+	return sc
+}
+
+// containerSecurityContext is what Pod Security "restricted" asks of a
+// container, with the spec's containerSecurityContext used as written
+// where it sets something (capabilities.drop included: an empty list drops
+// nothing). allowPrivilegeEscalation is not filled in for a
+// privileged container or one adding CAP_SYS_ADMIN: the Pod API refuses
+// either together with allowPrivilegeEscalation false.
+func containerSecurityContext(spec *corev1.SecurityContext) *corev1.SecurityContext {
+	sc := &corev1.SecurityContext{}
+	if spec != nil {
+		sc = spec.DeepCopy()
+	}
+	if sc.AllowPrivilegeEscalation == nil && !ptr.Deref(sc.Privileged, false) && !addsSysAdmin(sc.Capabilities) {
+		sc.AllowPrivilegeEscalation = ptr.To(false)
+	}
+	if sc.Capabilities == nil {
+		sc.Capabilities = &corev1.Capabilities{}
+	}
+	if sc.Capabilities.Drop == nil {
+		// Restricted allows adding NET_BIND_SERVICE back, on top of this.
+		sc.Capabilities.Drop = []corev1.Capability{"ALL"}
+	}
+	return sc
+}
+
+func addsSysAdmin(c *corev1.Capabilities) bool {
+	if c == nil {
+		return false
+	}
+	for _, a := range c.Add {
+		// Exactly the spelling the Pod API checks.
+		if a == "CAP_SYS_ADMIN" {
+			return true
+		}
+	}
+	return false
 }
 
 // operatorEnv is the configuration the operator hands to every member.
