@@ -69,24 +69,26 @@ func ownedByMesh(o foundObject, mesh types.UID) bool {
 // which hold nothing of anyone's: the default ServiceAccount and the
 // kube-root-ca.crt ConfigMap (created in every namespace), Events (records
 // about other objects that expire on their own), Leases (leader-election
-// records their holders renew and recreate) and metrics.k8s.io (views of
-// the Pods, which are judged themselves).
+// records their holders renew and recreate) and the metrics APIs
+// (metricsGroup).
 func kubernetesBookkeeping(o foundObject) bool {
 	switch {
 	case o.Group == "" && o.Kind == "ServiceAccount" && o.Name == "default",
 		o.Group == "" && o.Kind == "ConfigMap" && o.Name == "kube-root-ca.crt",
 		o.Kind == "Event" && (o.Group == "" || o.Group == "events.k8s.io"),
 		o.Kind == "Lease" && o.Group == "coordination.k8s.io",
-		o.Group == metricsGroup:
+		metricsGroup(o.Group):
 		return true
 	}
 	return false
 }
 
-// metricsGroup serves the resource metrics: views of Pods and Nodes, not
-// objects anyone stores. Its discovery failing (metrics-server down) says
-// nothing about what a namespace holds.
-const metricsGroup = "metrics.k8s.io"
+// metricsGroup: the metrics APIs serve views (of Pods, of monitoring
+// data), not objects anyone stores. Their discovery failing (a metrics
+// adapter down) says nothing about what a namespace holds.
+func metricsGroup(group string) bool {
+	return group == "metrics.k8s.io" || group == "custom.metrics.k8s.io" || group == "external.metrics.k8s.io"
+}
 
 // othersInNamespace are the objects of a namespace the operator created
 // that someone else put there, as "Kind name" (sorted): what deleting the
@@ -188,12 +190,12 @@ func (r *ServiceMeshReconciler) namespaceContents(ctx context.Context, ns string
 	}
 	resources, failed := apis.NamespacedListable()
 	for _, gv := range failed {
-		if gv.Group != metricsGroup {
+		if !metricsGroup(gv.Group) {
 			unread = append(unread, fmt.Sprintf("discovery of %s failed", gv))
 		}
 	}
 	for _, res := range resources {
-		if res.GroupVersion.Group == metricsGroup {
+		if metricsGroup(res.GroupVersion.Group) {
 			continue
 		}
 		gvk := res.GroupVersion.WithKind(res.Kind)

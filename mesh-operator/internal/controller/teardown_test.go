@@ -27,6 +27,7 @@ func TestDecideNamespace(t *testing.T) {
 		obj("events.k8s.io", "Event", "istiod.2", "ev2"),
 		obj("coordination.k8s.io", "Lease", "istio-leader", "lease"),
 		obj("metrics.k8s.io", "PodMetrics", "istiod-abc", "pm"),
+		obj("custom.metrics.k8s.io", "MetricValue", "requests", "mv"),
 	}
 	terminating := obj("", "Secret", "old", "old")
 	terminating.Terminating = true
@@ -84,11 +85,11 @@ func TestNamespaceTeardownCondition(t *testing.T) {
 	reason, msg, _ = namespaceTeardownCondition([]namespaceOutcome{
 		{Name: "ztunnel", Deleted: true},
 		{Name: "istio-system", Others: []string{"Secret cacerts"}},
-		{Name: "istio-cni", Unread: []string{"discovery of custom.metrics.k8s.io/v1beta1 failed"}},
+		{Name: "istio-cni", Unread: []string{"discovery of example.com/v1 failed"}},
 	})
 	assert.Equal(t, v1alpha1.ReasonNamespacesKept, reason)
 	assert.Contains(t, msg, "istio-system: it holds objects the operator did not put there: Secret cacerts")
-	assert.Contains(t, msg, "istio-cni: what it holds could not be read entirely (discovery of custom.metrics.k8s.io/v1beta1 failed)")
+	assert.Contains(t, msg, "istio-cni: what it holds could not be read entirely (discovery of example.com/v1 failed)")
 	assert.Contains(t, msg, "Deleted ztunnel")
 }
 
