@@ -32,6 +32,8 @@ package served
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -146,6 +148,38 @@ func (s *Snapshot) Resources() map[string][]string {
 		}
 	}
 	return out
+}
+
+// Listable is a resource type that discovery lists with the list verb.
+type Listable struct {
+	GroupVersion schema.GroupVersion
+	// Resource is the plural name, Kind the kind of its objects.
+	Resource, Kind string
+}
+
+// NamespacedListable returns the namespaced resource types that can be
+// listed, each group and resource once, in the first version discovery
+// listed it in (the group's preferred version), in discovery order. failed
+// are the group versions whose discovery failed: what they serve is not
+// known, so a caller that needs every namespaced object (is a namespace
+// empty?) cannot know it while failed is not empty.
+func (s *Snapshot) NamespacedListable() (resources []Listable, failed []schema.GroupVersion) {
+	seen := map[schema.GroupResource]bool{}
+	for _, gv := range s.order {
+		for _, r := range s.lists[gv] {
+			gr := schema.GroupResource{Group: gv.Group, Resource: r.Name}
+			if !r.Namespaced || seen[gr] || !slices.Contains(r.Verbs, "list") {
+				continue
+			}
+			seen[gr] = true
+			resources = append(resources, Listable{GroupVersion: gv, Resource: r.Name, Kind: r.Kind})
+		}
+	}
+	for gv := range s.failed {
+		failed = append(failed, gv)
+	}
+	sort.Slice(failed, func(i, j int) bool { return failed[i].String() < failed[j].String() })
+	return resources, failed
 }
 
 // without is s less the kinds in gone.

@@ -275,3 +275,33 @@ func TestGoneIgnoresOtherNotFounds(t *testing.T) {
 	}
 	assert.Equal(t, 1, d.count())
 }
+
+// TestNamespacedListable: what a caller lists to learn everything in a
+// namespace: namespaced resources with the list verb, each group and
+// resource once (its first version), and the group versions whose
+// discovery failed, which leave the answer incomplete.
+func TestNamespacedListable(t *testing.T) {
+	d := &fakeDiscovery{}
+	metrics := schema.GroupVersion{Group: "metrics.k8s.io", Version: "v1beta1"}
+	listVerbs := metav1.Verbs{"get", "list", "watch"}
+	d.set(&discovery.ErrGroupDiscoveryFailed{Groups: map[schema.GroupVersion]error{metrics: apierrors.NewServiceUnavailable("no endpoints")}},
+		&metav1.APIResourceList{GroupVersion: "v1", APIResources: []metav1.APIResource{
+			{Name: "namespaces", Kind: "Namespace", Verbs: listVerbs},
+			{Name: "secrets", Kind: "Secret", Namespaced: true, Verbs: listVerbs},
+			{Name: "pods/status", Kind: "Pod", Namespaced: true, Verbs: listVerbs},
+			{Name: "bindings", Kind: "Binding", Namespaced: true, Verbs: metav1.Verbs{"create"}},
+		}},
+		&metav1.APIResourceList{GroupVersion: "security.istio.io/v1", APIResources: []metav1.APIResource{
+			{Name: "peerauthentications", Kind: "PeerAuthentication", Namespaced: true, Verbs: listVerbs}}},
+		&metav1.APIResourceList{GroupVersion: "security.istio.io/v1beta1", APIResources: []metav1.APIResource{
+			{Name: "peerauthentications", Kind: "PeerAuthentication", Namespaced: true, Verbs: listVerbs}}},
+	)
+	s, err := (&Catalog{Discovery: d}).Snapshot()
+	require.NoError(t, err)
+	resources, failed := s.NamespacedListable()
+	assert.Equal(t, []Listable{
+		{GroupVersion: schema.GroupVersion{Version: "v1"}, Resource: "secrets", Kind: "Secret"},
+		{GroupVersion: schema.GroupVersion{Group: "security.istio.io", Version: "v1"}, Resource: "peerauthentications", Kind: "PeerAuthentication"},
+	}, resources)
+	assert.Equal(t, []schema.GroupVersion{metrics}, failed)
+}

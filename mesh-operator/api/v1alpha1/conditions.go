@@ -29,6 +29,12 @@ const (
 	// (other holders, or Sail resources the operator does not own), and
 	// which recorded CRD names it refused to delete.
 	ConditionSailTeardown ConditionType = "SailTeardown"
+	// ConditionNamespaceTeardown reports, while the ServiceMesh is deleted,
+	// what became of the namespaces the operator created (istio-system,
+	// istio-cni, ztunnel, the Sail namespace): deleted, or kept because
+	// something the operator did not put there is in them (named), or
+	// because what is in them could not be read entirely.
+	ConditionNamespaceTeardown ConditionType = "NamespaceTeardown"
 	// ConditionReconciling and ConditionStalled follow kstatus, as the
 	// CelldFleet's do.
 	ConditionReconciling ConditionType = "Reconciling"
@@ -179,6 +185,20 @@ const (
 	ReasonSailInUse                ConditionReason = "SailInUse"
 	ReasonSailOperatorUninstalled  ConditionReason = "SailOperatorUninstalled"
 	ReasonUntrustedCRDsIgnored     ConditionReason = "UntrustedCRDsIgnored"
+	// ReasonSailCRDsKept: the Sail Operator was uninstalled, but CRDs its
+	// install created were kept: objects of theirs exist that the operator
+	// did not create, an Istio control plane it did not install runs, or
+	// their objects could not be listed (each named); also the reason of
+	// the Warning event.
+	ReasonSailCRDsKept ConditionReason = "SailCRDsKept"
+	// ReasonNamespacesKept (NamespaceTeardown=True): some namespaces the
+	// operator created were left because they hold objects it did not put
+	// there, or their contents could not be read entirely; also the reason
+	// of the Warning event per namespace.
+	ReasonNamespacesKept ConditionReason = "NamespacesKept"
+	// ReasonNamespacesRemoved (NamespaceTeardown=True): every namespace the
+	// operator created held nothing else and was deleted.
+	ReasonNamespacesRemoved ConditionReason = "NamespacesRemoved"
 	// ReasonSailUninstallDisabled: the holders record names the operator but
 	// it runs with sail.install=false, so it leaves the installation alone.
 	ReasonSailUninstallDisabled ConditionReason = "SailUninstallDisabled"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -35,10 +36,10 @@ import (
 // strands anything: first the enrolled namespaces, then the Sail CRs once
 // no Pod of those namespaces needs them any more (awaitCNIRelease,
 // awaitSidecarRelease; the Sail Operator must still run to remove istiod
-// and release their finalizers), then the namespaces the
-// operator created for them, then the Sail Operator itself if this was the
-// last holder. An adopted or external control plane has nothing of ours and
-// is left intact.
+// and release their finalizers), then the namespaces the operator created
+// for them where nothing else is in them (teardown.go), then the Sail
+// Operator itself if this was the last holder. An adopted or external
+// control plane has nothing of ours and is left intact.
 func (r *ServiceMeshReconciler) finalize(ctx context.Context, mesh *v1alpha1.ServiceMesh) (ctrl.Result, error) {
 	// Namespaces first: their labels and policies go before the control
 	// plane, so workloads fall back to plaintext while istiod still runs.
@@ -100,12 +101,19 @@ func (r *ServiceMeshReconciler) finalize(ctx context.Context, mesh *v1alpha1.Ser
 			return progress(v1alpha1.ReasonWaitingForSail, fmt.Sprintf("waiting for the Sail Operator to remove %s (finalizer %s).", strings.Join(waiting, ", "), sail.Finalizer))
 		}
 	}
+	// The namespaces created for the control plane go only when nothing
+	// but what the operator (and Kubernetes) put there is left in them.
+	var namespaces []namespaceOutcome
 	for _, ns := range []string{sail.ZTunnelNamespace, sail.CNINamespace, sail.IstioNamespace} {
-		if err := r.deleteOwnedNamespace(ctx, ns, mesh); err != nil {
+		out, err := r.teardownNamespace(ctx, mesh, ns, controlledByMesh(mesh))
+		if err != nil {
 			return ctrl.Result{}, err
 		}
+		if out != nil {
+			namespaces = append(namespaces, *out)
+		}
 	}
-	reason, msg, err := r.releaseSail(ctx, mesh)
+	reason, msg, sailNS, err := r.releaseSail(ctx, mesh)
 	if err != nil {
 		var reasoned *reasonedError
 		if errors.As(err, &reasoned) {
@@ -114,11 +122,20 @@ func (r *ServiceMeshReconciler) finalize(ctx context.Context, mesh *v1alpha1.Ser
 		}
 		return ctrl.Result{}, err
 	}
-	if reason != "" {
-		// The last word on the Sail installation, written before the
-		// finalizer goes (and with it, usually, the object).
-		st.set(v1alpha1.ConditionSailTeardown, metav1.ConditionTrue, reason, msg)
-		st.set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonDeleting, "The ServiceMesh is being deleted: "+msg)
+	if sailNS != nil {
+		namespaces = append(namespaces, *sailNS)
+	}
+	nsReason, nsMsg, nsReport := namespaceTeardownCondition(namespaces)
+	if reason != "" || nsReport {
+		// The last word on the Sail installation and the namespaces,
+		// written before the finalizer goes (and with it, usually, the object).
+		if reason != "" {
+			st.set(v1alpha1.ConditionSailTeardown, metav1.ConditionTrue, reason, msg)
+			st.set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonDeleting, "The ServiceMesh is being deleted: "+msg)
+		}
+		if nsReport {
+			st.set(v1alpha1.ConditionNamespaceTeardown, metav1.ConditionTrue, nsReason, nsMsg)
+		}
 		if err := r.patchStatus(ctx, mesh, st.next); err != nil {
 			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
@@ -303,31 +320,20 @@ func (r *ServiceMeshReconciler) deleteOwnedSail(ctx context.Context, mesh *v1alp
 	return false, nil
 }
 
-func (r *ServiceMeshReconciler) deleteOwnedNamespace(ctx context.Context, name string, mesh *v1alpha1.ServiceMesh) error {
-	ns := &corev1.Namespace{}
-	err := r.Reader.Get(ctx, types.NamespacedName{Name: name}, ns)
-	if apierrors.IsNotFound(err) || (err == nil && (!metav1.IsControlledBy(ns, mesh) || ns.DeletionTimestamp != nil)) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	uid := ns.UID
-	return client.IgnoreNotFound(r.Client.Delete(ctx, ns, client.Preconditions{UID: &uid}))
-}
-
 // releaseSail leaves the Sail holders record. The last holder out
 // uninstalls, unless Sail resources the operator does not own still need
-// the Sail Operator: the Helm release, then the CRDs the install created,
-// then the record, then the namespace if it was created for the install.
+// the Sail Operator: the Helm release, then the CRDs the install created
+// that nothing else uses (decideCRDs), then the record, then the namespace
+// if it was created for the install and holds nothing else.
 // Each step is idempotent and the record goes last, so an interrupted
 // teardown resumes. It returns the SailTeardown reason and message to
-// report ("" when the operator held no part of the installation).
-func (r *ServiceMeshReconciler) releaseSail(ctx context.Context, mesh *v1alpha1.ServiceMesh) (v1alpha1.ConditionReason, string, error) {
+// report ("" when the operator held no part of the installation), and what
+// became of the Sail namespace (nil when there was nothing to decide).
+func (r *ServiceMeshReconciler) releaseSail(ctx context.Context, mesh *v1alpha1.ServiceMesh) (v1alpha1.ConditionReason, string, *namespaceOutcome, error) {
 	ns := r.Config.SailNamespace
 	rec, err := r.records().Get(ctx, ns)
 	if err != nil || rec == nil || !rec.Holds(sailinstall.HolderKey) {
-		return "", "", err
+		return "", "", nil, err
 	}
 	if !r.Config.SailInstall {
 		// Installed while --sail-install was true, and held by us ever
@@ -337,7 +343,7 @@ func (r *ServiceMeshReconciler) releaseSail(ctx context.Context, mesh *v1alpha1.
 			"the installation is left as it is. Uninstall it yourself (helm uninstall -n %s %s, then delete the record), or set sail.install=true before deleting the ServiceMesh.",
 			ns, sailinstall.RecordName, ns, rec.Release)
 		r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, string(v1alpha1.ReasonSailUninstallDisabled), "Delete", "%s", msg)
-		return v1alpha1.ReasonSailUninstallDisabled, msg, nil
+		return v1alpha1.ReasonSailUninstallDisabled, msg, nil, nil
 	}
 	var others []string
 	for _, h := range rec.Holders {
@@ -347,11 +353,11 @@ func (r *ServiceMeshReconciler) releaseSail(ctx context.Context, mesh *v1alpha1.
 	}
 	if len(others) > 0 {
 		if err := r.records().Leave(ctx, ns, sailinstall.HolderKey); err != nil {
-			return "", "", err
+			return "", "", nil, err
 		}
 		msg := fmt.Sprintf("Left the Sail Operator installed in %s: still held by %s.", ns, strings.Join(others, ", "))
 		r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.ReasonSailOperatorKept), "Delete", "%s", msg)
-		return v1alpha1.ReasonSailOperatorKept, msg, nil
+		return v1alpha1.ReasonSailOperatorKept, msg, nil, nil
 	}
 	// A user's own Istio (or IstioCNI, ZTunnel) next to ours runs on the
 	// same Sail Operator: uninstalling it would strand that mesh, and
@@ -359,76 +365,108 @@ func (r *ServiceMeshReconciler) releaseSail(ctx context.Context, mesh *v1alpha1.
 	// a later last holder still uninstalls once they are gone.
 	users, err := r.foreignSailResources(ctx, mesh)
 	if err != nil {
-		return "", "", err
+		return "", "", nil, err
 	}
 	if len(users) > 0 {
 		msg := fmt.Sprintf("Kept the Sail Operator in %s and its CRDs: %s, which this ServiceMesh does not own, still use it. "+
 			"The holders record %s/%s keeps the operator's key, so the next ServiceMesh to be deleted after they are gone uninstalls it.",
 			ns, strings.Join(users, ", "), ns, sailinstall.RecordName)
 		r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, string(v1alpha1.ReasonSailInUse), "Delete", "%s", msg)
-		return v1alpha1.ReasonSailInUse, msg, nil
+		return v1alpha1.ReasonSailInUse, msg, nil, nil
 	}
 	// The record says which CRDs the install created, but anyone who may
 	// write ConfigMaps in its namespace may edit it: only the chart's own
 	// CRDs of the Sail API groups, created after the record, are deleted.
 	ch, err := r.loadChart(ctx)
 	if err != nil {
-		return "", "", withReason(v1alpha1.ReasonSailChartUnavailable, fmt.Errorf("the Sail chart is needed to check which CRDs the holders record may name, so the uninstall waits: %w", err))
+		return "", "", nil, withReason(v1alpha1.ReasonSailChartUnavailable, fmt.Errorf("the Sail chart is needed to check which CRDs the holders record may name, so the uninstall waits: %w", err))
 	}
 	chartCRDs, err := sailinstall.CRDNames(ch)
 	if err != nil {
-		return "", "", err
+		return "", "", nil, err
 	}
-	remove, ignored := sailinstall.RemovableCRDs(rec.CRDs, chartCRDs)
+	candidates, ignored := sailinstall.RemovableCRDs(rec.CRDs, chartCRDs)
 	if err := r.Helm.Uninstall(); err != nil {
-		return "", "", err
+		return "", "", nil, err
 	}
-	removed := 0
-	for _, name := range remove {
+	var uses []crdUse
+	uids := map[string]types.UID{}
+	for _, name := range candidates {
 		crd := crdMeta(name)
 		err := r.Reader.Get(ctx, types.NamespacedName{Name: name}, crd)
 		if apierrors.IsNotFound(err) {
 			continue
 		}
 		if err != nil {
-			return "", "", fmt.Errorf("reading CRD %s: %w", name, err)
+			return "", "", nil, fmt.Errorf("reading CRD %s: %w", name, err)
 		}
 		if crd.CreationTimestamp.Before(&rec.Created) {
 			// It existed before the record, so before the install.
 			ignored = append(ignored, name)
 			continue
 		}
-		uid := crd.UID
-		if err := client.IgnoreNotFound(r.Client.Delete(ctx, crd, client.Preconditions{UID: &uid})); err != nil {
-			return "", "", fmt.Errorf("deleting CRD %s: %w", name, err)
+		use, err := r.crdUseOf(ctx, mesh, name)
+		if err != nil {
+			return "", "", nil, err
 		}
-		removed++
+		uses = append(uses, use)
+		uids[name] = crd.UID
+	}
+	controlPlanes, err := r.foreignControlPlanes(ctx)
+	controlPlanesUnread := ""
+	if err != nil {
+		controlPlanesUnread = err.Error()
+	}
+	remove, kept := decideCRDs(uses, controlPlanes, controlPlanesUnread)
+	for _, name := range remove {
+		uid := uids[name]
+		if err := client.IgnoreNotFound(r.Client.Delete(ctx, crdMeta(name), client.Preconditions{UID: &uid})); err != nil {
+			return "", "", nil, fmt.Errorf("deleting CRD %s: %w", name, err)
+		}
 	}
 	// Our key stays in the record until the record itself goes, so a
 	// teardown interrupted above still finds it and resumes.
 	if err := r.records().DeleteIfOnly(ctx, rec, sailinstall.HolderKey); err != nil {
-		return "", "", fmt.Errorf("a holder joined the Sail holders record during the uninstall: %w", err)
+		return "", "", nil, fmt.Errorf("a holder joined the Sail holders record during the uninstall: %w", err)
 	}
-	nsObj := &corev1.Namespace{}
-	if err := r.Reader.Get(ctx, types.NamespacedName{Name: ns}, nsObj); err == nil && nsObj.Labels[labels.ManagedBy] == sail.ManagedBy && nsObj.DeletionTimestamp == nil {
-		uid := nsObj.UID
-		if err := client.IgnoreNotFound(r.Client.Delete(ctx, nsObj, client.Preconditions{UID: &uid})); err != nil {
-			return "", "", err
-		}
-	} else if client.IgnoreNotFound(err) != nil {
-		return "", "", err
+	sailNS, err := r.teardownNamespace(ctx, mesh, ns, createdForSail)
+	if err != nil {
+		return "", "", nil, err
 	}
-	msg := fmt.Sprintf("Uninstalled the Sail Operator from %s and removed %d CRDs it had created.", ns, removed)
-	r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.ReasonSailOperatorUninstalled), "Delete", "%s", msg)
+	reason, msg := sailUninstalledOutcome(ns, len(remove), kept, ignored)
+	r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.ReasonSailOperatorUninstalled), "Delete",
+		"Uninstalled the Sail Operator from %s and removed %d CRDs it had created.", ns, len(remove))
+	if len(kept) > 0 {
+		r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, string(v1alpha1.ReasonSailCRDsKept), "Delete", "%s", keptCRDsMessage(kept))
+	}
 	if len(ignored) > 0 {
-		sort.Strings(ignored)
-		warn := fmt.Sprintf("Did not delete CRDs %s named in the holders record %s/%s: they are not CRDs of the Sail API groups that the Sail chart ships, "+
-			"created by its install. Anyone who may write ConfigMaps in %s can edit that record; check who added them.",
-			strings.Join(ignored, ", "), ns, sailinstall.RecordName, ns)
-		r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, string(v1alpha1.ReasonUntrustedCRDsIgnored), "Delete", "%s", warn)
-		return v1alpha1.ReasonUntrustedCRDsIgnored, msg + " " + warn, nil
+		r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, string(v1alpha1.ReasonUntrustedCRDsIgnored), "Delete", "%s", untrustedCRDsMessage(ns, ignored))
 	}
-	return v1alpha1.ReasonSailOperatorUninstalled, msg, nil
+	return reason, msg, sailNS, nil
+}
+
+// untrustedCRDsMessage names the recorded CRDs the record may not vouch for.
+func untrustedCRDsMessage(ns string, ignored []string) string {
+	ignored = slices.Sorted(slices.Values(ignored))
+	return fmt.Sprintf("Did not delete CRDs %s named in the holders record %s/%s: they are not CRDs of the Sail API groups that the Sail chart ships, "+
+		"created by its install. Anyone who may write ConfigMaps in %s can edit that record; check who added them.",
+		strings.Join(ignored, ", "), ns, sailinstall.RecordName, ns)
+}
+
+// sailUninstalledOutcome is the SailTeardown reason and message once the
+// Sail Operator is uninstalled: removed CRDs were deleted; kept ones
+// (decideCRDs) were left because something not the operator's uses them,
+// which outranks ignored ones (recorded names the record may not vouch for).
+func sailUninstalledOutcome(ns string, removed int, kept map[string]string, ignored []string) (v1alpha1.ConditionReason, string) {
+	msg := fmt.Sprintf("Uninstalled the Sail Operator from %s and removed %d CRDs it had created.", ns, removed)
+	reason := v1alpha1.ReasonSailOperatorUninstalled
+	if len(ignored) > 0 {
+		reason, msg = v1alpha1.ReasonUntrustedCRDsIgnored, msg+" "+untrustedCRDsMessage(ns, ignored)
+	}
+	if len(kept) > 0 {
+		reason, msg = v1alpha1.ReasonSailCRDsKept, msg+" "+keptCRDsMessage(kept)
+	}
+	return reason, msg
 }
 
 // foreignSailResources lists the Istio, IstioCNI and ZTunnel resources this

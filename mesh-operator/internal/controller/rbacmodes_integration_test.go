@@ -43,6 +43,10 @@ var installerOnlyAccess = []authorizationv1.ResourceAttributes{
 	{Verb: "create", Group: "apps", Resource: "deployments", Namespace: "sail-operator"},
 	{Verb: "create", Resource: "serviceaccounts", Namespace: "sail-operator"},
 	{Verb: "create", Group: "networking.k8s.io", Resource: "networkpolicies", Namespace: "sail-operator"},
+	// The last holder's look at the objects of a CRD it would delete.
+	{Verb: "list", Group: "networking.istio.io", Resource: "virtualservices"},
+	// What lets it grant itself list on everything in a namespace it created, at teardown.
+	{Verb: "escalate", Group: rbacv1.GroupName, Resource: "roles", Namespace: "istio-system"},
 }
 
 // coreAccess are requests the operator makes in every mode.
