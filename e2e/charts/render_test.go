@@ -152,7 +152,7 @@ func TestFleetNamespaces(t *testing.T) {
 		clusterReads["namespaces"] = rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}}
 	}
 	if allowsResource(want, "networking.istio.io", "destinationrules") {
-		clusterReads["destinationrules"] = rbacv1.PolicyRule{APIGroups: []string{"networking.istio.io"}, Resources: []string{"destinationrules"}, Verbs: []string{"list"}}
+		clusterReads["destinationrules"] = rbacv1.PolicyRule{APIGroups: []string{"networking.istio.io"}, Resources: []string{"destinationrules"}, Verbs: []string{"list", "watch"}}
 	}
 	require.Len(t, m.all("ClusterRole"), len(clusterReads), "objects:\n%s", m)
 	for suffix, rule := range clusterReads {
@@ -400,8 +400,8 @@ func TestRBACNeverBroad(t *testing.T) {
 					if len(vs.values) > 0 && vs.values["fleetNamespaces"] != nil && strings.HasPrefix(role, "ClusterRole ") {
 						assert.Contains(t, []rbacv1.PolicyRule{
 							{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
-							{APIGroups: []string{"networking.istio.io"}, Resources: []string{"destinationrules"}, Verbs: []string{"list"}},
-						}, r, "%s: per-namespace mode reads Namespaces and lists DestinationRules cluster-wide, nothing more", where)
+							{APIGroups: []string{"networking.istio.io"}, Resources: []string{"destinationrules"}, Verbs: []string{"list", "watch"}},
+						}, r, "%s: per-namespace mode reads Namespaces and DestinationRules cluster-wide, nothing more", where)
 					}
 					assert.False(t, containsAny(r.APIGroups, "") && containsAny(r.Resources, "pods") && containsAny(r.Verbs, "create"),
 						"%s: member Pods are the StatefulSet controller's", where)

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -171,6 +172,66 @@ func TestUnreadDestinationRulesHoldMeshRoll(t *testing.T) {
 	if assert.NotNil(t, c) {
 		assert.Equal(t, string(v1alpha1.ReasonAllStepsRan), c.Reason, c.Message)
 	}
+}
+
+// TestDestinationRuleDeletionWakesTheHeldFleet: under a running operator
+// the rules come from a cache of theirs, so the passes of a held fleet send
+// no request for them, and the deletion of the rule that holds the fleet
+// wakes it: the roll resumes at once, though its next periodic look is an
+// hour away.
+func TestDestinationRuleDeletionWakesTheHeldFleet(t *testing.T) {
+	ctx := context.Background()
+	env := testenv.Start(t, newScheme(t), "fleet-operator/config/crd/bases")
+	env.InstallCRDs(t, istioCRDFile(t))
+	const ns = "drwake"
+	createNamespace(t, env.Client, ns)
+	cfg := newHarness(t, env, true).r.Config
+	cfg.StateInterval = time.Hour // what wakes the fleet below are events only
+	f := fleet(ns, "w")
+	f.Spec.Replicas = ptr.To[int32](1)
+	require.NoError(t, env.Client.Create(ctx, f))
+	var n requestCounter
+	startOperator(t, env, n.wrap(env.Config), cfg)
+	require.Eventually(t, func() bool { return playStatefulSetErr(env.Client, ns, "w", "rev1") == nil }, 30*time.Second, 100*time.Millisecond)
+	ip := "127.14.110.31"
+	serveState(t, ip)
+	runningMember(t, env.Client, ns, "w", 0, false, "rev1", ip)
+	require.Eventually(t, func() bool {
+		c := condition(t, &harness{t: t, env: env}, f, v1alpha1.ConditionReady)
+		return c != nil && c.Status == metav1.ConditionTrue
+	}, 30*time.Second, 100*time.Millisecond, "the fleet is ready")
+
+	dr := destinationRule(ns, "mtls", "w", map[string]any{"tls": map[string]any{"mode": "ISTIO_MUTUAL"}})
+	require.NoError(t, env.Client.Create(ctx, dr))
+	require.Eventually(t, func() bool { return n.get("WATCH destinationrules") > 0 }, 30*time.Second, 100*time.Millisecond, "the operator watches DestinationRules")
+	time.Sleep(time.Second) // the cache holds the rule
+	require.NoError(t, env.Client.Patch(ctx, f, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"mesh":{"istio":{}}}}`))))
+	h := &harness{t: t, env: env}
+	require.Eventually(t, func() bool {
+		c := condition(t, h, f, v1alpha1.ConditionInfrastructureBlocked)
+		return c != nil && c.Reason == string(v1alpha1.ReasonMutualTLSDestinationRule) && c.ObservedGeneration == f.Generation
+	}, 30*time.Second, 100*time.Millisecond, "the rule holds the roll")
+	assertTemplateInject(t, h, f, "", "held: the members' template does not change")
+
+	before := reconciles(t)
+	n.reset()
+	for i := range 3 {
+		require.NoError(t, env.Client.Patch(ctx, f, client.RawPatch(types.MergePatchType,
+			[]byte(fmt.Sprintf(`{"metadata":{"annotations":{"test/poke":"%d"}}}`, i)))))
+		time.Sleep(300 * time.Millisecond)
+	}
+	require.Eventually(t, func() bool { return reconciles(t)-before >= 3 }, 10*time.Second, 100*time.Millisecond)
+	counts := n.reset()
+	t.Logf("%v passes of the held fleet sent: %v", reconciles(t)-before, counts)
+	assert.Zero(t, counts["LIST destinationrules"], "the held fleet's passes read the rules from the cache")
+	assertTemplateInject(t, h, f, "", "still held")
+
+	require.NoError(t, env.Client.Delete(ctx, dr))
+	require.Eventually(t, func() bool {
+		sts := &appsv1.StatefulSet{}
+		return h.get(sts, ns, "w") == nil && sts.Spec.Template.Labels[labels.IstioInject] == "true"
+	}, 5*time.Second, 50*time.Millisecond, "the rule's deletion wakes the held fleet: the members roll into the mesh")
+	assertNotHeld(t, h, f)
 }
 
 func destinationRule(ns, name, host string, trafficPolicy map[string]any) *unstructured.Unstructured {

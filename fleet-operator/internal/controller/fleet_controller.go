@@ -177,7 +177,8 @@ func (r *FleetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			for _, gvk := range istioKinds {
 				kinds = append(kinds, gvk.GroupKind())
 			}
-			b = b.WatchesRawSource(r.istioCaches.source(r.served))
+			b = b.WatchesRawSource(r.istioCaches.source(r.served)).
+				WatchesRawSource(source.Channel(r.istioCaches.readOnlyEvents, handler.EnqueueRequestsFromMapFunc(r.fleetsHeldByDestinationRules)))
 		}
 		r.Applier.CachedKinds = kinds
 	}
