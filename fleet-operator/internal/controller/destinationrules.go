@@ -96,7 +96,8 @@ func (r *FleetReconciler) listDestinationRules(ctx context.Context, list *unstru
 // the fleet's own pass; a fleet not held is not woken.
 func (r *FleetReconciler) fleetsHeldByDestinationRules(ctx context.Context, _ client.Object) []reconcile.Request {
 	fleets := &v1alpha1.CelldFleetList{}
-	if err := r.Client.List(ctx, fleets); err != nil {
+	// Only read here: the cache's own objects, not a copy of every fleet.
+	if err := r.Client.List(ctx, fleets, client.UnsafeDisableDeepCopy); err != nil {
 		return nil
 	}
 	var out []reconcile.Request

@@ -339,7 +339,10 @@ func (oc *optionalCaches) List(ctx context.Context, list *unstructured.Unstructu
 // readOnlyHandler passes every add, change and deletion of a read-only
 // kind's object on: a DestinationRule that is deleted, changed, or added
 // (a more specific one that overrides another) may release a held roll.
-// Resyncs are dropped.
+// Resyncs are dropped, and so are the adds of a cache's first list: every
+// fleet's own pass after a start decides with the rules it lists, and
+// mapping each listed rule to the fleets would read every fleet once per
+// rule.
 func (oc *optionalCaches) readOnlyHandler(ctx context.Context) toolscache.ResourceEventHandler {
 	send := func(obj any) {
 		if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
@@ -354,8 +357,12 @@ func (oc *optionalCaches) readOnlyHandler(ctx context.Context) toolscache.Resour
 		case <-ctx.Done():
 		}
 	}
-	return toolscache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { send(obj) },
+	return toolscache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, initialList bool) {
+			if !initialList {
+				send(obj)
+			}
+		},
 		UpdateFunc: func(oldObj, newObj any) {
 			o, ok1 := oldObj.(client.Object)
 			n, ok2 := newObj.(client.Object)
