@@ -143,18 +143,24 @@ func TestFleetNamespaces(t *testing.T) {
 	}
 	// No cluster-wide rights on fleet resources. The operator watches its
 	// fleets' Namespace labels, which needs list and watch on Namespaces
-	// cluster-wide: a ClusterRole grants that read and nothing else, and only
-	// while the generated rules use Namespaces at all.
+	// cluster-wide, and lists the DestinationRules of the mesh's root
+	// namespace (any namespace a fleet names as its control plane's) before
+	// a mesh roll: a ClusterRole grants each read and nothing else, and only
+	// while the generated rules use that resource at all.
+	clusterReads := map[string]rbacv1.PolicyRule{}
 	if allowsResource(want, "", "namespaces") {
-		require.Len(t, m.all("ClusterRole"), 1, "objects:\n%s", m)
-		cr := typed[rbacv1.ClusterRole](t, m, "ClusterRole", "", name+"-namespaces")
-		assert.Equal(t, []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"},
-			Verbs: []string{"get", "list", "watch"}}}, cr.Rules)
-		crb := typed[rbacv1.ClusterRoleBinding](t, m, "ClusterRoleBinding", "", name+"-namespaces")
-		assert.Equal(t, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name + "-namespaces"}, crb.RoleRef)
+		clusterReads["namespaces"] = rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}}
+	}
+	if allowsResource(want, "networking.istio.io", "destinationrules") {
+		clusterReads["destinationrules"] = rbacv1.PolicyRule{APIGroups: []string{"networking.istio.io"}, Resources: []string{"destinationrules"}, Verbs: []string{"list", "watch"}}
+	}
+	require.Len(t, m.all("ClusterRole"), len(clusterReads), "objects:\n%s", m)
+	for suffix, rule := range clusterReads {
+		cr := typed[rbacv1.ClusterRole](t, m, "ClusterRole", "", name+"-"+suffix)
+		assert.Equal(t, []rbacv1.PolicyRule{rule}, cr.Rules)
+		crb := typed[rbacv1.ClusterRoleBinding](t, m, "ClusterRoleBinding", "", name+"-"+suffix)
+		assert.Equal(t, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name + "-" + suffix}, crb.RoleRef)
 		assert.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: ns}}, crb.Subjects)
-	} else {
-		assert.Empty(t, m.all("ClusterRole"), "no cluster-wide rights")
 	}
 	assert.Len(t, m.all("ClusterRoleBinding"), len(m.all("ClusterRole")))
 	assert.Len(t, m.all("Role"), 3, "a, b and the leader-election Role; objects:\n%s", m)
@@ -392,8 +398,10 @@ func TestRBACNeverBroad(t *testing.T) {
 						assert.NotContains(t, r.Resources, res, where)
 					}
 					if len(vs.values) > 0 && vs.values["fleetNamespaces"] != nil && strings.HasPrefix(role, "ClusterRole ") {
-						assert.Equal(t, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces"},
-							Verbs: []string{"get", "list", "watch"}}, r, "%s: per-namespace mode reads Namespaces cluster-wide, nothing more", where)
+						assert.Contains(t, []rbacv1.PolicyRule{
+							{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
+							{APIGroups: []string{"networking.istio.io"}, Resources: []string{"destinationrules"}, Verbs: []string{"list", "watch"}},
+						}, r, "%s: per-namespace mode reads Namespaces and DestinationRules cluster-wide, nothing more", where)
 					}
 					assert.False(t, containsAny(r.APIGroups, "") && containsAny(r.Resources, "pods") && containsAny(r.Verbs, "create"),
 						"%s: member Pods are the StatefulSet controller's", where)

@@ -43,7 +43,12 @@ const (
 	ReasonNetworkPolicyNotConfirmed ConditionReason = "NetworkPolicyNotConfirmed"
 	ReasonOwnershipConflict         ConditionReason = "OwnershipConflict"
 	ReasonIstioAPIUnavailable       ConditionReason = "IstioAPIUnavailable"
-	ReasonNotBlocked                ConditionReason = "NotBlocked"
+	// ReasonMutualTLSDestinationRule: a DestinationRule forces ISTIO_MUTUAL
+	// toward the fleet's Services while it is to roll into or out of the
+	// mesh; the roll is held before the first member is replaced (also
+	// MeshReady). The message names the rules.
+	ReasonMutualTLSDestinationRule ConditionReason = "MutualTLSDestinationRule"
+	ReasonNotBlocked               ConditionReason = "NotBlocked"
 )
 
 // Reasons of DisksResized.

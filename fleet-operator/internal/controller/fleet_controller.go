@@ -177,7 +177,8 @@ func (r *FleetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			for _, gvk := range istioKinds {
 				kinds = append(kinds, gvk.GroupKind())
 			}
-			b = b.WatchesRawSource(r.istioCaches.source(r.served))
+			b = b.WatchesRawSource(r.istioCaches.source(r.served)).
+				WatchesRawSource(source.Channel(r.istioCaches.readOnlyEvents, handler.EnqueueRequestsFromMapFunc(r.fleetsHeldByDestinationRules)))
 		}
 		r.Applier.CachedKinds = kinds
 	}
@@ -347,6 +348,13 @@ type observed struct {
 	// heldMesh is the mesh change (joining or leaving) that the maintenance
 	// pause holds back from the member template; "" when there is none.
 	heldMesh meshChange
+	// templateHeld: the live member template is kept (not the pause's
+	// doing): a DestinationRule holds a mesh roll, or could not be read.
+	templateHeld bool
+	// mutualTLSHold is the blockage of DestinationRules that force
+	// ISTIO_MUTUAL toward the fleet while it is to roll into or out of the
+	// mesh (mutualTLSHold); nil when none holds it.
+	mutualTLSHold *blockage
 	// diskResize explains member claims smaller than spec.storage.size.
 	diskResize string
 	// mesh is where the fleet stands with respect to the Istio mesh.
@@ -590,8 +598,13 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 	obs.namespace = view
 	obs.intent = mesh.IntentFor(fleet, view.state)
 	obs.heldMesh = heldMeshChange(fleet, live, obs.intent)
+	// A DestinationRule forcing ISTIO_MUTUAL toward the fleet holds a roll
+	// into or out of the mesh: decided here, before anything changes the
+	// template, and reported once the steps that never restart a member ran.
+	mutualTLSHold, mutualTLSErr := r.mutualTLSHold(ctx, fleet, live, obs.intent)
+	obs.templateHeld = mutualTLSHold != nil || mutualTLSErr != nil
 	meshTemplate := live
-	if obs.heldMesh != "" {
+	if obs.heldMesh != "" || obs.templateHeld {
 		// The members run the held template, which is not the one the mesh
 		// decision judges proxies against: none is missing or unwanted yet.
 		meshTemplate = nil
@@ -657,6 +670,13 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 				"fleet-operator chart value networkPolicyEnforced=true (operator flag --network-policy-enforced).",
 		}
 		return routingErr
+	}
+
+	if mutualTLSErr != nil {
+		return failed("reading DestinationRules", mutualTLSErr)
+	}
+	if mutualTLSHold != nil {
+		obs.blocked, obs.mutualTLSHold = mutualTLSHold, mutualTLSHold
 	}
 
 	if err := r.reconcileServiceAccount(ctx, fleet, live, obs.formerAccounts); err != nil {
@@ -803,6 +823,11 @@ func (r *FleetReconciler) reconcileStatefulSet(ctx context.Context, fleet *v1alp
 			held = !equality.Semantic.DeepDerivative(desired.Spec.Template, live.Spec.Template) ||
 				*desired.Spec.Replicas != *live.Spec.Replicas
 			return live, held, nil
+		}
+		if obs.templateHeld {
+			// A DestinationRule holds the mesh roll (mutualTLSHold): not
+			// even a recreated member may pick up the new template.
+			return live, false, nil
 		}
 		// Claim templates are immutable once the StatefulSet exists; a
 		// larger spec.storage.size is applied to the claims themselves.

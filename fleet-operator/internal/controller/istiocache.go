@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,10 +30,31 @@ import (
 )
 
 // +kubebuilder:rbac:groups=security.istio.io,resources=authorizationpolicies;peerauthentications,verbs=list;watch
+// +kubebuilder:rbac:groups=networking.istio.io,resources=destinationrules,verbs=list;watch
 
 // istioKinds are the kinds of Istio's the operator writes: every reconcile
 // where they are served reads the fleet's one object of each.
 var istioKinds = []schema.GroupVersionKind{mesh.AuthorizationPolicyKind, mesh.PeerAuthenticationKind}
+
+// readOnlyKinds are the kinds of Istio's the operator only reads, whoever
+// wrote them: their caches hold every object of the cluster (the mesh's
+// root namespace need not be one the operator watches), and a change wakes
+// the fleets it may concern (see readOnlyEvents).
+var readOnlyKinds = []schema.GroupVersionKind{mesh.DestinationRuleKind}
+
+// followedKinds: every kind that gets an optional cache.
+func followedKinds() []schema.GroupVersionKind {
+	return append(append([]schema.GroupVersionKind(nil), istioKinds...), readOnlyKinds...)
+}
+
+func isReadOnlyKind(gk schema.GroupKind) bool {
+	for _, k := range readOnlyKinds {
+		if k.GroupKind() == gk {
+			return true
+		}
+	}
+	return false
+}
 
 // optionalCaches hold the operator's own objects (labelled managed-by
 // fleet-operator) of kinds that may be served or not, and may come and go
@@ -57,6 +79,9 @@ type optionalCaches struct {
 	gone func(schema.GroupVersionKind, error)
 	// events wakes the fleet whose policy another writer changed or deleted.
 	events chan event.GenericEvent
+	// readOnlyEvents carries every change of a read-only kind's object
+	// (readOnlyKinds), to be mapped to the fleets it may concern.
+	readOnlyEvents chan event.GenericEvent
 
 	mu sync.Mutex
 	// ctx is the manager's, set by Start; nothing is started before it.
@@ -75,17 +100,19 @@ type kindCache struct {
 func newOptionalCaches(mgr ctrl.Manager, cfg Config, gone func(schema.GroupVersionKind, error)) *optionalCaches {
 	ours := k8slabels.SelectorFromSet(k8slabels.Set{labels.ManagedBy: names.Operator})
 	oc := &optionalCaches{
-		api:     mgr.GetAPIReader(),
-		gone:    gone,
-		events:  make(chan event.GenericEvent, 1024),
-		started: make(chan struct{}),
-		byKind:  map[schema.GroupKind]*kindCache{},
+		api:    mgr.GetAPIReader(),
+		gone:   gone,
+		events: make(chan event.GenericEvent, 1024),
+		// Buffered like events: a cache that starts sends an event per
+		// object it lists.
+		readOnlyEvents: make(chan event.GenericEvent, 1024),
+		started:        make(chan struct{}),
+		byKind:         map[schema.GroupKind]*kindCache{},
 	}
 	oc.newCache = func(gvk schema.GroupVersionKind, onListGone func(error)) (cache.Cache, error) {
 		opts := cache.Options{
 			HTTPClient: mgr.GetHTTPClient(), Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
-			DefaultLabelSelector: ours,
-			DefaultTransform:     cache.TransformStripManagedFields(),
+			DefaultTransform: cache.TransformStripManagedFields(),
 			// Only the API server's "no such resource" means the kind is
 			// gone; anything else is retried by the informer as usual.
 			DefaultWatchErrorHandler: func(ctx context.Context, r *toolscache.Reflector, err error) {
@@ -95,6 +122,10 @@ func newOptionalCaches(mgr ctrl.Manager, cfg Config, gone func(schema.GroupVersi
 				toolscache.DefaultWatchErrorHandler(ctx, r, err)
 			},
 		}
+		if isReadOnlyKind(gvk.GroupKind()) {
+			return cache.New(mgr.GetConfig(), opts)
+		}
+		opts.DefaultLabelSelector = ours
 		if len(cfg.WatchNamespaces) > 0 {
 			opts.DefaultNamespaces = map[string]cache.Config{}
 			for _, ns := range cfg.WatchNamespaces {
@@ -194,7 +225,7 @@ func (oc *optionalCaches) follow(served func(schema.GroupVersionKind) (bool, err
 	if oc == nil {
 		return
 	}
-	for _, gvk := range istioKinds {
+	for _, gvk := range followedKinds() {
 		ok, err := served(gvk)
 		switch {
 		case err != nil:
@@ -235,7 +266,11 @@ func (oc *optionalCaches) start(gvk schema.GroupVersionKind) {
 		cancel()
 		return
 	}
-	if _, err := inf.AddEventHandler(oc.handler(ctx)); err != nil {
+	h := oc.handler(ctx)
+	if isReadOnlyKind(gvk.GroupKind()) {
+		h = oc.readOnlyHandler(ctx)
+	}
+	if _, err := inf.AddEventHandler(h); err != nil {
 		cancel()
 		return
 	}
@@ -285,6 +320,59 @@ func (oc *optionalCaches) Get(ctx context.Context, key client.ObjectKey, obj cli
 		return oc.api.Get(ctx, key, obj, opts...)
 	}
 	return kc.c.Get(ctx, key, obj, opts...)
+}
+
+// List lists a read-only kind (readOnlyKinds) from its cache once it has
+// synced, and from the API server before that (or when it has none).
+func (oc *optionalCaches) List(ctx context.Context, list *unstructured.UnstructuredList, opts ...client.ListOption) error {
+	gvk := list.GroupVersionKind()
+	gk := schema.GroupKind{Group: gvk.Group, Kind: strings.TrimSuffix(gvk.Kind, "List")}
+	oc.mu.Lock()
+	kc := oc.byKind[gk]
+	oc.mu.Unlock()
+	if kc == nil || !kc.inf.HasSynced() {
+		return oc.api.List(ctx, list, opts...)
+	}
+	return kc.c.List(ctx, list, opts...)
+}
+
+// readOnlyHandler passes every add, change and deletion of a read-only
+// kind's object on: a DestinationRule that is deleted, changed, or added
+// (a more specific one that overrides another) may release a held roll.
+// Resyncs are dropped, and so are the adds of a cache's first list: every
+// fleet's own pass after a start decides with the rules it lists, and
+// mapping each listed rule to the fleets would read every fleet once per
+// rule.
+func (oc *optionalCaches) readOnlyHandler(ctx context.Context) toolscache.ResourceEventHandler {
+	send := func(obj any) {
+		if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		o, ok := obj.(client.Object)
+		if !ok {
+			return
+		}
+		select {
+		case oc.readOnlyEvents <- event.GenericEvent{Object: o}:
+		case <-ctx.Done():
+		}
+	}
+	return toolscache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, initialList bool) {
+			if !initialList {
+				send(obj)
+			}
+		},
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(client.Object)
+			n, ok2 := newObj.(client.Object)
+			if ok1 && ok2 && o.GetResourceVersion() == n.GetResourceVersion() {
+				return // resync
+			}
+			send(newObj)
+		},
+		DeleteFunc: send,
+	}
 }
 
 // handler turns another writer's change to, or deletion of, a fleet's

@@ -77,13 +77,13 @@ func TestStartingSourceWaitsBoundedForTheIstioCaches(t *testing.T) {
 
 	oc, informers := caches(true)
 	took := wait(oc, true)
-	assert.Len(t, informers, len(istioKinds), "a cache per Istio kind is started before the workers")
+	assert.Len(t, informers, len(followedKinds()), "a cache per Istio kind is started before the workers")
 	assert.True(t, oc.synced())
 	assert.Less(t, took, initialSyncWait, "synced caches are not waited on longer than their list")
 
 	oc, informers = caches(false)
 	took = wait(oc, true)
-	assert.Len(t, informers, len(istioKinds))
+	assert.Len(t, informers, len(followedKinds()))
 	assert.False(t, oc.synced())
 	assert.GreaterOrEqual(t, took, initialSyncWait, "a cache that has not listed is waited for")
 	assert.Less(t, took, initialSyncWait+time.Second, "but no longer than initialSyncWait")

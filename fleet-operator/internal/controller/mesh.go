@@ -59,7 +59,18 @@ const (
 // from the Pods: a member without its proxy on a held template is the
 // pause's doing, not the injector's.
 func heldMeshChange(fleet *v1alpha1.CelldFleet, live *appsv1.StatefulSet, in mesh.Intent) meshChange {
-	if !fleet.Spec.Maintenance.Paused || live == nil {
+	if !fleet.Spec.Maintenance.Paused {
+		return ""
+	}
+	return pendingMeshChange(fleet, live, in)
+}
+
+// pendingMeshChange is the mesh change the spec asks of the live member
+// template: joining when the template the spec builds asks for the sidecar
+// and the live one does not, leaving the other way round; "" when there is
+// no live template yet or no such change.
+func pendingMeshChange(fleet *v1alpha1.CelldFleet, live *appsv1.StatefulSet, in mesh.Intent) meshChange {
+	if live == nil {
 		return ""
 	}
 	wants := memberStatefulSet(fleet, in).Spec.Template.Labels[labels.IstioInject] == "true"

@@ -315,6 +315,10 @@ func setMeshCondition(fleet *v1alpha1.CelldFleet, obs *observed, set conditionSe
 				"(a licensed ServiceMesh with its control plane Ready). Members keep running meanwhile.", fleet.Namespace))
 		return true
 	}
+	if h := obs.mutualTLSHold; h != nil {
+		set(v1alpha1.ConditionMeshReady, metav1.ConditionFalse, h.reason, h.message)
+		return true
+	}
 	if obs.heldMesh != "" {
 		// The members still run the template the pause holds: proxies are
 		// missing (joining) or still there (leaving) because of the pause,

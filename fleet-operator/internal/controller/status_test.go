@@ -281,6 +281,29 @@ func TestComputeStatus(t *testing.T) {
 			message: map[v1alpha1.ConditionType][]string{v1alpha1.ConditionMeshReady: {"leaving the mesh", "spec.maintenance.paused"}},
 		},
 		{
+			// A DestinationRule forcing ISTIO_MUTUAL toward the fleet holds
+			// the roll into the mesh before the template changes: the fleet
+			// is blocked (someone must act) and MeshReady names the rule, not
+			// a roll in progress.
+			name: "a mesh join held by a DestinationRule", phase: PhaseBlocked,
+			obs: func(o *observed) {
+				hold := &blockage{reason: v1alpha1.ReasonMutualTLSDestinationRule, message: "DestinationRule shop/mtls forces ISTIO_MUTUAL"}
+				o.blocked, o.mutualTLSHold, o.templateHeld = hold, hold, true
+				o.mesh = mesh.State{Phase: mesh.Joining, Relaxed: true, Policies: true, IstiodEgress: true}
+			},
+			want: map[v1alpha1.ConditionType]wantCondition{
+				v1alpha1.ConditionMeshReady:             {F, v1alpha1.ReasonMutualTLSDestinationRule},
+				v1alpha1.ConditionInfrastructureBlocked: {T, v1alpha1.ReasonMutualTLSDestinationRule},
+				v1alpha1.ConditionProvisioning:          {T, v1alpha1.ReasonMutualTLSDestinationRule},
+				v1alpha1.ConditionStalled:               {T, v1alpha1.ReasonMutualTLSDestinationRule},
+				v1alpha1.ConditionReconciling:           {F, v1alpha1.ReasonNotReconciling},
+			},
+			message: map[v1alpha1.ConditionType][]string{
+				v1alpha1.ConditionMeshReady:             {"shop/mtls"},
+				v1alpha1.ConditionInfrastructureBlocked: {"shop/mtls"},
+			},
+		},
+		{
 			name:  "storage: a resize rejected",
 			fleet: func(f *v1alpha1.CelldFleet) { f.Spec.Storage = &v1alpha1.Storage{} }, phase: PhaseReady,
 			obs: func(o *observed) { o.diskResize = "the storage class does not allow expansion" },
