@@ -29,6 +29,7 @@ func (r *FleetReconciler) outcome(ctx context.Context, key types.NamespacedName,
 		return ctrl.Result{RequeueAfter: next, Priority: lookPriority(next)}
 	}
 	after := min(retry, next, r.Config.StateInterval)
+	failedPassesMetric.Inc()
 	log.FromContext(ctx).Error(err, "Reconcile failed; status says which step", "retryIn", after)
 	// A retry is a look, not an event: events of other fleets go first.
 	return ctrl.Result{RequeueAfter: after, Priority: ptr.To(handler.LowPriority)}

@@ -123,6 +123,7 @@ func TestFailedPassLooksAgainWithinItsPoll(t *testing.T) {
 	shop, other := types.NamespacedName{Namespace: "apps", Name: "shop"}, types.NamespacedName{Namespace: "apps", Name: "other"}
 	boom := errors.New("namespaces \"apps\" is forbidden: denied by policy")
 	idle := func() *observed { return &observed{reports: map[string]state.Result{}} } // next look: idleLooks intervals
+	failedBefore := testutil.ToFloat64(failedPassesMetric)
 	var got []time.Duration
 	for range 7 {
 		res := r.outcome(ctx, shop, idle(), boom)
@@ -131,6 +132,7 @@ func TestFailedPassLooksAgainWithinItsPoll(t *testing.T) {
 	}
 	assert.Equal(t, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 20 * time.Second, 20 * time.Second}, got,
 		"doubling from 1 s, never past the /state interval")
+	assert.Equal(t, 7.0, testutil.ToFloat64(failedPassesMetric)-failedBefore, "each failed pass is counted")
 	assert.Equal(t, time.Second, r.outcome(ctx, other, idle(), boom).RequeueAfter, "another fleet's failures are its own")
 	rolling := idle()
 	rolling.decision = roll.Decision{Outdated: 1}
