@@ -12,6 +12,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -150,6 +151,16 @@ func TestRefusedStepsDoNotFreezeTheFleet(t *testing.T) {
 		require.NoError(t, h.get(f, "nolabels", "refused"))
 		assert.False(t, meta.IsStatusConditionTrue(f.Status.Conditions, string(v1alpha1.ConditionReady)), "Ready follows the member, not the last status")
 		assert.Equal(t, PhaseDegraded, f.Status.Phase)
+
+		// A fleet deleted while the policy refuses: it declared nothing, so
+		// there is nothing to withdraw and its finalizer does not hold it.
+		gone := fleet("nolabels", "gone")
+		require.NoError(t, env.Client.Create(ctx, gone))
+		h.reconcile(gone)
+		require.NoError(t, h.get(gone, "nolabels", "gone"))
+		require.NoError(t, env.Client.Delete(ctx, gone))
+		h.reconcileOnce(gone)
+		assert.True(t, apierrors.IsNotFound(h.get(&v1alpha1.CelldFleet{}, "nolabels", "gone")), "the deleted fleet is gone")
 
 		// The policy goes: the next pass declares the label.
 		allow()
