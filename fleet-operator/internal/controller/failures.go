@@ -2,9 +2,14 @@ package controller
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -12,7 +17,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/mesh"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/roll"
+	"github.com/ericdev/fleetmesh/shared/authzeval"
+	istiopolicy "github.com/ericdev/fleetmesh/shared/policy"
 )
 
 // outcome ends a pass. A failed step is already in status (Reconciled, and
@@ -86,4 +95,57 @@ func (r *FleetReconciler) readMemberFacts(ctx context.Context, fleet *v1alpha1.C
 	if !obs.stsSettling {
 		obs.decision = roll.Next(r.rollInput(fleet, obs))
 	}
+}
+
+// unreadableSource: under isolation strict the API server refused the
+// operator the routing source's Pods (typically a source namespace outside
+// the chart's fleetNamespaces, where the operator has no Role). Their
+// identities are unknown, not absent: FLEET-mesh keeps admitting on 8080
+// those of the source's namespace it admits now (none for a new policy),
+// and the rest of the fleet goes on; the refusal is reported.
+type unreadableSource struct {
+	namespace string
+	err       error
+}
+
+func (e *unreadableSource) Error() string {
+	return fmt.Sprintf("%v; the identities from routing source namespace %s that the fleet's AuthorizationPolicy admits on port %d are kept as they are "+
+		"(none for a new fleet) until the operator may list Pods there (add %s to the chart's fleetNamespaces)", e.err, e.namespace, names.AppPort, e.namespace)
+}
+
+func (e *unreadableSource) Unwrap() error { return e.err }
+
+// heldSourceCallers is what the live FLEET-mesh admits on the application
+// port from namespace, when listing the routing source's Pods there failed
+// with listErr. Only a refusal is held (a refusal lasts; anything else is a
+// failed step as before); the policy is read past the cache, so a policy
+// the cache has yet to show is not taken for none.
+func (r *FleetReconciler) heldSourceCallers(ctx context.Context, fleet *v1alpha1.CelldFleet, namespace string, listErr error) ([]string, error) {
+	if !refused(listErr) {
+		return nil, listErr
+	}
+	live := &unstructured.Unstructured{}
+	live.SetGroupVersionKind(mesh.AuthorizationPolicyKind)
+	err := r.freshReader().Get(ctx, types.NamespacedName{Namespace: fleet.Namespace, Name: mesh.PolicyName(fleet.Name)}, live)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w; reading the live policy to keep what it admits from %s: %w", listErr, namespace, err)
+	}
+	prefix := istiopolicy.Principal(r.Config.IstioTrustDomain, namespace, "")
+	var held []string
+	for _, rule := range authzeval.FromUnstructured(live, nil).Rules {
+		if !slices.Contains(rule.To, names.AppPort) {
+			continue
+		}
+		for _, src := range rule.From {
+			for _, p := range src.Principals {
+				if strings.HasPrefix(p, prefix) {
+					held = append(held, p)
+				}
+			}
+		}
+	}
+	return held, nil
 }

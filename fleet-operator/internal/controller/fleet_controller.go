@@ -645,7 +645,13 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 		return failed("recording the mesh opt-in", err)
 	}
 	if obs.wiring, err = r.resolveWiring(ctx, fleet, obs); err != nil {
-		return failed("resolving the wiring graph", err)
+		var unreadable *unreadableSource
+		if !errors.As(err, &unreadable) {
+			return failed("resolving the wiring graph", err)
+		}
+		// The wiring holds what the live policy admits from the routing
+		// source: the members need not wait for a read that keeps failing.
+		deferredErr = errors.Join(deferredErr, failed("resolving the wiring graph", err))
 	}
 	if err := r.reconcileMeshPolicies(ctx, fleet, obs, istio); err != nil {
 		return failed("mesh policies", err)

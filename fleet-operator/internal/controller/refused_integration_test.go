@@ -4,6 +4,8 @@ package controller
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
@@ -38,8 +42,15 @@ const fleetOperatorUser = "system:serviceaccount:fleet-system:fleet-operator"
 // admission decides).
 func (h *harness) actAsOperator() {
 	h.t.Helper()
+	h.actAs(fleetOperatorUser, "system:masters")
+}
+
+// actAs makes the harness's reconciler send every request as user (in
+// groups), impersonated.
+func (h *harness) actAs(user string, groups ...string) {
+	h.t.Helper()
 	cfg := rest.CopyConfig(h.env.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: fleetOperatorUser, Groups: []string{"system:masters"}}
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
 	c, err := client.NewWithWatch(cfg, client.Options{Scheme: h.env.Client.Scheme()})
 	require.NoError(h.t, err)
 	h.r.Client = h.writes.client(c)
@@ -232,4 +243,97 @@ func assertBoundedLook(t *testing.T, h *harness, res ctrl.Result) {
 	t.Helper()
 	assert.Positive(t, res.RequeueAfter, "looked at again")
 	assert.LessOrEqual(t, res.RequeueAfter, h.r.Config.StateInterval, "no later than the fleet's own poll")
+}
+
+// grantAsFleetNamespaces binds the operator's generated rules
+// (config/rbac/role.yaml) to user as the chart does with fleetNamespaces:
+// a RoleBinding in each of namespaces, and reading Namespaces cluster-wide.
+func grantAsFleetNamespaces(t *testing.T, env *testenv.Env, user string, namespaces ...string) {
+	t.Helper()
+	ctx := context.Background()
+	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "fleet-operator", "config", "rbac", "role.yaml"))
+	require.NoError(t, err)
+	role := &rbacv1.ClusterRole{}
+	require.NoError(t, yaml.Unmarshal(b, role))
+	role.Name = user + "-rules"
+	require.NoError(t, env.Client.Create(ctx, role))
+	subject := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}
+	for _, ns := range namespaces {
+		require.NoError(t, env.Client.Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: user},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name}, Subjects: subject,
+		}))
+	}
+	readNamespaces := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user + "-namespaces"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}}}}
+	require.NoError(t, env.Client.Create(ctx, readNamespaces))
+	require.NoError(t, env.Client.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: readNamespaces.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: readNamespaces.Name}, Subjects: subject,
+	}))
+}
+
+// TestRoutingSourceOutsideTheOperatorsNamespaces: under isolation strict
+// the fleet's 8080 admits its routing source's identities, read from the
+// source's Pods. With fleetNamespaces not listing the source's namespace
+// the operator may not list them: the fleet still gets its members and its
+// spec changes, FLEET-mesh keeps admitting what it admitted from there
+// (none for a new fleet: unknown is not absent, nor admitted), and the
+// refusal is reported.
+func TestRoutingSourceOutsideTheOperatorsNamespaces(t *testing.T) {
+	ctx := context.Background()
+	env := testenv.Start(t, newScheme(t), "fleet-operator/config/crd/bases")
+	env.InstallCRDs(t, istioCRDFile(t))
+	for _, ns := range []string{"wired", "wired-edge"} {
+		createNamespace(t, env.Client, ns)
+	}
+	podAs(t, env.Client, "wired-edge", "edge-proxy-1", "edge-proxy", map[string]string{"app": "edge-proxy"})
+	enrollStrict(t, env.Client, "wired", "ambient", "strict")
+	routed := func(name string) *v1alpha1.CelldFleet {
+		f := fleet("wired", name)
+		f.Spec.Replicas = ptr.To[int32](1)
+		f.Spec.Routing = &v1alpha1.Routing{Hostnames: []string{name + ".example.com"}, Ingress: &v1alpha1.IngressRouting{ClassName: "nginx"},
+			Source: v1alpha1.RoutingSource{Namespace: "wired-edge", PodLabels: map[string]v1alpha1.LabelValue{"app": "edge-proxy"}}}
+		return f
+	}
+
+	// Set up while the operator could read the source.
+	vault := routed("vault")
+	require.NoError(t, env.Client.Create(ctx, vault))
+	h := newHarness(t, env, true)
+	h.r.Config.IstioTrustDomain = "cluster.local"
+	h.reconcile(vault)
+	h.reconcile(vault)
+	require.True(t, verdictOf(t, h, vault, "wired-edge", "edge-proxy", 8080), "the routing source is admitted")
+
+	// The operator is now limited to namespace wired.
+	const user = "limited-fleet-operator"
+	grantAsFleetNamespaces(t, env, user, "wired")
+	limited := newHarness(t, env, true)
+	limited.r.Config.IstioTrustDomain = "cluster.local"
+	limited.actAs(user)
+	require.NoError(t, env.Client.Patch(ctx, vault, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"image":"registry.example/celld:2.0.0"}}`))))
+	res, err := limited.r.Reconcile(ctx, reconcileRequest(vault))
+	require.NoError(t, err, "the refused read is reported, not returned into the work queue's backoff")
+	assertBoundedLook(t, limited, res)
+	sts := &appsv1.StatefulSet{}
+	require.NoError(t, h.get(sts, "wired", "vault"))
+	assert.Equal(t, "registry.example/celld:2.0.0", sts.Spec.Template.Spec.Containers[0].Image, "the spec change reaches the members")
+	assert.True(t, verdictOf(t, h, vault, "wired-edge", "edge-proxy", 8080), "what the policy admitted from the unreadable source stays admitted")
+	failed := condition(t, h, vault, v1alpha1.ConditionReconciled)
+	require.NotNil(t, failed)
+	assert.Equal(t, metav1.ConditionFalse, failed.Status)
+	for _, part := range []string{"resolving the wiring graph", "forbidden", "fleetNamespaces"} {
+		assert.Contains(t, failed.Message, part)
+	}
+
+	// A new fleet: nothing was admitted from the source, nothing is.
+	fresh := routed("fresh")
+	require.NoError(t, env.Client.Create(ctx, fresh))
+	res, err = limited.r.Reconcile(ctx, reconcileRequest(fresh))
+	require.NoError(t, err)
+	assertBoundedLook(t, limited, res)
+	require.NoError(t, h.get(&appsv1.StatefulSet{}, "wired", "fresh"), "the new fleet gets its members")
+	assert.False(t, verdictOf(t, h, fresh, "wired-edge", "edge-proxy", 8080), "an identity that was never read is not admitted")
+	assert.True(t, verdictOf(t, h, fresh, "wired", "fresh", 8081), "the peers are")
 }
