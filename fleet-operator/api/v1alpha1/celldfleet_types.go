@@ -31,6 +31,11 @@ type CelldFleetSpec struct {
 	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
 
 	// Resources of the celld container.
+	// The quantities of the resources a container names most are checked
+	// (those of every key would be over the API server's CEL cost budget:
+	// a quantity's length is unbounded).
+	// +kubebuilder:validation:XValidation:rule="['cpu', 'memory', 'ephemeral-storage'].all(r, (!has(self.limits) || !(r in self.limits) || !quantity(string(self.limits[r])).isLessThan(quantity('0'))) && (!has(self.requests) || !(r in self.requests) || !quantity(string(self.requests[r])).isLessThan(quantity('0'))))",message="spec.resources quantities must not be negative (the members' StatefulSet would be refused)"
+	// +kubebuilder:validation:XValidation:rule="!has(self.limits) || !has(self.requests) || ['cpu', 'memory', 'ephemeral-storage'].all(r, !(r in self.limits) || !(r in self.requests) || !quantity(string(self.limits[r])).isLessThan(quantity(string(self.requests[r]))))",message="spec.resources.requests must not exceed spec.resources.limits for the same resource (the members' StatefulSet would be refused)"
 	// +optional
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 
@@ -174,13 +179,16 @@ type RoutingSource struct {
 	// +kubebuilder:validation:MinProperties=1
 	// +kubebuilder:validation:MaxProperties=16
 	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) <= 317 && k.matches('^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?([.][a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$'))",message="spec.routing.source.podLabels keys must be valid label keys: an optional DNS subdomain prefix and '/', then a name of at most 63 letters, digits, '-', '_' and '.' that starts and ends with a letter or digit"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, self[k].matches('^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$'))",message="spec.routing.source.podLabels values must be valid label values: at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
 	PodLabels map[string]LabelValue `json:"podLabels"`
 }
 
-// LabelValue is a label value; the NetworkPolicy's podSelector would refuse
-// anything else.
+// LabelValue is a label value (of a selector, a Pod template's labels, a
+// node selector). Its bound is what keeps the CEL rules that check the
+// values of a map of them (each map its own rule and message) within the
+// API server's cost budget; a value breaking them would be refused by the
+// object the operator builds from it (NetworkPolicy, StatefulSet).
 // +kubebuilder:validation:MaxLength=63
-// +kubebuilder:validation:XValidation:rule="self.matches('^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$')",message="spec.routing.source.podLabels values must be valid label values: at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
 type LabelValue string
 
 // MeshMode says how a fleet relates to a mesh the namespace may be enrolled in.
@@ -248,10 +256,13 @@ type IstioMesh struct {
 type PodTemplateMetadata struct {
 	// +kubebuilder:validation:MaxProperties=64
 	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.startsWith('celld.eric.dev/') && !k.startsWith('app.kubernetes.io/'))",message="spec.podTemplate.labels may not use the celld.eric.dev/ or app.kubernetes.io/ prefixes: the operator selects members by them"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$') && (!k.contains('/') || k.indexOf('/') <= 253))",message="spec.podTemplate.labels keys must be label keys: an optional DNS subdomain prefix (at most 253 characters) and '/', then a name of at most 63 letters, digits, '-', '_' or '.' that starts and ends with a letter or digit (the members' StatefulSet would be refused)"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, self[k].matches('^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$'))",message="spec.podTemplate.labels values must be label values: empty, or at most 63 letters, digits, '-', '_' or '.' starting and ending with a letter or digit (the members' StatefulSet would be refused)"
 	// +optional
-	Labels map[string]string `json:"labels,omitempty"`
+	Labels map[string]LabelValue `json:"labels,omitempty"`
 	// +kubebuilder:validation:MaxProperties=64
 	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.startsWith('celld.eric.dev/'))",message="spec.podTemplate.annotations may not use the celld.eric.dev/ prefix: the operator owns it"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^([A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?([.][A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$') && (!k.contains('/') || k.indexOf('/') <= 253))",message="spec.podTemplate.annotations keys must be an optional DNS subdomain prefix (at most 253 characters) and '/', then a name of at most 63 letters, digits, '-', '_' or '.' that starts and ends with a letter or digit (the members' StatefulSet would be refused)"
 	// +optional
 	Annotations map[string]string `json:"annotations,omitempty"`
 
@@ -294,10 +305,22 @@ type PodTemplateMetadata struct {
 
 // Scheduling are the usual Pod placement knobs, passed through to members.
 type Scheduling struct {
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$') && (!k.contains('/') || k.indexOf('/') <= 253))",message="spec.scheduling.nodeSelector keys must be label keys: an optional DNS subdomain prefix (at most 253 characters) and '/', then a name of at most 63 letters, digits, '-', '_' or '.' that starts and ends with a letter or digit (the members' StatefulSet would be refused)"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, self[k].matches('^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$'))",message="spec.scheduling.nodeSelector values must be label values: empty, or at most 63 letters, digits, '-', '_' or '.' starting and ending with a letter or digit (the members' StatefulSet would be refused)"
 	// +optional
-	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	NodeSelector map[string]LabelValue `json:"nodeSelector,omitempty"`
+	// The rules below are the Pod's own validation of a toleration, so that
+	// a fleet the members' StatefulSet would refuse is refused at admission.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !has(t.key) || t.key == '' || (t.key.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$') && (!t.key.contains('/') || t.key.indexOf('/') <= 253)))",message="spec.scheduling.tolerations[].key must be a label key (an optional DNS subdomain prefix and '/', then at most 63 letters, digits, '-', '_' or '.')"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !has(t.value) || t.value.matches('^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$'))",message="spec.scheduling.tolerations[].value must be a label value (at most 63 letters, digits, '-', '_' or '.')"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, (has(t.key) && t.key != '') || (has(t.operator) && t.operator == 'Exists'))",message="spec.scheduling.tolerations[] without a key must have operator Exists (it then tolerates every taint)"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !has(t.operator) || t.operator != 'Exists' || !has(t.value) || t.value == '')",message="spec.scheduling.tolerations[] with operator Exists must have no value"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !has(t.effect) || t.effect in ['', 'NoSchedule', 'PreferNoSchedule', 'NoExecute'])",message="spec.scheduling.tolerations[].effect must be NoSchedule, PreferNoSchedule, NoExecute or empty (every effect)"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !has(t.tolerationSeconds) || (has(t.effect) && t.effect == 'NoExecute'))",message="spec.scheduling.tolerations[].tolerationSeconds needs effect NoExecute"
 	// +optional
-	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	Tolerations []Toleration `json:"tolerations,omitempty"`
 	// +optional
 	Affinity *corev1.Affinity `json:"affinity,omitempty"`
 	// +optional
@@ -312,6 +335,31 @@ type Scheduling struct {
 	// +kubebuilder:validation:Maximum=3600
 	// +optional
 	TerminationGracePeriodSeconds *int64 `json:"terminationGracePeriodSeconds,omitempty"`
+}
+
+// Toleration is a member Pod's toleration (corev1.Toleration), with the
+// lengths the Pod's validation allows: they keep the CEL rules on
+// spec.scheduling.tolerations within the API server's cost budget.
+type Toleration struct {
+	// Key is the taint key the toleration applies to; empty matches every
+	// key (then operator must be Exists).
+	// +kubebuilder:validation:MaxLength=317
+	// +optional
+	Key string `json:"key,omitempty"`
+	// Operator is Exists or Equal (the default), or Lt or Gt for numeric
+	// taint values where the cluster supports them.
+	// +optional
+	Operator corev1.TolerationOperator `json:"operator,omitempty"`
+	// Value is the taint value the toleration matches (empty for Exists).
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	Value string `json:"value,omitempty"`
+	// Effect is the taint effect to match; empty matches every effect.
+	// +optional
+	Effect corev1.TaintEffect `json:"effect,omitempty"`
+	// TolerationSeconds bounds how long a NoExecute taint is tolerated.
+	// +optional
+	TolerationSeconds *int64 `json:"tolerationSeconds,omitempty"`
 }
 
 // RetentionPolicy says what happens to member disks.

@@ -30,6 +30,13 @@ const (
 	ConditionReconciled ConditionType = "Reconciled"
 	// ConditionRoutingReady: where the fleet's route stands (spec.routing).
 	ConditionRoutingReady ConditionType = "RoutingReady"
+	// ConditionNamespaceDeclared: whether the fleet's namespace carries the
+	// labels the fleet asks for (the mesh enrollment request, the edges
+	// namespace isolation admits). They are a request to the mesh operator,
+	// not a precondition of the members: a refused write is reported here
+	// and the fleet carries on. Absent for a fleet that asks for nothing
+	// (mode disabled) and has declared nothing.
+	ConditionNamespaceDeclared ConditionType = "NamespaceDeclared"
 	// ConditionReconciling and ConditionStalled are the kstatus pair the
 	// ServiceMesh carries too, so Flux and Argo CD health checks read both
 	// kinds alike: Reconciling=True while the fleet converges, Stalled=True
@@ -86,6 +93,18 @@ const (
 	ReasonStepFailed ConditionReason = "StepFailed"
 	// ReasonAllStepsRan: the last reconcile ran every step.
 	ReasonAllStepsRan ConditionReason = "AllStepsRan"
+)
+
+// Reasons of NamespaceDeclared.
+const (
+	// ReasonNamespaceLabelsDeclared: the namespace carries the labels the
+	// fleet asks for (or an admin's opt-out that the fleet never replaces).
+	ReasonNamespaceLabelsDeclared ConditionReason = "NamespaceLabelsDeclared"
+	// ReasonNamespaceLabelsRefused: the API server (RBAC, an admission
+	// webhook or policy) refused the fleet's namespace label write; the
+	// message names the labels and quotes its answer. The members run
+	// regardless; the write is tried again at each look.
+	ReasonNamespaceLabelsRefused ConditionReason = "NamespaceLabelsRefused"
 )
 
 // Reasons of Reconciling and Stalled when the other reason does not apply.

@@ -265,9 +265,13 @@ func testCleanupFromObjects(t *testing.T, env *testenv.Env) {
 		})
 		broken.r.Client = c
 		broken.r.Applier = &apply.Applier{Client: c, FieldManager: names.Operator, HashAnnotation: HashAnnotation}
-		_, err = broken.r.Reconcile(ctx, reconcileRequest(f))
-		require.Error(t, err)
-		assert.Contains(t, err.Error(), "injected: etcd unavailable")
+		res, err := broken.r.Reconcile(ctx, reconcileRequest(f))
+		require.NoError(t, err, "a failed step is reported in status and looked at again within the fleet's poll")
+		assertBoundedLook(t, broken, res)
+		failed := condition(t, h, f, v1alpha1.ConditionReconciled)
+		require.NotNil(t, failed)
+		assert.Equal(t, metav1.ConditionFalse, failed.Status)
+		assert.Contains(t, failed.Message, "injected: etcd unavailable")
 		require.NoError(t, h.get(&networkingv1.NetworkPolicy{}, "cleanup", "stuck-routing"), "not deleted: the error was real")
 
 		h.reconcile(f)
@@ -374,9 +378,9 @@ func testFailedStep(t *testing.T, env *testenv.Env) {
 		h.r.Client = c
 		h.r.Applier = &apply.Applier{Client: c, FieldManager: names.Operator, HashAnnotation: HashAnnotation}
 		require.NoError(t, env.Client.Patch(ctx, f, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"image":"registry.example/celld:2.0.0"}}`))))
-		_, err = h.r.Reconcile(ctx, reconcileRequest(f))
-		require.Error(t, err)
-		assert.Contains(t, err.Error(), "injected: etcd timeout")
+		res, err := h.r.Reconcile(ctx, reconcileRequest(f))
+		require.NoError(t, err, "a failed step is reported in status and looked at again within the fleet's poll")
+		assertBoundedLook(t, h, res)
 
 		require.NoError(t, h.get(f, "halfway", "hw"))
 		assert.Equal(t, gen, f.Status.ObservedGeneration, "the new spec was not applied")

@@ -108,6 +108,8 @@ type FleetReconciler struct {
 	// istioCaches serve the Applier's reads of Istio's kinds while they are
 	// served (see optionalCaches); nil reads them from the API server.
 	istioCaches *optionalCaches
+	// failures spaces the retries of each fleet's failed passes (outcome).
+	failures failureBackoff
 }
 
 // SetupWithManager builds the reconciler from cfg and registers it.
@@ -387,6 +389,13 @@ type observed struct {
 	// refusal: why members the StatefulSet should run are missing, when
 	// the API server refuses them (observeRefusal).
 	refusal *memberRefusal
+	// declared is what the namespace declarations step found (see
+	// setNamespaceCondition); its zero value: the step was not reached.
+	declared namespaceOutcome
+	// meshJudged: the pass got past the steps MeshReady is computed from
+	// (sharingServiceAccount); a failed pass that did not keeps MeshReady
+	// as it was.
+	meshJudged bool
 }
 
 type blockage struct {
@@ -411,6 +420,7 @@ func (r *FleetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if err := r.Client.Get(ctx, req.NamespacedName, fleet); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.forget(req.NamespacedName)
+			r.failures.forget(req.NamespacedName)
 			forgetMetrics(req.Namespace, req.Name)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -436,14 +446,13 @@ func (r *FleetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	case err != nil:
 		obs.failed = &stepError{step: "reconcile", err: err}
 	}
+	if obs.failed != nil {
+		r.readMemberFacts(ctx, fleet, obs)
+	}
 	if statusErr := r.updateStatus(ctx, fleet, obs); statusErr != nil && err == nil {
 		err = statusErr
 	}
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	next := r.nextLook(obs)
-	return ctrl.Result{RequeueAfter: next, Priority: lookPriority(next)}, nil
+	return r.outcome(ctx, req.NamespacedName, obs, err), nil
 }
 
 // lookPriority is the work-queue priority of the next look. Left alone,
@@ -591,6 +600,9 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 	if err != nil {
 		return failed("reading the StatefulSet", err)
 	}
+	// The members' StatefulSet as it stands, until this pass applies it: a
+	// pass that fails before reports the members against it.
+	obs.sts = live
 	view, err := r.observeNamespace(ctx, fleet)
 	if err != nil {
 		return failed("reading the namespace", err)
@@ -621,11 +633,11 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 	// routing change is applied while that failure is reported.
 	networkErr := r.reconcileNetworking(ctx, fleet, obs)
 	// A route the API server refuses is reported in RoutingReady; any other
-	// routing failure is returned at the end, after the members had their
-	// turn: routing is separate from the fleet's own work.
-	var routingErr error
+	// routing failure is returned at the end (deferredErr), after the
+	// members had their turn: routing is separate from the fleet's own work.
+	var deferredErr error
 	if obs.routing, err = r.reconcileRouting(ctx, fleet, obs); err != nil {
-		routingErr = failed("routing", err)
+		deferredErr = failed("routing", err)
 		obs.routing = routingOutcome{keep: true}
 	}
 	if networkErr != nil {
@@ -643,13 +655,19 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 	r.istioCaches.follow(r.served)
 	if needsIstioAPI(obs.mesh) && !istio {
 		obs.blocked = istioAPIUnavailable(fleet)
-		return routingErr
+		return deferredErr
 	}
 	if err := r.recordOptIn(ctx, fleet, obs.intent); err != nil {
 		return failed("recording the mesh opt-in", err)
 	}
 	if obs.wiring, err = r.resolveWiring(ctx, fleet, obs); err != nil {
-		return failed("resolving the wiring graph", err)
+		var unreadable *unreadableSource
+		if !errors.As(err, &unreadable) {
+			return failed("resolving the wiring graph", err)
+		}
+		// The wiring holds what the live policy admits from the routing
+		// source: the members need not wait for a read that keeps failing.
+		deferredErr = errors.Join(deferredErr, failed("resolving the wiring graph", err))
 	}
 	if err := r.reconcileMeshPolicies(ctx, fleet, obs, istio); err != nil {
 		return failed("mesh policies", err)
@@ -657,9 +675,14 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 	if obs.sharedServiceAccount, err = r.sharingServiceAccount(ctx, fleet, obs); err != nil {
 		return failed("mesh policies", err)
 	}
+	obs.meshJudged = true
+	// The namespace labels are a request to the mesh operator, not a
+	// precondition of the members: a refused write is reported in
+	// NamespaceDeclared, any other failure after the members had their
+	// turn, as routing's.
 	decl := declaration(fleet, view, obs.intent, r.Config.OperatorNamespace)
 	if err := r.reconcileDeclarations(ctx, fleet, obs, view, decl); err != nil {
-		return failed("namespace declarations", err)
+		deferredErr = errors.Join(deferredErr, failed("namespace declarations", err))
 	}
 
 	if !r.Config.NetworkPolicyEnforced {
@@ -669,7 +692,7 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 				"members rely on the fleet NetworkPolicy to restrict who reaches ports 8080 and 8081. Verify enforcement, then set the " +
 				"fleet-operator chart value networkPolicyEnforced=true (operator flag --network-policy-enforced).",
 		}
-		return routingErr
+		return deferredErr
 	}
 
 	if mutualTLSErr != nil {
@@ -699,12 +722,12 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 	obs.reports = r.readStates(ctx, pods)
 	obs.diskResize = r.growClaims(ctx, fleet, pods)
 	if obs.stsSettling {
-		return routingErr
+		return deferredErr
 	}
 	if err := r.rollStep(ctx, fleet, obs); err != nil {
 		return failed("roll", err)
 	}
-	return routingErr
+	return deferredErr
 }
 
 func (r *FleetReconciler) reconcileNetworking(ctx context.Context, fleet *v1alpha1.CelldFleet, obs *observed) error {
@@ -935,26 +958,8 @@ func (r *FleetReconciler) readStates(ctx context.Context, pods []corev1.Pod) map
 // rollStep replaces at most one outdated member.
 func (r *FleetReconciler) rollStep(ctx context.Context, fleet *v1alpha1.CelldFleet, obs *observed) error {
 	key := client.ObjectKeyFromObject(fleet)
-	in := roll.Input{
-		Replicas:       int(*obs.sts.Spec.Replicas),
-		TargetRevision: obs.sts.Status.UpdateRevision,
-		Paused:         fleet.Spec.Maintenance.Paused,
-	}
-	pendingDelete := r.pendingDelete(key)
-	for _, p := range obs.pods {
-		m := roll.Member{
-			Name:        p.Name,
-			Ordinal:     ordinal(p.Name),
-			Revision:    p.Labels[revisionLabel],
-			Terminating: p.DeletionTimestamp != nil || p.UID == pendingDelete,
-			Ready:       podReady(&p),
-			// A member that should run a proxy but has none is not done:
-			// the roll waits instead of spreading a broken injection.
-			Healthy: healthy(obs.reports[p.Name]) && !slices.Contains(obs.mesh.MissingProxy, p.Name),
-		}
-		in.Members = append(in.Members, m)
-	}
-	if pendingDelete != "" && !podWithUID(obs.pods, pendingDelete) {
+	in := r.rollInput(fleet, obs)
+	if pendingDelete := r.pendingDelete(key); pendingDelete != "" && !podWithUID(obs.pods, pendingDelete) {
 		r.forget(key)
 	}
 	obs.decision = roll.Next(in)
@@ -981,6 +986,31 @@ func (r *FleetReconciler) rollStep(ctx context.Context, fleet *v1alpha1.CelldFle
 	r.Recorder.Eventf(fleet, pod, corev1.EventTypeNormal, string(v1alpha1.EventMemberReplaced), "Roll",
 		"Replacing member %s (revision %s) with revision %s; its disk is kept", pod.Name, pod.Labels[revisionLabel], in.TargetRevision)
 	return nil
+}
+
+// rollInput is what the roll decides from: the StatefulSet's replicas and
+// update revision, and each member as its Pod and /state show it.
+func (r *FleetReconciler) rollInput(fleet *v1alpha1.CelldFleet, obs *observed) roll.Input {
+	in := roll.Input{
+		Replicas:       int(*obs.sts.Spec.Replicas),
+		TargetRevision: obs.sts.Status.UpdateRevision,
+		Paused:         fleet.Spec.Maintenance.Paused,
+	}
+	pendingDelete := r.pendingDelete(client.ObjectKeyFromObject(fleet))
+	for _, p := range obs.pods {
+		m := roll.Member{
+			Name:        p.Name,
+			Ordinal:     ordinal(p.Name),
+			Revision:    p.Labels[revisionLabel],
+			Terminating: p.DeletionTimestamp != nil || p.UID == pendingDelete,
+			Ready:       podReady(&p),
+			// A member that should run a proxy but has none is not done:
+			// the roll waits instead of spreading a broken injection.
+			Healthy: healthy(obs.reports[p.Name]) && !slices.Contains(obs.mesh.MissingProxy, p.Name),
+		}
+		in.Members = append(in.Members, m)
+	}
+	return in
 }
 
 func (r *FleetReconciler) pendingDelete(key types.NamespacedName) types.UID {

@@ -206,10 +206,10 @@ func testCEL(t *testing.T, env *testenv.Env) {
 		{"reserved env name", func(f *v1alpha1.CelldFleet) { f.Spec.Env = []corev1.EnvVar{{Name: "CELLD_PEERS", Value: "x"}} }, "reserved for the operator"},
 		{"bad service account", func(f *v1alpha1.CelldFleet) { f.Spec.ServiceAccountName = "Not_Valid" }, "spec.serviceAccountName must be a DNS subdomain"},
 		{"reserved pod label", func(f *v1alpha1.CelldFleet) {
-			f.Spec.PodTemplate.Labels = map[string]string{"celld.eric.dev/fleet": "x"}
+			f.Spec.PodTemplate.Labels = map[string]v1alpha1.LabelValue{"celld.eric.dev/fleet": "x"}
 		}, "spec.podTemplate.labels may not use"},
 		{"reserved selector label", func(f *v1alpha1.CelldFleet) {
-			f.Spec.PodTemplate.Labels = map[string]string{"app.kubernetes.io/instance": "x"}
+			f.Spec.PodTemplate.Labels = map[string]v1alpha1.LabelValue{"app.kubernetes.io/instance": "x"}
 		}, "spec.podTemplate.labels may not use"},
 		{"reserved pod annotation", func(f *v1alpha1.CelldFleet) {
 			f.Spec.PodTemplate.Annotations = map[string]string{"celld.eric.dev/istio-control-plane": "x"}

@@ -311,16 +311,22 @@ func (r *FleetReconciler) resolveWiring(ctx context.Context, fleet *v1alpha1.Cel
 	if err := add(fleet.Namespace, map[string]string{labels.ClientOf: fleet.Name}); err != nil {
 		return mesh.Wiring{}, err
 	}
+	var unreadable error
 	if rt := fleet.Spec.Routing; rt != nil {
 		sel := map[string]string{}
 		for k, v := range rt.Source.PodLabels {
 			sel[k] = string(v)
 		}
 		if err := add(rt.Source.Namespace, sel); err != nil {
-			return mesh.Wiring{}, err
+			held, herr := r.heldSourceCallers(ctx, fleet, rt.Source.Namespace, err)
+			if herr != nil {
+				return mesh.Wiring{}, herr
+			}
+			w.Callers = append(w.Callers, held...)
+			unreadable = &unreadableSource{namespace: rt.Source.Namespace, err: err}
 		}
 	}
 	sort.Strings(w.Callers)
 	w.Callers = slices.Compact(w.Callers)
-	return w, nil
+	return w, unreadable
 }

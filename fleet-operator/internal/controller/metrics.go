@@ -24,12 +24,20 @@ var (
 		Name: "celld_fleet_member_replacements_total",
 		Help: "Members the operator replaced to roll a fleet to a new revision.",
 	}, []string{"namespace", "fleet"})
+	// failedPassesMetric counts the passes that failed a step; they are
+	// retried by outcome rather than returned as errors, so controller-
+	// runtime's error counter does not see them. Which fleets fail is in
+	// celld_fleet_condition (Reconciled=False).
+	failedPassesMetric = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "celld_fleet_failed_passes_total",
+		Help: "Fleet reconciles that failed a step (the fleet's Reconciled condition says which); retried within the fleet's poll.",
+	})
 	// fleetSeries is the collector of the per-fleet gauges.
 	fleetSeries = &fleetCollector{}
 )
 
 func init() {
-	metrics.Registry.MustRegister(fleetSeries, replacementsMetric)
+	metrics.Registry.MustRegister(fleetSeries, replacementsMetric, failedPassesMetric)
 }
 
 // fleetCollector publishes each fleet's member counts and conditions as

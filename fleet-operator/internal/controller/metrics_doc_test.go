@@ -21,7 +21,7 @@ func TestMetricsDocumented(t *testing.T) {
 	}
 	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
 	ch := make(chan *prometheus.Desc, 10)
-	for _, c := range []prometheus.Collector{fleetSeries, replacementsMetric} {
+	for _, c := range []prometheus.Collector{fleetSeries, replacementsMetric, failedPassesMetric} {
 		c.Describe(ch)
 	}
 	close(ch)
@@ -36,7 +36,7 @@ func TestMetricsDocumented(t *testing.T) {
 			t.Errorf("docs/monitoring.md has no row for %s", m[1])
 		}
 	}
-	if n != 3 {
-		t.Fatalf("described %d metrics, want 3", n)
+	if n != 4 {
+		t.Fatalf("described %d metrics, want 4", n)
 	}
 }

@@ -93,7 +93,7 @@ func (r *FleetReconciler) reconcileDeclarations(ctx context.Context, fleet *v1al
 	// opted out, nothing it does not already hold, and then it needs no
 	// finalizer either (an upgrade must not patch every such fleet).
 	held := contract.LabelsHeldBy(view.ns, declarationManager(fleet))
-	writable, _ := contract.Withhold(view.ns.Labels, held, want)
+	writable, withheld := contract.Withhold(view.ns.Labels, held, want)
 	if len(writable)+len(held) > 0 && !controllerutil.ContainsFinalizer(fleet, DeclarationsFinalizer) {
 		// The finalizer comes first: a fleet deleted right after declaring
 		// must still withdraw its labels.
@@ -104,10 +104,33 @@ func (r *FleetReconciler) reconcileDeclarations(ctx context.Context, fleet *v1al
 		controllerutil.AddFinalizer(fleet, DeclarationsFinalizer)
 		obs.ownVersions = append(obs.ownVersions, added.ResourceVersion)
 	}
-	if _, err := contract.ApplyLabels(ctx, r.Client, r.freshReader(), contract.WorkloadOperator, declarationManager(fleet), view.ns.DeepCopy(), want); err != nil {
+	_, err = contract.ApplyLabels(ctx, r.Client, r.freshReader(), contract.WorkloadOperator, declarationManager(fleet), view.ns.DeepCopy(), want)
+	switch {
+	case refused(err):
+		// A policy (RBAC, an admission webhook or policy) judged the write
+		// itself: asking again at once would get the same answer. It is
+		// reported, and asked again at the fleet's next look.
+		obs.declared = namespaceOutcome{reached: true, labels: want, refused: err}
+	case err != nil:
 		return fmt.Errorf("declaring namespace labels: %w", err)
+	default:
+		obs.declared = namespaceOutcome{reached: true, labels: want, withheld: withheld}
 	}
 	return nil
+}
+
+// namespaceOutcome is what reconcileDeclarations found.
+type namespaceOutcome struct {
+	// reached: the step ran to an answer; NamespaceDeclared keeps what it
+	// said otherwise.
+	reached bool
+	// labels the fleet asks its namespace for.
+	labels map[string]string
+	// withheld: labels the fleet asks for but does not write, because an
+	// admin set the namespace otherwise (contract.Withhold).
+	withheld map[string]string
+	// refused is the API server's refusal of the write.
+	refused error
 }
 
 // addDeclarationsFinalizer adds the finalizer with the fleet's cached

@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -111,6 +112,35 @@ func TestNextLook(t *testing.T) {
 
 // The fleets' gauges are their spec and status as the cache holds them, on
 // the leader only; a fleet that is gone has none.
+// TestFailedPassLooksAgainWithinItsPoll: a failed pass is not returned to
+// the work queue (whose backoff grows toward 1,000 s and replaces the
+// fleet's periodic look): it asks for a look after a backoff of its own,
+// never later than the fleet's next look nor its /state interval; a pass
+// that succeeds resets it, and each fleet counts its own failures.
+func TestFailedPassLooksAgainWithinItsPoll(t *testing.T) {
+	ctx := context.Background()
+	r := &FleetReconciler{Config: Config{StateInterval: 20 * time.Second}, Now: time.Now}
+	shop, other := types.NamespacedName{Namespace: "apps", Name: "shop"}, types.NamespacedName{Namespace: "apps", Name: "other"}
+	boom := errors.New("namespaces \"apps\" is forbidden: denied by policy")
+	idle := func() *observed { return &observed{reports: map[string]state.Result{}} } // next look: idleLooks intervals
+	failedBefore := testutil.ToFloat64(failedPassesMetric)
+	var got []time.Duration
+	for range 7 {
+		res := r.outcome(ctx, shop, idle(), boom)
+		assert.Equal(t, ptr.To(handler.LowPriority), res.Priority, "a retry is a look, not an event")
+		got = append(got, res.RequeueAfter)
+	}
+	assert.Equal(t, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 20 * time.Second, 20 * time.Second}, got,
+		"doubling from 1 s, never past the /state interval")
+	assert.Equal(t, 7.0, testutil.ToFloat64(failedPassesMetric)-failedBefore, "each failed pass is counted")
+	assert.Equal(t, time.Second, r.outcome(ctx, other, idle(), boom).RequeueAfter, "another fleet's failures are its own")
+	rolling := idle()
+	rolling.decision = roll.Decision{Outdated: 1}
+	assert.Equal(t, rollPoll, r.outcome(ctx, shop, rolling, boom).RequeueAfter, "never later than the look the pass owes")
+	assert.Equal(t, idleLooks*20*time.Second, r.outcome(ctx, shop, idle(), nil).RequeueAfter, "a pass that succeeds looks as usual")
+	assert.Equal(t, time.Second, r.outcome(ctx, shop, idle(), boom).RequeueAfter, "and resets the backoff")
+}
+
 func TestMetricsFollowStatus(t *testing.T) {
 	f := v1alpha1.CelldFleet{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "m"}, Spec: v1alpha1.CelldFleetSpec{Replicas: ptr.To[int32](3)},
 		Status: v1alpha1.CelldFleetStatus{Replicas: 3, ReadyReplicas: 2, UpdatedReplicas: 1,

@@ -2,6 +2,8 @@ package controller
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -58,6 +60,7 @@ func computeStatus(fleet *v1alpha1.CelldFleet, obs *observed, now time.Time) v1a
 	}
 	setReconciledCondition(obs, set)
 	setRoutingCondition(&st, obs, set)
+	setNamespaceCondition(fleet, &st, obs, set)
 	if obs.failed != nil && obs.reports == nil && obs.blocked == nil {
 		// The members were not looked at (or not read): what status said
 		// of them is still the best knowledge, not "not read" or Degraded.
@@ -91,11 +94,17 @@ func computeStatus(fleet *v1alpha1.CelldFleet, obs *observed, now time.Time) v1a
 		}
 	}
 
-	st.Mesh = string(obs.mesh.Phase)
-	if !setMeshCondition(fleet, obs, set) {
-		// Outside the mesh with nothing to explain (never opted in, or the
-		// namespace left the mesh): no MeshReady, as for any plain fleet.
-		meta.RemoveStatusCondition(&st.Conditions, string(v1alpha1.ConditionMeshReady))
+	if obs.failed != nil && !obs.meshJudged {
+		// MeshReady is judged from steps this pass did not reach (the
+		// ServiceAccount's sharers): it says what it said.
+		st.Mesh = prev.Mesh
+	} else {
+		st.Mesh = string(obs.mesh.Phase)
+		if !setMeshCondition(fleet, obs, set) {
+			// Outside the mesh with nothing to explain (never opted in, or the
+			// namespace left the mesh): no MeshReady, as for any plain fleet.
+			meta.RemoveStatusCondition(&st.Conditions, string(v1alpha1.ConditionMeshReady))
+		}
 	}
 	if setBlockedCondition(obs, set) {
 		st.Phase = PhaseBlocked
@@ -129,6 +138,40 @@ func setRoutingCondition(st *v1alpha1.CelldFleetStatus, obs *observed, set condi
 	default:
 		meta.RemoveStatusCondition(&st.Conditions, string(v1alpha1.ConditionRoutingReady))
 	}
+}
+
+// setNamespaceCondition: whether the fleet's namespace carries the labels
+// the fleet asks for, kept as it was when the step got no answer.
+func setNamespaceCondition(fleet *v1alpha1.CelldFleet, st *v1alpha1.CelldFleetStatus, obs *observed, set conditionSetter) {
+	d := obs.declared
+	switch {
+	case !d.reached:
+	case d.refused != nil:
+		set(v1alpha1.ConditionNamespaceDeclared, metav1.ConditionFalse, v1alpha1.ReasonNamespaceLabelsRefused, fmt.Sprintf(
+			"The API server refused the fleet's labels on namespace %s (%s): %v. They ask the mesh operator to enroll the namespace and, "+
+				"under namespace isolation, to admit the operator's /state reads and the routing source; without them the namespace is not "+
+				"enrolled for this fleet. The members run regardless, and the write is tried again at each look. Let the fleet operator's "+
+				"identity write these labels (fix the policy that refused it), or set spec.mesh.mode: %s on a fleet that wants no mesh.",
+			fleet.Namespace, labelList(d.labels), d.refused, v1alpha1.MeshDisabled))
+	case len(d.labels) == 0:
+		meta.RemoveStatusCondition(&st.Conditions, string(v1alpha1.ConditionNamespaceDeclared))
+	case len(d.withheld) > 0:
+		set(v1alpha1.ConditionNamespaceDeclared, metav1.ConditionTrue, v1alpha1.ReasonNamespaceLabelsDeclared, fmt.Sprintf(
+			"Namespace %s carries the labels the fleet asks for (%s), except %s, which an admin set otherwise: the fleet does not replace them.",
+			fleet.Namespace, labelList(d.labels), labelList(d.withheld)))
+	default:
+		set(v1alpha1.ConditionNamespaceDeclared, metav1.ConditionTrue, v1alpha1.ReasonNamespaceLabelsDeclared, fmt.Sprintf(
+			"Namespace %s carries the labels the fleet asks for (%s).", fleet.Namespace, labelList(d.labels)))
+	}
+}
+
+// labelList is "k=v, k=v" in key order.
+func labelList(l map[string]string) string {
+	keys := slices.Sorted(maps.Keys(l))
+	for i, k := range keys {
+		keys[i] = k + "=" + l[k]
+	}
+	return strings.Join(keys, ", ")
 }
 
 // setBlockedCondition sets InfrastructureBlocked and, while blocked, the

@@ -19,6 +19,7 @@ import (
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/mesh"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/roll"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/state"
+	"github.com/ericdev/fleetmesh/shared/labels"
 )
 
 // statusFleet is a three-member fleet at generation 2.
@@ -332,6 +333,80 @@ func TestComputeStatus(t *testing.T) {
 				v1alpha1.ConditionStalled:     {F, v1alpha1.ReasonNotStalled},
 			},
 			absent: []v1alpha1.ConditionType{v1alpha1.ConditionReady},
+		},
+		{
+			// The namespace labels are a request to the mesh operator: a
+			// policy refusing them is reported, and the members, which run
+			// regardless, are what Ready is about.
+			name: "namespace labels refused by a policy: reported, the fleet is Ready regardless", phase: PhaseReady,
+			obs: func(o *observed) {
+				o.declared = namespaceOutcome{reached: true, labels: map[string]string{labels.Mesh: labels.MeshEnabled},
+					refused: errors.New(`namespaces "apps" is forbidden: ValidatingAdmissionPolicy 'no-labels' denied request`)}
+			},
+			want: map[v1alpha1.ConditionType]wantCondition{
+				v1alpha1.ConditionNamespaceDeclared: {F, v1alpha1.ReasonNamespaceLabelsRefused},
+				v1alpha1.ConditionReady:             {T, v1alpha1.ReasonMembersReady},
+				v1alpha1.ConditionReconciled:        {T, v1alpha1.ReasonAllStepsRan},
+				v1alpha1.ConditionStalled:           {F, v1alpha1.ReasonNotStalled},
+			},
+			message: map[v1alpha1.ConditionType][]string{v1alpha1.ConditionNamespaceDeclared: {
+				"ValidatingAdmissionPolicy 'no-labels' denied request", labels.Mesh + "=" + labels.MeshEnabled, "The members run regardless"}},
+		},
+		{
+			name: "namespace labels declared", phase: PhaseReady,
+			obs: func(o *observed) {
+				o.declared = namespaceOutcome{reached: true, labels: map[string]string{labels.Mesh: labels.MeshEnabled}}
+			},
+			want: map[v1alpha1.ConditionType]wantCondition{v1alpha1.ConditionNamespaceDeclared: {T, v1alpha1.ReasonNamespaceLabelsDeclared}},
+		},
+		{
+			name: "a fleet that asks its namespace for nothing has no NamespaceDeclared", phase: PhaseReady,
+			fleet: func(f *v1alpha1.CelldFleet) {
+				f.Status.Conditions = []metav1.Condition{{Type: string(v1alpha1.ConditionNamespaceDeclared), Status: T, Reason: string(v1alpha1.ReasonNamespaceLabelsDeclared)}}
+			},
+			obs:    func(o *observed) { o.declared = namespaceOutcome{reached: true} },
+			absent: []v1alpha1.ConditionType{v1alpha1.ConditionNamespaceDeclared},
+		},
+		{
+			name: "the namespace step got no answer: NamespaceDeclared says what it said", phase: PhaseReady,
+			fleet: func(f *v1alpha1.CelldFleet) {
+				f.Status.Conditions = []metav1.Condition{{Type: string(v1alpha1.ConditionNamespaceDeclared), Status: F, Reason: string(v1alpha1.ReasonNamespaceLabelsRefused)}}
+			},
+			want: map[v1alpha1.ConditionType]wantCondition{v1alpha1.ConditionNamespaceDeclared: {F, v1alpha1.ReasonNamespaceLabelsRefused}},
+		},
+		{
+			// A step that keeps failing (a policy refusing the StatefulSet)
+			// must not freeze what status says of the members: they were
+			// read (readMemberFacts), and Ready follows them.
+			name: "a failed step after the members were read reports them as they are", phase: PhaseDegraded,
+			fleet: func(f *v1alpha1.CelldFleet) {
+				f.Status.Phase = PhaseReady
+				f.Status.ObservedGeneration = 1
+				f.Status.Conditions = []metav1.Condition{{Type: string(v1alpha1.ConditionReady), Status: T, Reason: string(v1alpha1.ReasonMembersReady)}}
+			},
+			obs: func(o *observed) {
+				o.failed = &stepError{step: "applying the StatefulSet", err: errors.New("denied by policy")}
+				o.reports["shop-1"] = state.Result{Report: &state.Report{Healthy: false, Phase: "Recovering"}}
+			},
+			want: map[v1alpha1.ConditionType]wantCondition{
+				v1alpha1.ConditionReady:        {F, v1alpha1.ReasonMembersNotReady},
+				v1alpha1.ConditionProvisioning: {T, v1alpha1.ReasonWaitingForMembers},
+				v1alpha1.ConditionReconciled:   {F, v1alpha1.ReasonStepFailed},
+				v1alpha1.ConditionReconciling:  {T, v1alpha1.ReasonStepFailed},
+			},
+			message: map[v1alpha1.ConditionType][]string{v1alpha1.ConditionReconciled: {"applying the StatefulSet", "denied by policy"}},
+		},
+		{
+			name: "a failed step before the mesh was judged keeps MeshReady", phase: PhaseReady,
+			fleet: func(f *v1alpha1.CelldFleet) {
+				f.Status.Mesh = string(mesh.Ambient)
+				f.Status.Conditions = []metav1.Condition{{Type: string(v1alpha1.ConditionMeshReady), Status: T, Reason: string(v1alpha1.ReasonAmbientSharedServiceAccount), Message: "shared"}}
+			},
+			obs: func(o *observed) {
+				o.failed = &stepError{step: "mesh policies", err: errors.New("etcd is away")}
+				o.mesh = mesh.State{Phase: mesh.Ambient}
+			},
+			want: map[v1alpha1.ConditionType]wantCondition{v1alpha1.ConditionMeshReady: {T, v1alpha1.ReasonAmbientSharedServiceAccount}},
 		},
 	}
 	for _, tc := range tests {

@@ -120,10 +120,36 @@ func retention(p v1alpha1.RetentionPolicy) appsv1.PersistentVolumeClaimRetention
 	return appsv1.RetainPersistentVolumeClaimRetentionPolicyType
 }
 
+// nodeSelector is spec.scheduling.nodeSelector as the Pod takes it; nil
+// when the spec has none.
+func nodeSelector(in map[string]v1alpha1.LabelValue) map[string]string {
+	if in == nil {
+		return nil
+	}
+	out := make(map[string]string, len(in))
+	for k, v := range in {
+		out[k] = string(v)
+	}
+	return out
+}
+
+// tolerations is spec.scheduling.tolerations as the Pod takes them; nil
+// when the spec has none.
+func tolerations(in []v1alpha1.Toleration) []corev1.Toleration {
+	if in == nil {
+		return nil
+	}
+	out := make([]corev1.Toleration, len(in))
+	for i, t := range in {
+		out[i] = corev1.Toleration{Key: t.Key, Operator: t.Operator, Value: t.Value, Effect: t.Effect, TolerationSeconds: t.TolerationSeconds}
+	}
+	return out
+}
+
 func podTemplate(f *v1alpha1.CelldFleet) corev1.PodTemplateSpec {
 	podLabels := map[string]string{}
 	for k, v := range f.Spec.PodTemplate.Labels {
-		podLabels[k] = v
+		podLabels[k] = string(v)
 	}
 	for k, v := range names.CommonLabels(f.Name) {
 		podLabels[k] = v
@@ -145,8 +171,8 @@ func podTemplate(f *v1alpha1.CelldFleet) corev1.PodTemplateSpec {
 		ServiceAccountName:            ServiceAccountName(f),
 		EnableServiceLinks:            ptr.To(false),
 		TerminationGracePeriodSeconds: ptr.To(ptr.Deref(sched.TerminationGracePeriodSeconds, 60)),
-		NodeSelector:                  sched.NodeSelector,
-		Tolerations:                   sched.Tolerations,
+		NodeSelector:                  nodeSelector(sched.NodeSelector),
+		Tolerations:                   tolerations(sched.Tolerations),
 		Affinity:                      sched.Affinity,
 		TopologySpreadConstraints:     sched.TopologySpreadConstraints,
 		PriorityClassName:             sched.PriorityClassName,

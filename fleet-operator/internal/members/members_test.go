@@ -31,10 +31,10 @@ func persistent() *v1alpha1.CelldFleet {
 	f.Spec.ServiceAccountName = "orders-runtime"
 	f.Spec.Resources = corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}}
 	f.Spec.Env = []corev1.EnvVar{{Name: "LOG_LEVEL", Value: "debug"}}
-	f.Spec.PodTemplate = v1alpha1.PodTemplateMetadata{Labels: map[string]string{"team": "payments"}, Annotations: map[string]string{"example.com/owner": "payments"}}
+	f.Spec.PodTemplate = v1alpha1.PodTemplateMetadata{Labels: map[string]v1alpha1.LabelValue{"team": "payments"}, Annotations: map[string]string{"example.com/owner": "payments"}}
 	f.Spec.Scheduling = v1alpha1.Scheduling{
-		NodeSelector:                  map[string]string{"pool": "stateful"},
-		Tolerations:                   []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "celld", Effect: corev1.TaintEffectNoSchedule}},
+		NodeSelector:                  map[string]v1alpha1.LabelValue{"pool": "stateful"},
+		Tolerations:                   []v1alpha1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "celld", Effect: corev1.TaintEffectNoSchedule}},
 		PriorityClassName:             "high",
 		TerminationGracePeriodSeconds: ptr.To[int64](120),
 	}

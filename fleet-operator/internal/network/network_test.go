@@ -49,7 +49,7 @@ func goldenFleets() map[string]*v1alpha1.CelldFleet {
 
 	persistent := newFleet("orders", "payments", "6a1d93b2-4e0f-4f7a-8c25-b3e9d07f5a62")
 	persistent.Spec.Storage = &v1alpha1.Storage{Size: resource.MustParse("20Gi")}
-	persistent.Spec.PodTemplate.Labels = map[string]string{"team": "payments"}
+	persistent.Spec.PodTemplate.Labels = map[string]v1alpha1.LabelValue{"team": "payments"}
 
 	// The longest name the API admits (47 characters): names derived from
 	// it, such as NAME-peers, must still be valid.
