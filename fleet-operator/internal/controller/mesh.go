@@ -30,7 +30,7 @@ import (
 
 // observeMesh decides the fleet's mesh state from the proxies its Pods run.
 func observeMesh(fleet *v1alpha1.CelldFleet, pods []corev1.Pod, sts *appsv1.StatefulSet, in mesh.Intent) mesh.State {
-	o := mesh.Observation{Desired: in.Sidecar, WasMeshed: mesh.WasMeshed(fleet), Ambient: in.Ambient, Requested: in.AsksForMesh(), Strict: in.Strict,
+	o := mesh.Observation{Desired: in.Sidecar, WasMeshed: mesh.WasMeshed(fleet), Ambient: in.Ambient, Requested: in.StandsBy(), Strict: in.Strict,
 		MayBeCaptured: in.MayBeCaptured(), Replicas: int(derefReplicas(fleet))}
 	if sts != nil && sts.Status.ObservedGeneration >= sts.Generation {
 		o.TargetRevision = sts.Status.UpdateRevision
@@ -240,13 +240,15 @@ func (r *FleetReconciler) sharingServiceAccount(ctx context.Context, fleet *v1al
 func ambient(obs *observed) bool { return obs.mesh.Phase == mesh.Ambient }
 
 // hboneOpen: the fleet's NetworkPolicies admit HBONE (15008) from the
-// sources they admit as soon as the fleet asks for the mesh, not only once
-// it is captured: istio-cni captures members the moment the namespace turns
-// ambient, before this operator can react, and a captured member behind a
-// NetworkPolicy without 15008 is cut off (found by the transition
-// explorer). Nothing listens on 15008 in a member ztunnel does not capture.
+// sources they admit while a member is captured, and beforehand while the
+// fleet stands by for an enrollment in effect in its namespace
+// (mesh.Intent.StandsBy): istio-cni captures members the moment the
+// namespace turns ambient, before this operator can react, and a captured
+// member behind a NetworkPolicy without 15008 is cut off (found by the
+// transition explorer). Without an enrollment in effect and with no member
+// captured, nothing can use the port, and it stays closed.
 func hboneOpen(obs *observed) bool {
-	return ambient(obs) || obs.mesh.Captured || obs.intent.AsksForMesh()
+	return ambient(obs) || obs.mesh.Captured || obs.intent.StandsBy()
 }
 
 // strictInForce reports isolation strict in force in the fleet's namespace

@@ -66,7 +66,8 @@ type Observation struct {
 	// not opted out).
 	Ambient bool
 	// Requested: the fleet asks for the mesh through its namespace (modes
-	// auto and enabled, no spec.mesh.istio) and the namespace is not opted out.
+	// auto and enabled, no spec.mesh.istio), the namespace is not opted out,
+	// and a mesh enrollment is in effect there (Intent.StandsBy).
 	Requested bool
 	// Strict: the namespace's mesh-mtls state label says STRICT is in force.
 	Strict bool
@@ -275,6 +276,12 @@ type Intent struct {
 	Strict bool
 	// SidecarNamespace: the namespace is enrolled in a sidecar mesh.
 	SidecarNamespace bool
+	// EnrollmentInEffect: the namespace is enrolled (the mesh operator's
+	// state labels) or carries Istio's ambient capture label, whoever wrote
+	// it. Read from the namespace as it is, never from the fleet's status:
+	// without it nothing can capture or inject the members on the mesh's
+	// behalf, and a fleet that asks for the mesh has nothing to stand by for.
+	EnrollmentInEffect bool
 	// ControlPlane is istiod's namespace for a sidecar fleet.
 	ControlPlane string
 	// Access is who may call 8080 inside the mesh.
@@ -294,6 +301,7 @@ func IntentFor(f *v1alpha1.CelldFleet, ns contract.State) Intent {
 	in.OptedOut = ns.Request == contract.RequestDisabled
 	in.Strict = ns.Enrolled && ns.MTLS == contract.MTLSStrict
 	in.SidecarNamespace = ns.Enrolled && ns.DataPlane == contract.Sidecar
+	in.EnrollmentInEffect = ns.Enrolled || ns.AmbientLabelled
 	switch {
 	case mode == v1alpha1.MeshDisabled:
 		in.Disabled = true
@@ -315,17 +323,27 @@ func IntentFor(f *v1alpha1.CelldFleet, ns contract.State) Intent {
 
 // AsksForMesh: the fleet asks to join through its namespace (modes auto and
 // enabled without spec.mesh.istio) in a namespace an admin did not opt out.
-// Such a fleet may be captured by an ambient mesh before this operator hears
-// of it, so its HBONE port and standby policy are ready beforehand.
 func (in Intent) AsksForMesh() bool { return !in.Disabled && !in.Sidecar && !in.OptedOut }
+
+// StandsBy: the fleet asks for the mesh and an enrollment is in effect in
+// its namespace, so ztunnel may capture members before this operator hears
+// of it: its HBONE port and its relaxed ambient policy are ready
+// beforehand. Without an enrollment in effect a fleet in mode auto is what
+// the mesh seed says it is then, a no-op: no Istio object (a
+// PeerAuthentication of ours would weaken a user's own STRICT mesh on 8081)
+// and no HBONE or probe port. Members that are captured anyway keep their
+// policy and HBONE from Decide (State.Captured), whatever the namespace says.
+func (in Intent) StandsBy() bool { return in.AsksForMesh() && in.EnrollmentInEffect }
 
 // MayBeCaptured: every fleet but a disabled one asks for its namespace's
 // enrollment, a sidecar fleet too (see the controller's declaration), and
 // until the namespace is enrolled with sidecars nobody knows which data
-// plane it gets: members without a proxy may be captured by ztunnel the
-// moment it turns ambient, before this operator can react (found by the
+// plane it gets: where an enrollment is in effect, members without a proxy
+// may be captured by ztunnel before this operator can react (found by the
 // transition explorer, seed 401).
-func (in Intent) MayBeCaptured() bool { return !in.Disabled && !in.OptedOut && !in.SidecarNamespace }
+func (in Intent) MayBeCaptured() bool {
+	return !in.Disabled && !in.OptedOut && !in.SidecarNamespace && in.EnrollmentInEffect
+}
 
 // ControlPlaneNamespace is the istiod namespace for a fleet: the intent's
 // for a sidecar fleet, or the one recorded when it was meshed (leaving).

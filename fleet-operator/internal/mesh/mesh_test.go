@@ -161,17 +161,24 @@ func TestIntentModeAndControlPlane(t *testing.T) {
 	disabled.Spec.Mesh = &v1alpha1.Mesh{Mode: v1alpha1.MeshDisabled}
 
 	assert.Equal(t, Intent{Access: v1alpha1.AllowAll, ControlPlane: DefaultControlPlaneNamespace}, IntentFor(plain, contract.State{}), "no mesh anywhere: nothing")
-	assert.Equal(t, Intent{Sidecar: true, SidecarNamespace: true, Access: v1alpha1.AllowAll, ControlPlane: "istio-prod"}, IntentFor(plain, sidecarNS), "sidecar-enrolled namespace: as spec.mesh.istio defaults")
+	assert.Equal(t, Intent{Sidecar: true, SidecarNamespace: true, EnrollmentInEffect: true, Access: v1alpha1.AllowAll, ControlPlane: "istio-prod"}, IntentFor(plain, sidecarNS), "sidecar-enrolled namespace: as spec.mesh.istio defaults")
 	assert.False(t, IntentFor(plain, sidecarNS).MayBeCaptured(), "a sidecar-enrolled namespace captures nothing")
-	assert.True(t, IntentFor(explicit, contract.State{}).MayBeCaptured(), "a sidecar fleet asks for an enrollment whose data plane nobody knows yet")
+	assert.False(t, IntentFor(explicit, contract.State{}).MayBeCaptured(), "no enrollment in effect: nothing captures the members")
+	assert.True(t, IntentFor(explicit, contract.State{AmbientLabelled: true}).MayBeCaptured(),
+		"a sidecar fleet in a namespace labelled for ambient capture before its enrollment is announced")
 	assert.False(t, IntentFor(disabled, ambientNS).MayBeCaptured(), "a disabled fleet's members opt out of capture")
-	assert.Equal(t, Intent{Ambient: true, Access: v1alpha1.AllowAll, ControlPlane: DefaultControlPlaneNamespace}, IntentFor(plain, ambientNS))
+	assert.Equal(t, Intent{Ambient: true, EnrollmentInEffect: true, Access: v1alpha1.AllowAll, ControlPlane: DefaultControlPlaneNamespace}, IntentFor(plain, ambientNS))
 	optedOut := IntentFor(plain, contract.State{Request: contract.RequestDisabled})
 	assert.True(t, optedOut.OptedOut)
 	assert.False(t, optedOut.AsksForMesh(), "an admin's disabled namespace: no HBONE, no standby policy")
 	assert.True(t, IntentFor(plain, contract.State{}).AsksForMesh(), "auto asks")
+	assert.False(t, IntentFor(plain, contract.State{Request: contract.RequestEnabled}).StandsBy(),
+		"auto without an enrollment in effect: no standby policy, no HBONE (a no-op, as the mesh seed has it)")
+	assert.True(t, IntentFor(plain, contract.State{Request: contract.RequestEnabled, AmbientLabelled: true}).StandsBy(),
+		"Istio's ambient label on the namespace: capture may come before the state labels")
+	assert.False(t, optedOut.StandsBy())
 	assert.False(t, IntentFor(explicit, contract.State{}).AsksForMesh(), "spec.mesh.istio is a sidecar, not a request")
-	assert.Equal(t, Intent{Sidecar: true, Access: v1alpha1.Policies, ControlPlane: "istio-system"}, IntentFor(explicit, ambientNS), "spec.mesh.istio wins over an ambient namespace")
+	assert.Equal(t, Intent{Sidecar: true, EnrollmentInEffect: true, Access: v1alpha1.Policies, ControlPlane: "istio-system"}, IntentFor(explicit, ambientNS), "spec.mesh.istio wins over an ambient namespace")
 	assert.True(t, IntentFor(disabled, sidecarNS).Disabled, "disabled never joins")
 	assert.False(t, IntentFor(disabled, sidecarNS).Sidecar)
 
