@@ -641,7 +641,7 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 	if obs.sharedServiceAccount, err = r.sharingServiceAccount(ctx, fleet, obs); err != nil {
 		return failed("mesh policies", err)
 	}
-	decl := declaration(fleet, view, obs.intent, r.Config.OperatorNamespace)
+	decl := declaration(fleet, obs.intent, obs.mesh, r.Config.OperatorNamespace)
 	if err := r.reconcileDeclarations(ctx, fleet, obs, view, decl); err != nil {
 		return failed("namespace declarations", err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/mesh"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
+	"github.com/ericdev/fleetmesh/shared/contract"
 	"github.com/ericdev/fleetmesh/shared/labels"
 	istiopolicy "github.com/ericdev/fleetmesh/shared/policy"
 	"github.com/ericdev/fleetmesh/shared/served"
@@ -267,4 +268,101 @@ func ambientLabel(t *testing.T, c client.Client, ns string, on bool) {
 	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%s}}}`, labels.IstioDataPlaneMode, v)
 	require.NoError(t, c.Patch(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
 		client.RawPatch(types.MergePatchType, []byte(patch)), client.FieldOwner("mesh-operator")))
+}
+
+// playIsolation plays the mesh operator's namespace isolation for ns as its
+// labels declare it now: a namespace-wide DENY for authenticated sources
+// outside the namespace and its declared edges.
+func playIsolation(t *testing.T, c client.Client, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	n := &corev1.Namespace{}
+	require.NoError(t, c.Get(ctx, types.NamespacedName{Name: ns}, n))
+	st, _ := contract.Parse(n.Labels)
+	allowed := append([]string{ns}, st.Edges...)
+	deny := istiopolicy.AuthorizationPolicy(istiopolicy.Object{Namespace: ns, Name: "mesh-isolation"}, nil, istiopolicy.Deny,
+		istiopolicy.Rule{From: []istiopolicy.Source{{Principals: []string{"*"}, NotNamespaces: allowed}}})
+	deny.SetOwnerReferences(nil)
+	live := policy(mesh.AuthorizationPolicyKind)
+	if err := c.Get(ctx, client.ObjectKeyFromObject(deny), live); err == nil {
+		deny.SetResourceVersion(live.GetResourceVersion())
+		require.NoError(t, c.Update(ctx, deny))
+		return
+	}
+	require.NoError(t, c.Create(ctx, deny))
+}
+
+// TestDisabledWithdrawsEdgesAfterItsMembersLeft (issue 42, item 5): a fleet
+// switched to mode disabled in an ambient namespace that something else
+// keeps enrolled, under namespace isolation, keeps the edges it declared
+// (the operator's namespace, its routing source) until its last member has
+// left the mesh: the roll walks state by state, the mesh operator's
+// isolation DENY played from the namespace's labels at each, and a member
+// whose /state the operator cannot read is not healthy, as in a cluster.
+func TestDisabledWithdrawsEdgesAfterItsMembersLeft(t *testing.T) {
+	env := testenv.Start(t, newScheme(t), "fleet-operator/config/crd/bases")
+	env.InstallCRDs(t, istioCRDFile(t))
+	ctx := context.Background()
+	const ns = "disiso"
+	createNamespace(t, env.Client, ns)
+	adminLabel(t, env.Client, ns, labels.MeshEnabled) // the namespace stays enrolled whatever the fleet asks
+	enroll(t, env.Client, ns, "ambient")
+	ambientLabel(t, env.Client, ns, true)
+	f := fleet(ns, "m")
+	f.Spec.Routing = &v1alpha1.Routing{Hostnames: []string{"m.example.com"}, Ingress: &v1alpha1.IngressRouting{ClassName: "nginx"},
+		Source: v1alpha1.RoutingSource{Namespace: "edge", PodLabels: map[string]v1alpha1.LabelValue{"app": "edge"}}}
+	require.NoError(t, env.Client.Create(ctx, f))
+	h := newHarness(t, env, true)
+	require.Eventually(t, func() bool {
+		h.reconcile(f)
+		return h.get(&appsv1.StatefulSet{}, ns, "m") == nil
+	}, 30*time.Second, time.Second)
+	playStatefulSet(t, env.Client, ns, "m", "rev1")
+	servers := map[string]*stateServer{}
+	for i := range 3 {
+		ip := fmt.Sprintf("127.42.7.%d", i+1)
+		servers[fmt.Sprintf("m-%d", i)] = serveState(t, ip)
+		meshMember(t, env.Client, ns, i, true, "rev1", "m", ip)
+	}
+	h.reconcile(f)
+	require.NoError(t, h.get(f, ns, "m"))
+	require.Equal(t, "Ambient", f.Status.Mesh)
+	edgeOperator, edgeRouting := labels.AllowFromPrefix+"fleet-system", labels.AllowFromPrefix+"edge"
+
+	// check plays the mesh operator's isolation from the labels as they
+	// stand, judges the operator's /state reads and the peers, and makes
+	// each member's /state as healthy as the operator can read it.
+	check := func(step string, _ bool) {
+		t.Helper()
+		playIsolation(t, env.Client, ns)
+		rep := accessReport(t, env, f)
+		for _, e := range rep.Ingress {
+			if e.Port == names.PeerPort && e.Caller.Class == access.ClassOperator && e.Caller.Meshed {
+				assert.True(t, e.Allowed, "%s: the operator's /state read of %s refused: network %+v, istio %+v", step, e.Member, e.Network, e.Istio)
+				if s := servers[e.Member]; s != nil {
+					s.healthy.Store(e.Allowed)
+				}
+			}
+		}
+		peersAndOperatorOn8081(t, rep, step, false)
+	}
+	check("captured", true)
+
+	require.NoError(t, env.Client.Patch(ctx, f, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"mesh":{"mode":"disabled"}}}`))))
+	h.reconcile(f)
+	check("disabled, template changed", true)
+	l := namespaceLabels(t, h, ns)
+	assert.Equal(t, "true", l[edgeOperator], "members still captured: the operator's edge stays")
+	assert.Equal(t, "true", l[edgeRouting], "members still captured: the routing source's edge stays")
+	playStatefulSetRevisions(t, env.Client, ns, "m", "rev1", "rev2")
+	walkRoll(t, h, f, "rev1", "rev2", func(i int, ip string) {
+		// The replacement opts out of capture (istio.io/dataplane-mode: none).
+		saMember(t, env.Client, ns, "m", i, false, "rev2", "m", ip)
+	}, check)
+
+	n := &corev1.Namespace{}
+	require.NoError(t, h.get(n, "", ns))
+	assert.Empty(t, contract.LabelsHeldBy(n, declarationManager(f)), "no member in the mesh any more: the fleet's edges are withdrawn")
+	require.NoError(t, h.get(f, ns, "m"))
+	assert.Empty(t, f.Status.Mesh)
 }

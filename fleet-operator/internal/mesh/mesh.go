@@ -118,6 +118,23 @@ type State struct {
 	Captured bool
 }
 
+// MembersInMesh: some member is still in the mesh (a Pod, terminating ones
+// included, runs a proxy or is captured by ztunnel), so the fleet's
+// policies still stand for it. Read from Decide's answer, which reads the
+// Pods.
+func (s State) MembersInMesh() bool { return s.Policies || s.IstiodEgress || s.Captured }
+
+// DeclaresEdges: the fleet keeps the namespace edges it declares (the
+// operator's namespace for /state reads, its routing source) on its
+// namespace. A fleet that asks for the mesh declares them with its
+// request, before any enrollment; a disabled one keeps them until its last
+// member has left the mesh, as its policies are kept: while something else
+// keeps the namespace enrolled, isolation would otherwise refuse the
+// operator's /state reads and the routed traffic of members still
+// captured, and the roll out of the mesh would wait for their health
+// forever.
+func DeclaresEdges(in Intent, st State) bool { return !in.Disabled || st.MembersInMesh() }
+
 // Decide computes the state from what the cluster shows now.
 func Decide(o Observation) State {
 	withProxy, withoutProxy, captured, uncaptured, running := 0, 0, 0, 0, 0

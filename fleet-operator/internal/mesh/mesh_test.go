@@ -337,3 +337,32 @@ func TestFormerAccountsAdmittedOn8081(t *testing.T) {
 		assert.True(t, authzeval.Evaluate("STRICT", []authzeval.Policy{rolled}, peer("custom")).Allowed, "%s", mode)
 	}
 }
+
+// TestDeclaresEdges: a fleet that asks for the mesh declares its edges; a
+// disabled one keeps them while any member is still in the mesh (captured,
+// or running a proxy, terminating ones included) and only then withdraws
+// them (issue 42: the roll out of an isolated namespace deadlocked).
+func TestDeclaresEdges(t *testing.T) {
+	disabled := Intent{Disabled: true}
+	decide := func(o Observation) State { o.Replicas = 2; return Decide(o) }
+	captured := []Pod{{Name: "m-0", Captured: true}, {Name: "m-1", Revision: "new"}}
+	released := []Pod{{Name: "m-0"}, {Name: "m-1"}}
+	sidecarTerminating := []Pod{{Name: "m-0", Proxy: true, Terminating: true}, {Name: "m-1"}}
+	tests := []struct {
+		name string
+		in   Intent
+		st   State
+		want bool
+	}{
+		{"auto asks: edges with the request", Intent{}, decide(Observation{Pods: released}), true},
+		{"disabled, a member still captured", disabled, decide(Observation{Pods: captured, TargetRevision: "new"}), true},
+		{"disabled, the last member released", disabled, decide(Observation{Pods: released}), false},
+		{"disabled after sidecars, a terminating member still runs its proxy", disabled, decide(Observation{WasMeshed: true, Pods: sidecarTerminating}), true},
+		{"disabled after sidecars, no proxy left", disabled, decide(Observation{WasMeshed: true, Pods: released}), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, DeclaresEdges(tc.in, tc.st))
+		})
+	}
+}
