@@ -308,6 +308,8 @@ func TestDisabledWithdrawsEdgesAfterItsMembersLeft(t *testing.T) {
 	adminLabel(t, env.Client, ns, labels.MeshEnabled) // the namespace stays enrolled whatever the fleet asks
 	enroll(t, env.Client, ns, "ambient")
 	ambientLabel(t, env.Client, ns, true)
+	createNamespace(t, env.Client, "edge")
+	ambientLabel(t, env.Client, "edge", true) // the routing source is meshed: isolation judges its identity
 	f := fleet(ns, "m")
 	f.Spec.Routing = &v1alpha1.Routing{Hostnames: []string{"m.example.com"}, Ingress: &v1alpha1.IngressRouting{ClassName: "nginx"},
 		Source: v1alpha1.RoutingSource{Namespace: "edge", PodLabels: map[string]v1alpha1.LabelValue{"app": "edge"}}}
@@ -337,6 +339,9 @@ func TestDisabledWithdrawsEdgesAfterItsMembersLeft(t *testing.T) {
 		playIsolation(t, env.Client, ns)
 		rep := accessReport(t, env, f)
 		for _, e := range rep.Ingress {
+			if e.Port == names.AppPort && e.Caller.Class == access.ClassRoutingSource {
+				assert.True(t, e.Allowed, "%s: routed traffic to %s refused: network %+v, istio %+v", step, e.Member, e.Network, e.Istio)
+			}
 			if e.Port == names.PeerPort && e.Caller.Class == access.ClassOperator && e.Caller.Meshed {
 				assert.True(t, e.Allowed, "%s: the operator's /state read of %s refused: network %+v, istio %+v", step, e.Member, e.Network, e.Istio)
 				if s := servers[e.Member]; s != nil {
