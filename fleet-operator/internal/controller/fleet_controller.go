@@ -685,8 +685,9 @@ func (r *FleetReconciler) reconcileNetworking(ctx context.Context, fleet *v1alph
 		OperatorNamespace: r.Config.OperatorNamespace,
 		OperatorPodLabels: r.Config.OperatorPodLabels(),
 	}
-	if obs.mesh.IstiodEgress {
-		params.IstiodNamespace = mesh.ControlPlaneNamespace(fleet, obs.intent)
+	var err error
+	if params.IstiodNamespaces, err = r.istiodNamespaces(ctx, fleet, obs); err != nil {
+		return err
 	}
 	params.HBONE = hboneOpen(obs)
 	np, err := network.NetworkPolicy(fleet, params)

@@ -7,6 +7,7 @@ package mesh
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -54,6 +55,11 @@ type Pod struct {
 	Terminating bool
 	// Captured: istio-cni redirects the Pod to ztunnel (and it has no proxy).
 	Captured bool
+	// ControlPlanes are the namespaces of the istiod its proxy talks to
+	// (podmesh.ProxyControlPlanes); ControlPlaneUnknown: it runs a proxy
+	// that does not say.
+	ControlPlanes       []string
+	ControlPlaneUnknown bool
 }
 
 // Observation is everything a mesh decision depends on.
@@ -211,6 +217,37 @@ func Decide(o Observation) State {
 	default:
 		return State{Phase: NotMeshed, UnwantedProxy: unwanted, Standby: o.Requested, Relaxed: o.Requested}
 	}
+}
+
+// IstiodNamespaces are the control planes the fleet's istiod egress opens
+// (none unless st.IstiodEgress): current, the one the fleet uses now ("" for
+// none), and every one a member's proxy, terminating ones included, was
+// injected for. Moving the control plane (spec.mesh.istio or the
+// namespace's mesh-control-plane label) restarts no member, so a proxy
+// keeps its istiod for configuration and certificate renewal until its Pod
+// is replaced. While some proxy does not say where it points, every
+// control plane open now (open, read from the live NetworkPolicy) stays
+// open: one is closed only once every proxy is known to point elsewhere.
+func IstiodNamespaces(st State, current string, open []string, pods []Pod) []string {
+	if !st.IstiodEgress {
+		return nil
+	}
+	var out []string
+	if current != "" {
+		out = append(out, current)
+	}
+	for _, p := range pods {
+		if !p.Proxy {
+			continue
+		}
+		if p.ControlPlaneUnknown {
+			out = append(out, open...)
+			continue
+		}
+		out = append(out, p.ControlPlanes...)
+	}
+	sort.Strings(out)
+	return slices.Compact(out)
 }
 
 // TemplateMode says how the member template treats injection.

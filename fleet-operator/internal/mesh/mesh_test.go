@@ -366,3 +366,34 @@ func TestDeclaresEdges(t *testing.T) {
 		})
 	}
 }
+
+// TestIstiodNamespaces: a moved control plane stays open while a proxy
+// (terminating ones included) points at it, or while a proxy does not say
+// where it points (issue 42: moving it cut the running sidecars off).
+func TestIstiodNamespaces(t *testing.T) {
+	meshed := State{Phase: Meshed, Policies: true, IstiodEgress: true}
+	old := func(name string) Pod { return Pod{Name: name, Proxy: true, ControlPlanes: []string{"istio-old"}} }
+	moved := func(name string) Pod { return Pod{Name: name, Proxy: true, ControlPlanes: []string{"istio-new"}} }
+	unknown := Pod{Name: "m-2", Proxy: true, ControlPlaneUnknown: true}
+	terminating := old("m-0")
+	terminating.Terminating = true
+	for _, tc := range []struct {
+		name string
+		st   State
+		open []string
+		pods []Pod
+		want []string
+	}{
+		{"no proxy may need istiod: nothing", State{Phase: Left}, []string{"istio-old"}, []Pod{{Name: "m-0"}}, nil},
+		{"moved, every proxy still on the old one", meshed, []string{"istio-old"}, []Pod{old("m-0"), old("m-1")}, []string{"istio-new", "istio-old"}},
+		{"a terminating proxy on the old one", meshed, []string{"istio-new", "istio-old"}, []Pod{terminating, moved("m-1")}, []string{"istio-new", "istio-old"}},
+		{"every proxy on the new one: the old one closes", meshed, []string{"istio-new", "istio-old"}, []Pod{moved("m-0"), moved("m-1")}, []string{"istio-new"}},
+		{"a proxy that does not say keeps what is open", meshed, []string{"istio-new", "istio-old"}, []Pod{moved("m-0"), unknown}, []string{"istio-new", "istio-old"}},
+		{"a proxy that does not say, nothing open yet", meshed, nil, []Pod{unknown}, []string{"istio-new"}},
+		{"a proxy injected by another control plane than the fleet names", meshed, nil, []Pod{{Name: "m-0", Proxy: true, ControlPlanes: []string{"istio-rev"}}}, []string{"istio-new", "istio-rev"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, IstiodNamespaces(tc.st, "istio-new", tc.open, tc.pods))
+		})
+	}
+}
