@@ -344,7 +344,7 @@ func testReconcile(t *testing.T, env *testenv.Env) {
 	h.reconcile(f)
 	assert.Equal(t, int64(1), h.writes.n.Load())
 	require.NoError(t, h.get(np, "gate", "orders"))
-	assert.Len(t, np.Spec.Ingress, 3, "the operator restores its ingress rules (with HBONE and the ambient probe source: an auto fleet asks for the mesh)")
+	assert.Len(t, np.Spec.Ingress, 2, "the operator restores its ingress rules (no HBONE, no ambient probe source: no enrollment in effect)")
 }
 
 // testStatefulSetWrittenOnce: the pass after the one that created the
@@ -517,7 +517,7 @@ func testCachedReads(t *testing.T, env *testenv.Env) {
 	h.reconcile(f)
 	assert.Equal(t, int64(1), h.writes.n.Load())
 	require.NoError(t, h.get(np, "cached", "stock"))
-	assert.Len(t, np.Spec.Ingress, 3, "the operator restores its ingress rules (with HBONE and the ambient probe source: an auto fleet asks for the mesh)")
+	assert.Len(t, np.Spec.Ingress, 2, "the operator restores its ingress rules (no HBONE, no ambient probe source: no enrollment in effect)")
 }
 
 func testPaused(t *testing.T, env *testenv.Env) {
