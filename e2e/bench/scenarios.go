@@ -409,7 +409,7 @@ func (b *bench) floor(ctx context.Context, prefix string, clients int, seconds *
 	}
 	b.res.FloorObjects = len(objs)
 	if want := b.n * objectsPerFleet; len(objs) != want {
-		b.anom = append(b.anom, fmt.Sprintf("N=%d: floor %s copied %d objects, expected %d (SA, 2 Services, NetworkPolicy, StatefulSet, AuthorizationPolicy, PeerAuthentication per fleet)", b.n, prefix, len(objs), want))
+		b.anom = append(b.anom, fmt.Sprintf("N=%d: floor %s copied %d objects, expected %d (SA, 2 Services, NetworkPolicy, StatefulSet per fleet: no enrollment in effect, no Istio object)", b.n, prefix, len(objs), want))
 	}
 	pods, err := observe(ctx, b.cfg, b.scheme, &corev1.Pod{})
 	if err != nil {
