@@ -33,7 +33,7 @@ func TestBenchSmoke(t *testing.T) {
 	res := r.Results[0]
 	assert.Greater(t, res.ConvergenceSeconds, 0.0)
 	assert.Greater(t, res.FloorSeconds, 0.0)
-	assert.Equal(t, objectsPerFleet*res.N, res.FloorObjects, "the floor copied every fleet's objects, its Istio policies included")
+	assert.Equal(t, objectsPerFleet*res.N, res.FloorObjects, "the floor copied every fleet's objects")
 	assert.Zero(t, res.Steady.Writes, "steady state: zero writes (%v)", res.Steady.Requests)
 	assert.Greater(t, res.Steady.Requests["GET"]+res.Create.Requests["GET"], 0.0, "the operator's metrics were read")
 	// One event per fleet, MembersCreated: until issue #20's eleventh round

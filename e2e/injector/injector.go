@@ -145,7 +145,11 @@ func injectPatch(pod *corev1.Pod) []byte {
 	if pod.Labels[labels.IstioInject] != "true" {
 		return nil
 	}
-	proxy := corev1.Container{Name: "istio-proxy", Image: "docker.io/istio/proxyv2:e2e", Args: []string{"proxy", "sidecar"}}
+	// Istio's injection template writes the mesh's proxy configuration,
+	// the istiod address included, into PROXY_CONFIG; the fleet operator
+	// reads from it which control plane a proxy talks to.
+	proxy := corev1.Container{Name: "istio-proxy", Image: "docker.io/istio/proxyv2:e2e", Args: []string{"proxy", "sidecar"},
+		Env: []corev1.EnvVar{{Name: "PROXY_CONFIG", Value: `{"discoveryAddress":"istiod.istio-system.svc:15012"}`}}}
 	var ops []map[string]any
 	if pod.Annotations[labels.IstioNativeSidecar] == "true" {
 		proxy.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)

@@ -90,10 +90,11 @@ func TestMeshJoinAndLeave(t *testing.T) {
 		members.assertReplacedOnce(t)
 		assert.Equal(t, disks, pvcUIDs(t, meshNS))
 		policies.assertSafe(t)
-		// The fleet is auto, so it still asks for the mesh through its
-		// namespace: its policies stand by in the relaxed ambient form.
-		assert.True(t, standby(t, f), "the sidecar policy gave way to the standby form")
-		assert.True(t, exists(t, meshPA(f)), "standby: 8081 PERMISSIVE")
+		// "mesh": null is mode auto, which still asks for the mesh through
+		// the namespace; with no enrollment in effect there it keeps no
+		// Istio object at all.
+		assert.False(t, exists(t, meshAP(f)), "the AuthorizationPolicy is deleted")
+		assert.False(t, exists(t, meshPA(f)), "the PeerAuthentication is deleted")
 		for _, p := range memberPods(t, f) {
 			assert.False(t, hasProxy(&p))
 			assert.Equal(t, "false", p.Labels["sidecar.istio.io/inject"], "replacements opt out explicitly")
@@ -156,29 +157,6 @@ func exists(t *testing.T, u *unstructured.Unstructured) bool {
 	err := k8s.Get(context.Background(), client.ObjectKeyFromObject(u), u)
 	require.NoError(t, client.IgnoreNotFound(err))
 	return err == nil
-}
-
-// standby reports the fleet's AuthorizationPolicy in the standby form of a
-// fleet that asks for the mesh without being in it: the ambient policy whose
-// peer rule also admits plaintext (notPrincipals "*").
-func standby(t *testing.T, f *fleetv1.CelldFleet) bool {
-	t.Helper()
-	ap := meshAP(f)
-	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(ap), ap); err != nil {
-		return false
-	}
-	rules, _, _ := unstructured.NestedSlice(ap.Object, "spec", "rules")
-	if len(rules) == 0 {
-		return false
-	}
-	from, _, _ := unstructured.NestedSlice(rules[0].(map[string]any), "from")
-	for _, src := range from {
-		np, _, _ := unstructured.NestedStringSlice(src.(map[string]any), "source", "notPrincipals")
-		if len(np) == 1 && np[0] == "*" {
-			return true
-		}
-	}
-	return false
 }
 
 // peerRuleRelaxed: the peer-port rule admits plaintext, either with no

@@ -371,8 +371,9 @@ func TestOperatorsTogether(t *testing.T) {
 		})
 		np := &networkingv1.NetworkPolicy{}
 		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: togetherNS, Name: "vault"}, np))
-		assert.ElementsMatch(t, []int{8080, 15008, 8081, 15008, 8081}, policyPorts(np), "mode enabled still asks for the mesh: HBONE stays open (nothing listens on it)")
-		assert.True(t, standby(t, f), "the fleet's mesh policy is back in its standby form (mode enabled still asks)")
+		assert.ElementsMatch(t, []int{8080, 8081}, policyPorts(np), "no enrollment in effect, every member released: HBONE and the probe address closed")
+		assert.False(t, exists(t, meshAP(f)), "no enrollment in effect: no Istio object (mode enabled still asks)")
+		assert.False(t, exists(t, meshPA(f)), "no enrollment in effect: no PeerAuthentication")
 		for k := range nsLabels(t, togetherNS) {
 			if k == "core.navique.com/mesh" || strings.HasPrefix(k, "allow-from.core.navique.com/") {
 				continue // the fleet's own request and its edges: mode enabled still asks

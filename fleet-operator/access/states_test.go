@@ -224,7 +224,7 @@ func composeStates(t *testing.T) map[string]*Snapshot {
 
 func sidecarState(f *v1alpha1.CelldFleet, st mesh.State, np network.Params, mp mesh.Params, members []corev1.Pod) *Snapshot {
 	if st.IstiodEgress {
-		np.IstiodNamespace = "istio-system"
+		np.IstiodNamespaces = []string{"istio-system"}
 	}
 	s := &Snapshot{Fleet: *f, IstioAPI: true,
 		Namespaces:      []corev1.Namespace{namespace(fleetNS, nil), namespace(opNS, nil), namespace(edgeNS, nil), namespace(foreignNS, nil)},

@@ -65,6 +65,10 @@ type State struct {
 	ControlPlane string
 	// Edges are the source namespaces declared as allowed, sorted.
 	Edges []string
+	// AmbientLabelled: Istio's own istio.io/dataplane-mode=ambient is on
+	// the namespace, whoever wrote it. istio-cni captures its Pods from
+	// then on, whether or not the mesh operator's state labels say so yet.
+	AmbientLabelled bool
 }
 
 // Problem is a label whose value this contract does not know; the state is
@@ -97,6 +101,7 @@ func Parse(nsLabels map[string]string) (State, []Problem) {
 		}
 	}
 	sort.Strings(s.Edges)
+	s.AmbientLabelled = nsLabels[labels.IstioDataPlaneMode] == string(Ambient)
 	if nsLabels[labels.MeshState] != labels.MeshStateEnrolled {
 		if v, ok := nsLabels[labels.MeshState]; ok {
 			problems = append(problems, Problem{labels.MeshState, v})

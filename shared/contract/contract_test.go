@@ -32,6 +32,8 @@ func TestParse(t *testing.T) {
 		{"unknown request value", map[string]string{labels.Mesh: "yes"}, State{}, 1},
 		{"unknown state value", map[string]string{labels.MeshState: "enrolling", labels.MeshDataPlane: "sidecar"}, State{}, 1},
 		{"bad edge", map[string]string{labels.AllowFromPrefix + "edge": "yes"}, State{}, 1},
+		{"Istio's ambient label alone: captured, not enrolled", map[string]string{labels.IstioDataPlaneMode: "ambient"},
+			State{AmbientLabelled: true}, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -12,6 +12,11 @@
 package podmesh
 
 import (
+	"encoding/json"
+	"net"
+	"slices"
+	"strings"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -95,4 +100,76 @@ func MeshedIn(dp DataPlane, p *corev1.Pod) bool {
 // finished and not being deleted. Only such Pods hold a cutover back.
 func Running(p *corev1.Pod) bool {
 	return p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed && p.DeletionTimestamp == nil
+}
+
+// Where an injected proxy finds istiod: Istio's injection template writes
+// the mesh's proxy configuration, discoveryAddress included, into the
+// proxy's PROXY_CONFIG variable, and CA_ADDR when certificates come from
+// another address.
+const (
+	proxyConfigEnv = "PROXY_CONFIG"
+	caAddressEnv   = "CA_ADDR"
+)
+
+// ProxyControlPlanes are the namespaces of the istiod the Pod's injected
+// proxy talks to for configuration and certificates, read from what the
+// injector wrote into the proxy container (PROXY_CONFIG's discoveryAddress,
+// CA_ADDR), sorted. known is false when the Pod runs a proxy that names no
+// Service address this function can read (a custom injection template, an
+// address outside the cluster): the caller must then assume it may talk to
+// any control plane it ever had. A Pod without a proxy talks to none.
+func ProxyControlPlanes(p *corev1.Pod) (namespaces []string, known bool) {
+	if !HasProxy(p) {
+		return nil, true
+	}
+	var proxy *corev1.Container
+	for _, list := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for i := range list {
+			if list[i].Name == ProxyContainer {
+				proxy = &list[i]
+			}
+		}
+	}
+	known = true
+	for _, e := range proxy.Env {
+		var address string
+		switch e.Name {
+		case proxyConfigEnv:
+			var cfg struct {
+				DiscoveryAddress string `json:"discoveryAddress"`
+			}
+			if json.Unmarshal([]byte(e.Value), &cfg) != nil {
+				return nil, false
+			}
+			address = cfg.DiscoveryAddress
+		case caAddressEnv:
+			address = e.Value
+		default:
+			continue
+		}
+		ns, ok := serviceNamespace(address)
+		if !ok {
+			return nil, false
+		}
+		namespaces = append(namespaces, ns)
+	}
+	if len(namespaces) == 0 {
+		return nil, false
+	}
+	slices.Sort(namespaces)
+	return slices.Compact(namespaces), true
+}
+
+// serviceNamespace is the namespace of a Service address
+// (NAME.NAMESPACE.svc[.DOMAIN][:PORT]).
+func serviceNamespace(address string) (string, bool) {
+	host := address
+	if h, _, err := net.SplitHostPort(address); err == nil {
+		host = h
+	}
+	parts := strings.Split(host, ".")
+	if len(parts) < 3 || parts[0] == "" || parts[1] == "" || parts[2] != "svc" {
+		return "", false
+	}
+	return parts[1], true
 }

@@ -1,6 +1,7 @@
 package podmesh
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -63,4 +64,37 @@ func TestRedirectedFromMetadata(t *testing.T) {
 	assert.True(t, Redirected(marked))
 	assert.False(t, Redirected(&metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{labels.IstioAmbientRedirection: "disabled"}}}))
 	assert.True(t, Redirected(&corev1.Pod{ObjectMeta: marked.ObjectMeta}))
+}
+
+func TestProxyControlPlanes(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	proxy := func(env ...corev1.EnvVar) *corev1.Pod {
+		return &corev1.Pod{Spec: corev1.PodSpec{InitContainers: []corev1.Container{{Name: ProxyContainer, RestartPolicy: &always, Env: env}},
+			Containers: []corev1.Container{{Name: "app"}}}}
+	}
+	config := func(address string) corev1.EnvVar {
+		return corev1.EnvVar{Name: "PROXY_CONFIG", Value: fmt.Sprintf(`{"discoveryAddress":%q,"proxyMetadata":{}}`, address)}
+	}
+	for _, tc := range []struct {
+		name  string
+		pod   *corev1.Pod
+		want  []string
+		known bool
+	}{
+		{"no proxy: no control plane", &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}}}, nil, true},
+		{"default revision", proxy(config("istiod.istio-system.svc:15012")), []string{"istio-system"}, true},
+		{"a revision, full domain", proxy(config("istiod-canary.istio-prod.svc.cluster.local:15012")), []string{"istio-prod"}, true},
+		{"certificates from another istiod", proxy(config("istiod.istio-a.svc:15012"), corev1.EnvVar{Name: "CA_ADDR", Value: "istiod.istio-b.svc:15012"}), []string{"istio-a", "istio-b"}, true},
+		{"a proxy that does not say", proxy(), nil, false},
+		{"an address outside the cluster", proxy(config("istiod.example.com:15012")), nil, false},
+		{"unreadable PROXY_CONFIG", proxy(corev1.EnvVar{Name: "PROXY_CONFIG", Value: "discoveryAddress: x"}), nil, false},
+		{"a classic sidecar", &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app"},
+			{Name: ProxyContainer, Env: []corev1.EnvVar{config("istiod.istio-system.svc:15012")}}}}}, []string{"istio-system"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, known := ProxyControlPlanes(tc.pod)
+			assert.Equal(t, tc.want, got)
+			assert.Equal(t, tc.known, known)
+		})
+	}
 }

@@ -680,7 +680,7 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 	// precondition of the members: a refused write is reported in
 	// NamespaceDeclared, any other failure after the members had their
 	// turn, as routing's.
-	decl := declaration(fleet, view, obs.intent, r.Config.OperatorNamespace)
+	decl := declaration(fleet, obs.intent, obs.mesh, r.Config.OperatorNamespace)
 	if err := r.reconcileDeclarations(ctx, fleet, obs, view, decl); err != nil {
 		deferredErr = errors.Join(deferredErr, failed("namespace declarations", err))
 	}
@@ -735,8 +735,9 @@ func (r *FleetReconciler) reconcileNetworking(ctx context.Context, fleet *v1alph
 		OperatorNamespace: r.Config.OperatorNamespace,
 		OperatorPodLabels: r.Config.OperatorPodLabels(),
 	}
-	if obs.mesh.IstiodEgress {
-		params.IstiodNamespace = mesh.ControlPlaneNamespace(fleet, obs.intent)
+	var err error
+	if params.IstiodNamespaces, err = r.istiodNamespaces(ctx, fleet, obs); err != nil {
+		return err
 	}
 	params.HBONE = hboneOpen(obs)
 	np, err := network.NetworkPolicy(fleet, params)

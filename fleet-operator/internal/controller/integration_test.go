@@ -344,7 +344,7 @@ func testReconcile(t *testing.T, env *testenv.Env) {
 	h.reconcile(f)
 	assert.Equal(t, int64(1), h.writes.n.Load())
 	require.NoError(t, h.get(np, "gate", "orders"))
-	assert.Len(t, np.Spec.Ingress, 3, "the operator restores its ingress rules (with HBONE and the ambient probe source: an auto fleet asks for the mesh)")
+	assert.Len(t, np.Spec.Ingress, 2, "the operator restores its ingress rules (no HBONE, no ambient probe source: no enrollment in effect)")
 }
 
 // testStatefulSetWrittenOnce: the pass after the one that created the
@@ -517,7 +517,7 @@ func testCachedReads(t *testing.T, env *testenv.Env) {
 	h.reconcile(f)
 	assert.Equal(t, int64(1), h.writes.n.Load())
 	require.NoError(t, h.get(np, "cached", "stock"))
-	assert.Len(t, np.Spec.Ingress, 3, "the operator restores its ingress rules (with HBONE and the ambient probe source: an auto fleet asks for the mesh)")
+	assert.Len(t, np.Spec.Ingress, 2, "the operator restores its ingress rules (no HBONE, no ambient probe source: no enrollment in effect)")
 }
 
 func testPaused(t *testing.T, env *testenv.Env) {
@@ -636,20 +636,20 @@ func testMesh(t *testing.T, env *testenv.Env) {
 	pa := policy(mesh.PeerAuthenticationKind)
 
 	// Members without proxies (the join has begun): relaxed, PERMISSIVE.
-	// The fleet asks for its namespace's enrollment, whose data plane
-	// nobody knows yet, so members still without their sidecar may be
-	// captured by ztunnel first: the policy is the ambient form, relaxed
-	// (mesh.Intent.MayBeCaptured), and HBONE is open.
+	// No enrollment is in effect in the namespace (neither enrolled nor
+	// labelled for ambient capture), so nothing can capture the members
+	// still without their sidecar: the sidecar form, relaxed, and no HBONE
+	// (mesh.Intent.MayBeCaptured).
 	replacePods(t, env.Client, "mesh", "m", false)
 	h.reconcile(f)
 	require.NoError(t, h.get(ap, "mesh", "m-mesh"), "Istio's schema accepted the relaxed AuthorizationPolicy")
-	assertStandby(t, h, "mesh", "m")
+	assertPeerRuleRelaxed(t, ap, true)
 	require.NoError(t, h.get(pa, "mesh", "m-mesh"), "Istio's schema accepted the PeerAuthentication")
 	assertOwnedBy(t, pa, f)
 	np := &networkingv1.NetworkPolicy{}
 	require.NoError(t, h.get(np, "mesh", "m"))
 	assert.True(t, hasEgressPort(np, 15012), "istiod egress while joining")
-	assert.Contains(t, ingressPorts(np), 15008, "HBONE open while a member may be captured")
+	assert.NotContains(t, ingressPorts(np), 15008, "no HBONE: no enrollment in effect, nothing captures a member")
 
 	// Every member has a proxy: identity rule back, PeerAuthentication gone.
 	replacePods(t, env.Client, "mesh", "m", true)
@@ -682,14 +682,13 @@ func testMesh(t *testing.T, env *testenv.Env) {
 	require.NoError(t, h.get(np, "mesh", "m"))
 	assert.True(t, hasEgressPort(np, 15012), "old sidecars keep istiod while they run")
 
-	// No proxy left: the sidecar policies give way to the standby form (the
-	// fleet is auto, so it still asks for the mesh through its namespace),
-	// istiod egress closed, opt-out kept.
+	// No proxy left: "mesh": null is mode auto, which still asks for the
+	// mesh through the namespace, but no enrollment is in effect there:
+	// both Istio objects are deleted, istiod egress closed, no HBONE, the
+	// opt-out kept.
 	replacePods(t, env.Client, "mesh", "m", false)
 	h.reconcile(f)
-	assertStandby(t, h, "mesh", "m")
-	require.NoError(t, h.get(np, "mesh", "m"))
-	assert.False(t, hasEgressPort(np, 15012))
+	noMeshTrace(t, h, "mesh", "m", "left")
 	require.NoError(t, h.get(f, "mesh", "m"))
 	assert.Equal(t, "Left", f.Status.Mesh)
 	assert.Contains(t, f.Annotations, labels.IstioControlPlane, "the opt-out survives")
@@ -1087,10 +1086,12 @@ func testContract(t *testing.T, env *testenv.Env) {
 		require.NoError(t, h.get(policy(mesh.AuthorizationPolicyKind), "shared", "c-mesh"))
 		unenroll(t, env.Client, "shared")
 		h.reconcile(c)
-		assertStandby(t, h, "shared", "c")
+		// c is auto and still asks for the mesh, but no enrollment is in
+		// effect and no member is captured: no Istio object, no HBONE.
+		noMeshTrace(t, h, "shared", "c", "the namespace left")
 		np := &networkingv1.NetworkPolicy{}
 		require.NoError(t, h.get(np, "shared", "c"))
-		assert.ElementsMatch(t, []int{8080, 15008, 8081, 15008, 8081}, ingressPorts(np), "c is auto and still asks for the mesh: HBONE stays open, nothing listens on it")
+		assert.ElementsMatch(t, []int{8080, 8081}, ingressPorts(np))
 		for k, v := range namespaceLabels(t, h, "shared") {
 			if k == labels.Mesh {
 				assert.Equal(t, labels.MeshEnabled, v, "c is auto: its enrollment request stays, inert without a mesh")

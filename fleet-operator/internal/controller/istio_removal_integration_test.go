@@ -64,7 +64,7 @@ func TestIstioRemoved(t *testing.T) {
 	h.reconcile(left)
 	require.NoError(t, h.get(left, "gone", "left"))
 	require.Equal(t, "Left", left.Status.Mesh)
-	assertStandby(t, h, "gone", "left")
+	noMeshTrace(t, h, "gone", "left", "left, no enrollment in effect")
 	leaving := meshed("leaving")
 	require.NoError(t, h.get(leaving, "gone", "leaving"))
 	require.Equal(t, "Leaving", leaving.Status.Mesh)
@@ -136,6 +136,9 @@ func TestIstioRemovedUnderARunningOperator(t *testing.T) {
 	istioCRDs := istioCRDFile(t)
 	env.InstallCRDs(t, istioCRDs)
 	createNamespace(t, env.Client, "stale")
+	// Labelled for ambient capture (an enrollment in effect), so the auto
+	// fleets stand by with their policy.
+	ambientLabel(t, env.Client, "stale", true)
 	h := newHarness(t, env, true)
 	first := fleet("stale", "first")
 	require.NoError(t, env.Client.Create(ctx, first))

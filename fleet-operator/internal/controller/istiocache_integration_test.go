@@ -316,6 +316,9 @@ func TestIstioCacheFollowsTheAPI(t *testing.T) {
 	env := startEnvWithCRDClient(t)
 	istioCRDs := istioCRDFile(t)
 	createNamespace(t, env.Client, "later")
+	// Labelled for ambient capture (an enrollment in effect), so a fleet
+	// in mode auto stands by with its policy there.
+	ambientLabel(t, env.Client, "later", true)
 	cfg := newHarness(t, env, true).r.Config
 	cfg.StateInterval = 2 * time.Second
 	var n requestCounter

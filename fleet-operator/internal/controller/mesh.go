@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +20,7 @@ import (
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/members"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/mesh"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/network"
 	"github.com/ericdev/fleetmesh/shared/contract"
 	"github.com/ericdev/fleetmesh/shared/labels"
 	"github.com/ericdev/fleetmesh/shared/podmesh"
@@ -30,19 +32,49 @@ import (
 
 // observeMesh decides the fleet's mesh state from the proxies its Pods run.
 func observeMesh(fleet *v1alpha1.CelldFleet, pods []corev1.Pod, sts *appsv1.StatefulSet, in mesh.Intent) mesh.State {
-	o := mesh.Observation{Desired: in.Sidecar, WasMeshed: mesh.WasMeshed(fleet), Ambient: in.Ambient, Requested: in.AsksForMesh(), Strict: in.Strict,
+	o := mesh.Observation{Desired: in.Sidecar, WasMeshed: mesh.WasMeshed(fleet), Ambient: in.Ambient, Requested: in.StandsBy(), Strict: in.Strict,
 		MayBeCaptured: in.MayBeCaptured(), Replicas: int(derefReplicas(fleet))}
 	if sts != nil && sts.Status.ObservedGeneration >= sts.Generation {
 		o.TargetRevision = sts.Status.UpdateRevision
 	}
+	o.Pods = meshPods(pods)
+	return mesh.Decide(o)
+}
+
+// meshPods are the member Pods as the mesh decisions read them. What the
+// proxy's environment says (its control plane) is fixed at the Pod's
+// creation, so no update of it needs to wake the fleet (memberFacts).
+func meshPods(pods []corev1.Pod) []mesh.Pod {
+	out := make([]mesh.Pod, 0, len(pods))
 	for i := range pods {
 		p := &pods[i]
-		o.Pods = append(o.Pods, mesh.Pod{
+		cps, known := podmesh.ProxyControlPlanes(p)
+		out = append(out, mesh.Pod{
 			Name: p.Name, Revision: p.Labels[revisionLabel],
 			Proxy: podmesh.HasProxy(p), Terminating: p.DeletionTimestamp != nil, Captured: podmesh.Redirected(p),
+			ControlPlanes: cps, ControlPlaneUnknown: !known,
 		})
 	}
-	return mesh.Decide(o)
+	return out
+}
+
+// istiodNamespaces are the control planes the fleet's NetworkPolicy opens
+// (mesh.IstiodNamespaces), given the ones its live policy opens now. A
+// failed read of the live policy is returned, never taken for "none open".
+func (r *FleetReconciler) istiodNamespaces(ctx context.Context, fleet *v1alpha1.CelldFleet, obs *observed) ([]string, error) {
+	if !obs.mesh.IstiodEgress {
+		return nil, nil
+	}
+	var open []string
+	live := &networkingv1.NetworkPolicy{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: fleet.Namespace, Name: names.NetworkPolicy(fleet.Name)}, live)
+	switch {
+	case err == nil && metav1.IsControlledBy(live, fleet):
+		open = network.OpenIstiodNamespaces(live)
+	case err != nil && !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("reading NetworkPolicy %s: %w", names.NetworkPolicy(fleet.Name), err)
+	}
+	return mesh.IstiodNamespaces(obs.mesh, mesh.ControlPlaneNamespace(fleet, obs.intent), open, meshPods(obs.pods)), nil
 }
 
 // meshChange is a change of the members' mesh membership.
@@ -251,13 +283,15 @@ func (r *FleetReconciler) sharingServiceAccount(ctx context.Context, fleet *v1al
 func ambient(obs *observed) bool { return obs.mesh.Phase == mesh.Ambient }
 
 // hboneOpen: the fleet's NetworkPolicies admit HBONE (15008) from the
-// sources they admit as soon as the fleet asks for the mesh, not only once
-// it is captured: istio-cni captures members the moment the namespace turns
-// ambient, before this operator can react, and a captured member behind a
-// NetworkPolicy without 15008 is cut off (found by the transition
-// explorer). Nothing listens on 15008 in a member ztunnel does not capture.
+// sources they admit while a member is captured, and beforehand while the
+// fleet stands by for an enrollment in effect in its namespace
+// (mesh.Intent.StandsBy): istio-cni captures members the moment the
+// namespace turns ambient, before this operator can react, and a captured
+// member behind a NetworkPolicy without 15008 is cut off (found by the
+// transition explorer). Without an enrollment in effect and with no member
+// captured, nothing can use the port, and it stays closed.
 func hboneOpen(obs *observed) bool {
-	return ambient(obs) || obs.mesh.Captured || obs.intent.AsksForMesh()
+	return ambient(obs) || obs.mesh.Captured || obs.intent.StandsBy()
 }
 
 // strictInForce reports isolation strict in force in the fleet's namespace

@@ -52,9 +52,10 @@ func declarationManager(fleet *v1alpha1.CelldFleet) string {
 // Ready one) exists, nobody acts on it. And, while the namespace is
 // enrolled, the cross-namespace edges namespace isolation must admit: the
 // operator's namespace for /state reads and the routing source. A disabled
-// fleet declares nothing.
-func declaration(fleet *v1alpha1.CelldFleet, view namespaceView, in mesh.Intent, operatorNS string) contract.Declaration {
-	if in.Disabled {
+// fleet asks for nothing, and keeps its edges only until its last member
+// has left the mesh (mesh.DeclaresEdges).
+func declaration(fleet *v1alpha1.CelldFleet, in mesh.Intent, st mesh.State, operatorNS string) contract.Declaration {
+	if !mesh.DeclaresEdges(in, st) {
 		return contract.Declaration{}
 	}
 	// The edges go with the request, before any enrollment: the mesh
@@ -63,7 +64,7 @@ func declaration(fleet *v1alpha1.CelldFleet, view namespaceView, in mesh.Intent,
 	// namespace is enrolled would leave the operator's /state reads (and
 	// the routing source) denied in between (found by the transition
 	// explorer). Where nobody enrolls the namespace, nobody reads them.
-	d := contract.Declaration{Enroll: true, Edges: []string{operatorNS}}
+	d := contract.Declaration{Enroll: !in.Disabled, Edges: []string{operatorNS}}
 	if fleet.Spec.Routing != nil {
 		d.Edges = append(d.Edges, fleet.Spec.Routing.Source.Namespace)
 	}

@@ -7,6 +7,7 @@ package mesh
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -54,6 +55,11 @@ type Pod struct {
 	Terminating bool
 	// Captured: istio-cni redirects the Pod to ztunnel (and it has no proxy).
 	Captured bool
+	// ControlPlanes are the namespaces of the istiod its proxy talks to
+	// (podmesh.ProxyControlPlanes); ControlPlaneUnknown: it runs a proxy
+	// that does not say.
+	ControlPlanes       []string
+	ControlPlaneUnknown bool
 }
 
 // Observation is everything a mesh decision depends on.
@@ -66,7 +72,8 @@ type Observation struct {
 	// not opted out).
 	Ambient bool
 	// Requested: the fleet asks for the mesh through its namespace (modes
-	// auto and enabled, no spec.mesh.istio) and the namespace is not opted out.
+	// auto and enabled, no spec.mesh.istio), the namespace is not opted out,
+	// and a mesh enrollment is in effect there (Intent.StandsBy).
 	Requested bool
 	// Strict: the namespace's mesh-mtls state label says STRICT is in force.
 	Strict bool
@@ -116,6 +123,23 @@ type State struct {
 	// member.
 	Captured bool
 }
+
+// MembersInMesh: some member is still in the mesh (a Pod, terminating ones
+// included, runs a proxy or is captured by ztunnel), so the fleet's
+// policies still stand for it. Read from Decide's answer, which reads the
+// Pods.
+func (s State) MembersInMesh() bool { return s.Policies || s.IstiodEgress || s.Captured }
+
+// DeclaresEdges: the fleet keeps the namespace edges it declares (the
+// operator's namespace for /state reads, its routing source) on its
+// namespace. A fleet that asks for the mesh declares them with its
+// request, before any enrollment; a disabled one keeps them until its last
+// member has left the mesh, as its policies are kept: while something else
+// keeps the namespace enrolled, isolation would otherwise refuse the
+// operator's /state reads and the routed traffic of members still
+// captured, and the roll out of the mesh would wait for their health
+// forever.
+func DeclaresEdges(in Intent, st State) bool { return !in.Disabled || st.MembersInMesh() }
 
 // Decide computes the state from what the cluster shows now.
 func Decide(o Observation) State {
@@ -193,6 +217,37 @@ func Decide(o Observation) State {
 	default:
 		return State{Phase: NotMeshed, UnwantedProxy: unwanted, Standby: o.Requested, Relaxed: o.Requested}
 	}
+}
+
+// IstiodNamespaces are the control planes the fleet's istiod egress opens
+// (none unless st.IstiodEgress): current, the one the fleet uses now ("" for
+// none), and every one a member's proxy, terminating ones included, was
+// injected for. Moving the control plane (spec.mesh.istio or the
+// namespace's mesh-control-plane label) restarts no member, so a proxy
+// keeps its istiod for configuration and certificate renewal until its Pod
+// is replaced. While some proxy does not say where it points, every
+// control plane open now (open, read from the live NetworkPolicy) stays
+// open: one is closed only once every proxy is known to point elsewhere.
+func IstiodNamespaces(st State, current string, open []string, pods []Pod) []string {
+	if !st.IstiodEgress {
+		return nil
+	}
+	var out []string
+	if current != "" {
+		out = append(out, current)
+	}
+	for _, p := range pods {
+		if !p.Proxy {
+			continue
+		}
+		if p.ControlPlaneUnknown {
+			out = append(out, open...)
+			continue
+		}
+		out = append(out, p.ControlPlanes...)
+	}
+	sort.Strings(out)
+	return slices.Compact(out)
 }
 
 // TemplateMode says how the member template treats injection.
@@ -275,6 +330,12 @@ type Intent struct {
 	Strict bool
 	// SidecarNamespace: the namespace is enrolled in a sidecar mesh.
 	SidecarNamespace bool
+	// EnrollmentInEffect: the namespace is enrolled (the mesh operator's
+	// state labels) or carries Istio's ambient capture label, whoever wrote
+	// it. Read from the namespace as it is, never from the fleet's status:
+	// without it nothing can capture or inject the members on the mesh's
+	// behalf, and a fleet that asks for the mesh has nothing to stand by for.
+	EnrollmentInEffect bool
 	// ControlPlane is istiod's namespace for a sidecar fleet.
 	ControlPlane string
 	// Access is who may call 8080 inside the mesh.
@@ -294,6 +355,7 @@ func IntentFor(f *v1alpha1.CelldFleet, ns contract.State) Intent {
 	in.OptedOut = ns.Request == contract.RequestDisabled
 	in.Strict = ns.Enrolled && ns.MTLS == contract.MTLSStrict
 	in.SidecarNamespace = ns.Enrolled && ns.DataPlane == contract.Sidecar
+	in.EnrollmentInEffect = ns.Enrolled || ns.AmbientLabelled
 	switch {
 	case mode == v1alpha1.MeshDisabled:
 		in.Disabled = true
@@ -315,17 +377,27 @@ func IntentFor(f *v1alpha1.CelldFleet, ns contract.State) Intent {
 
 // AsksForMesh: the fleet asks to join through its namespace (modes auto and
 // enabled without spec.mesh.istio) in a namespace an admin did not opt out.
-// Such a fleet may be captured by an ambient mesh before this operator hears
-// of it, so its HBONE port and standby policy are ready beforehand.
 func (in Intent) AsksForMesh() bool { return !in.Disabled && !in.Sidecar && !in.OptedOut }
+
+// StandsBy: the fleet asks for the mesh and an enrollment is in effect in
+// its namespace, so ztunnel may capture members before this operator hears
+// of it: its HBONE port and its relaxed ambient policy are ready
+// beforehand. Without an enrollment in effect a fleet in mode auto is what
+// the mesh seed says it is then, a no-op: no Istio object (a
+// PeerAuthentication of ours would weaken a user's own STRICT mesh on 8081)
+// and no HBONE or probe port. Members that are captured anyway keep their
+// policy and HBONE from Decide (State.Captured), whatever the namespace says.
+func (in Intent) StandsBy() bool { return in.AsksForMesh() && in.EnrollmentInEffect }
 
 // MayBeCaptured: every fleet but a disabled one asks for its namespace's
 // enrollment, a sidecar fleet too (see the controller's declaration), and
 // until the namespace is enrolled with sidecars nobody knows which data
-// plane it gets: members without a proxy may be captured by ztunnel the
-// moment it turns ambient, before this operator can react (found by the
+// plane it gets: where an enrollment is in effect, members without a proxy
+// may be captured by ztunnel before this operator can react (found by the
 // transition explorer, seed 401).
-func (in Intent) MayBeCaptured() bool { return !in.Disabled && !in.OptedOut && !in.SidecarNamespace }
+func (in Intent) MayBeCaptured() bool {
+	return !in.Disabled && !in.OptedOut && !in.SidecarNamespace && in.EnrollmentInEffect
+}
 
 // ControlPlaneNamespace is the istiod namespace for a fleet: the intent's
 // for a sidecar fleet, or the one recorded when it was meshed (leaving).

@@ -161,17 +161,24 @@ func TestIntentModeAndControlPlane(t *testing.T) {
 	disabled.Spec.Mesh = &v1alpha1.Mesh{Mode: v1alpha1.MeshDisabled}
 
 	assert.Equal(t, Intent{Access: v1alpha1.AllowAll, ControlPlane: DefaultControlPlaneNamespace}, IntentFor(plain, contract.State{}), "no mesh anywhere: nothing")
-	assert.Equal(t, Intent{Sidecar: true, SidecarNamespace: true, Access: v1alpha1.AllowAll, ControlPlane: "istio-prod"}, IntentFor(plain, sidecarNS), "sidecar-enrolled namespace: as spec.mesh.istio defaults")
+	assert.Equal(t, Intent{Sidecar: true, SidecarNamespace: true, EnrollmentInEffect: true, Access: v1alpha1.AllowAll, ControlPlane: "istio-prod"}, IntentFor(plain, sidecarNS), "sidecar-enrolled namespace: as spec.mesh.istio defaults")
 	assert.False(t, IntentFor(plain, sidecarNS).MayBeCaptured(), "a sidecar-enrolled namespace captures nothing")
-	assert.True(t, IntentFor(explicit, contract.State{}).MayBeCaptured(), "a sidecar fleet asks for an enrollment whose data plane nobody knows yet")
+	assert.False(t, IntentFor(explicit, contract.State{}).MayBeCaptured(), "no enrollment in effect: nothing captures the members")
+	assert.True(t, IntentFor(explicit, contract.State{AmbientLabelled: true}).MayBeCaptured(),
+		"a sidecar fleet in a namespace labelled for ambient capture before its enrollment is announced")
 	assert.False(t, IntentFor(disabled, ambientNS).MayBeCaptured(), "a disabled fleet's members opt out of capture")
-	assert.Equal(t, Intent{Ambient: true, Access: v1alpha1.AllowAll, ControlPlane: DefaultControlPlaneNamespace}, IntentFor(plain, ambientNS))
+	assert.Equal(t, Intent{Ambient: true, EnrollmentInEffect: true, Access: v1alpha1.AllowAll, ControlPlane: DefaultControlPlaneNamespace}, IntentFor(plain, ambientNS))
 	optedOut := IntentFor(plain, contract.State{Request: contract.RequestDisabled})
 	assert.True(t, optedOut.OptedOut)
 	assert.False(t, optedOut.AsksForMesh(), "an admin's disabled namespace: no HBONE, no standby policy")
 	assert.True(t, IntentFor(plain, contract.State{}).AsksForMesh(), "auto asks")
+	assert.False(t, IntentFor(plain, contract.State{Request: contract.RequestEnabled}).StandsBy(),
+		"auto without an enrollment in effect: no standby policy, no HBONE (a no-op, as the mesh seed has it)")
+	assert.True(t, IntentFor(plain, contract.State{Request: contract.RequestEnabled, AmbientLabelled: true}).StandsBy(),
+		"Istio's ambient label on the namespace: capture may come before the state labels")
+	assert.False(t, optedOut.StandsBy())
 	assert.False(t, IntentFor(explicit, contract.State{}).AsksForMesh(), "spec.mesh.istio is a sidecar, not a request")
-	assert.Equal(t, Intent{Sidecar: true, Access: v1alpha1.Policies, ControlPlane: "istio-system"}, IntentFor(explicit, ambientNS), "spec.mesh.istio wins over an ambient namespace")
+	assert.Equal(t, Intent{Sidecar: true, EnrollmentInEffect: true, Access: v1alpha1.Policies, ControlPlane: "istio-system"}, IntentFor(explicit, ambientNS), "spec.mesh.istio wins over an ambient namespace")
 	assert.True(t, IntentFor(disabled, sidecarNS).Disabled, "disabled never joins")
 	assert.False(t, IntentFor(disabled, sidecarNS).Sidecar)
 
@@ -328,5 +335,65 @@ func TestFormerAccountsAdmittedOn8081(t *testing.T) {
 		rolled := authzeval.FromUnstructured(build(nil), members)
 		assert.False(t, authzeval.Evaluate("STRICT", []authzeval.Policy{rolled}, peer("orders")).Allowed, "%s: the old identity once nothing runs as it", mode)
 		assert.True(t, authzeval.Evaluate("STRICT", []authzeval.Policy{rolled}, peer("custom")).Allowed, "%s", mode)
+	}
+}
+
+// TestDeclaresEdges: a fleet that asks for the mesh declares its edges; a
+// disabled one keeps them while any member is still in the mesh (captured,
+// or running a proxy, terminating ones included) and only then withdraws
+// them (issue 42: the roll out of an isolated namespace deadlocked).
+func TestDeclaresEdges(t *testing.T) {
+	disabled := Intent{Disabled: true}
+	decide := func(o Observation) State { o.Replicas = 2; return Decide(o) }
+	captured := []Pod{{Name: "m-0", Captured: true}, {Name: "m-1", Revision: "new"}}
+	released := []Pod{{Name: "m-0"}, {Name: "m-1"}}
+	sidecarTerminating := []Pod{{Name: "m-0", Proxy: true, Terminating: true}, {Name: "m-1"}}
+	tests := []struct {
+		name string
+		in   Intent
+		st   State
+		want bool
+	}{
+		{"auto asks: edges with the request", Intent{}, decide(Observation{Pods: released}), true},
+		{"disabled, a member still captured", disabled, decide(Observation{Pods: captured, TargetRevision: "new"}), true},
+		{"disabled, the last member released", disabled, decide(Observation{Pods: released}), false},
+		{"disabled after sidecars, a terminating member still runs its proxy", disabled, decide(Observation{WasMeshed: true, Pods: sidecarTerminating}), true},
+		{"disabled after sidecars, no proxy left", disabled, decide(Observation{WasMeshed: true, Pods: released}), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, DeclaresEdges(tc.in, tc.st))
+		})
+	}
+}
+
+// TestIstiodNamespaces: a moved control plane stays open while a proxy
+// (terminating ones included) points at it, or while a proxy does not say
+// where it points (issue 42: moving it cut the running sidecars off).
+func TestIstiodNamespaces(t *testing.T) {
+	meshed := State{Phase: Meshed, Policies: true, IstiodEgress: true}
+	old := func(name string) Pod { return Pod{Name: name, Proxy: true, ControlPlanes: []string{"istio-old"}} }
+	moved := func(name string) Pod { return Pod{Name: name, Proxy: true, ControlPlanes: []string{"istio-new"}} }
+	unknown := Pod{Name: "m-2", Proxy: true, ControlPlaneUnknown: true}
+	terminating := old("m-0")
+	terminating.Terminating = true
+	for _, tc := range []struct {
+		name string
+		st   State
+		open []string
+		pods []Pod
+		want []string
+	}{
+		{"no proxy may need istiod: nothing", State{Phase: Left}, []string{"istio-old"}, []Pod{{Name: "m-0"}}, nil},
+		{"moved, every proxy still on the old one", meshed, []string{"istio-old"}, []Pod{old("m-0"), old("m-1")}, []string{"istio-new", "istio-old"}},
+		{"a terminating proxy on the old one", meshed, []string{"istio-new", "istio-old"}, []Pod{terminating, moved("m-1")}, []string{"istio-new", "istio-old"}},
+		{"every proxy on the new one: the old one closes", meshed, []string{"istio-new", "istio-old"}, []Pod{moved("m-0"), moved("m-1")}, []string{"istio-new"}},
+		{"a proxy that does not say keeps what is open", meshed, []string{"istio-new", "istio-old"}, []Pod{moved("m-0"), unknown}, []string{"istio-new", "istio-old"}},
+		{"a proxy that does not say, nothing open yet", meshed, nil, []Pod{unknown}, []string{"istio-new"}},
+		{"a proxy injected by another control plane than the fleet names", meshed, nil, []Pod{{Name: "m-0", Proxy: true, ControlPlanes: []string{"istio-rev"}}}, []string{"istio-new", "istio-rev"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, IstiodNamespaces(tc.st, "istio-new", tc.open, tc.pods))
+		})
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"testing"
 
 	"github.com/mattfenwick/cyclonus/pkg/matcher"
+	"github.com/stretchr/testify/assert"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 
@@ -333,7 +334,7 @@ func TestNetworkPolicyConnectivityIstiod(t *testing.T) {
 	otherControlPlane := pod("istio-canary", "istiod-canary", "10.40.0.12", map[string]string{"app": "istiod"})
 	closed := network.Params{OperatorNamespace: operatorNS, OperatorPodLabels: operatorLabels}
 	open := closed
-	open.IstiodNamespace = "istio-system"
+	open.IstiodNamespaces = []string{"istio-system"}
 
 	evaluate(t, []*networkingv1.NetworkPolicy{mustPolicy(t, newFleet(myFleet, fleetNS, "uid-my-fleet"), closed)}, []flow{
 		tcp(member0, istiod, 15012, deny, "an unmeshed fleet has no route to istiod"),
@@ -346,6 +347,18 @@ func TestNetworkPolicyConnectivityIstiod(t *testing.T) {
 		tcp(member0, otherControlPlane, 15012, deny, "another control plane's namespace"),
 		tcp(member0, member1, 8081, allow, "peer egress unchanged"),
 	})
+	// A control plane that moved while old proxies still point at the old
+	// one: both are open, and reading the policy back names both.
+	moving := closed
+	moving.IstiodNamespaces = []string{"istio-system", "istio-canary", "istio-system"}
+	np := mustPolicy(t, newFleet(myFleet, fleetNS, "uid-my-fleet"), moving)
+	evaluate(t, []*networkingv1.NetworkPolicy{np}, []flow{
+		tcp(member0, istiod, 15012, allow, "the old control plane, for the proxies it injected"),
+		tcp(member0, otherControlPlane, 15012, allow, "the new control plane"),
+		tcp(member0, istiodElsewhere, 15012, deny, "still no app=istiod Pod elsewhere"),
+	})
+	assert.Equal(t, []string{"istio-canary", "istio-system"}, network.OpenIstiodNamespaces(np))
+	assert.Empty(t, network.OpenIstiodNamespaces(mustPolicy(t, newFleet(myFleet, fleetNS, "uid-my-fleet"), closed)))
 }
 
 // TestNetworkPolicyConnectivityAmbient: in an ambient mesh ztunnel carries

@@ -37,9 +37,11 @@ type Params struct {
 	// 8081: in an ambient mesh traffic arrives through ztunnel's HBONE
 	// tunnel, and the fleet's AuthorizationPolicy restricts ports instead.
 	HBONE bool
-	// IstiodNamespace, when set, opens egress to the istiod Pods there on
-	// TCP 15012, where sidecars fetch configuration and certificates.
-	IstiodNamespace string
+	// IstiodNamespaces open egress to the istiod Pods there on TCP 15012,
+	// where sidecars fetch configuration and certificates: the control
+	// plane the fleet uses now, and any other one a running proxy was
+	// injected for (mesh.IstiodNamespaces).
+	IstiodNamespaces []string
 }
 
 // Validate reports Params from which no safe NetworkPolicy can be built. The
@@ -53,9 +55,9 @@ func (p Params) Validate() error {
 	if errs := validation.IsDNS1123Label(p.OperatorNamespace); len(errs) > 0 {
 		return fmt.Errorf("network params: operator namespace %q is not a namespace name: %v", p.OperatorNamespace, errs)
 	}
-	if p.IstiodNamespace != "" {
-		if errs := validation.IsDNS1123Label(p.IstiodNamespace); len(errs) > 0 {
-			return fmt.Errorf("network params: istiod namespace %q is not a namespace name: %v", p.IstiodNamespace, errs)
+	for _, ns := range p.IstiodNamespaces {
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return fmt.Errorf("network params: istiod namespace %q is not a namespace name: %v", ns, errs)
 		}
 	}
 	if len(p.OperatorPodLabels) == 0 {

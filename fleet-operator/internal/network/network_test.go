@@ -98,7 +98,7 @@ func TestGoldenNetworkPolicy(t *testing.T) {
 	}
 	t.Run("meshed", func(t *testing.T) {
 		p := chartParams
-		p.IstiodNamespace = "istio-system"
+		p.IstiodNamespaces = []string{"istio-system"}
 		np, err := network.NetworkPolicy(goldenFleets()["my-fleet"], p)
 		if err != nil {
 			t.Fatal(err)

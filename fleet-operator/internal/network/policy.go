@@ -2,6 +2,7 @@ package network
 
 import (
 	"maps"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -151,14 +152,15 @@ func NetworkPolicy(fleet *v1alpha1.CelldFleet, p Params) (*networkingv1.NetworkP
 	if p.HBONE {
 		egress[0].Ports = append(egress[0].Ports, policy.Port(corev1.ProtocolTCP, policy.HBONEPort))
 	}
-	if p.IstiodNamespace != "" {
-		egress = append(egress, networkingv1.NetworkPolicyEgressRule{
-			Ports: policy.TCPPorts(IstiodXDSPort),
-			To: []networkingv1.NetworkPolicyPeer{{
-				NamespaceSelector: policy.NamespaceNamed(p.IstiodNamespace),
+	if len(p.IstiodNamespaces) > 0 {
+		rule := networkingv1.NetworkPolicyEgressRule{Ports: policy.TCPPorts(IstiodXDSPort)}
+		for _, ns := range slices.Compact(slices.Sorted(slices.Values(p.IstiodNamespaces))) {
+			rule.To = append(rule.To, networkingv1.NetworkPolicyPeer{
+				NamespaceSelector: policy.NamespaceNamed(ns),
 				PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{labels.IstiodApp: IstiodAppLabelValue}},
-			}},
-		})
+			})
+		}
+		egress = append(egress, rule)
 	}
 
 	return &networkingv1.NetworkPolicy{
@@ -177,6 +179,34 @@ func NetworkPolicy(fleet *v1alpha1.CelldFleet, p Params) (*networkingv1.NetworkP
 			Egress:      egress,
 		},
 	}, nil
+}
+
+// OpenIstiodNamespaces are the namespaces whose istiod Pods a fleet
+// NetworkPolicy (as NetworkPolicy builds it) admits on TCP 15012, sorted:
+// what the live policy opens, read back so that a control plane is closed
+// only on positive evidence that no proxy needs it any more.
+func OpenIstiodNamespaces(np *networkingv1.NetworkPolicy) []string {
+	if np == nil {
+		return nil
+	}
+	var out []string
+	for _, rule := range np.Spec.Egress {
+		if !slices.ContainsFunc(rule.Ports, func(p networkingv1.NetworkPolicyPort) bool {
+			return p.Port != nil && p.Port.IntValue() == IstiodXDSPort
+		}) {
+			continue
+		}
+		for _, to := range rule.To {
+			if to.NamespaceSelector == nil || to.PodSelector == nil || to.PodSelector.MatchLabels[labels.IstiodApp] != IstiodAppLabelValue {
+				continue
+			}
+			if ns := to.NamespaceSelector.MatchLabels[labels.NamespaceName]; ns != "" {
+				out = append(out, ns)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 func ipBlocks(cidrs ...string) []networkingv1.NetworkPolicyPeer {
