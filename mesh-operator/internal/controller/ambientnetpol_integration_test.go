@@ -4,6 +4,9 @@ package controller
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -124,6 +127,24 @@ func TestAmbientNetworkPolicyIntegration(t *testing.T) {
 	assert.NotContains(t, c.Message, "shop/web-only")
 	assert.Equal(t, 1, evs.count(string(v1alpha1.ReasonNetworkPolicyBlocksAmbient), "billing/lockdown"))
 
+	// The operator cannot read NetworkPolicies: cart, asking now, is not
+	// enrolled (no NetworkPolicy read is not "no NetworkPolicy"); the
+	// enrolled namespaces stay. Once it can read them again, cart enrolls.
+	require.NoError(t, admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "cart", Labels: map[string]string{labels.Mesh: labels.MeshEnabled}}}))
+	b.operatorThrough(t, refuseNetworkPolicyList)
+	_, m = b.reconcile(t)
+	assert.NotContains(t, m.Status.EnrolledNamespaces, "cart", "unread NetworkPolicies hold a namespace out")
+	assert.Empty(t, dataPlane("cart"))
+	assert.Subset(t, m.Status.EnrolledNamespaces, []string{"billing", "shop"}, "enrolled namespaces are held as they are")
+	c = cond(m)
+	assert.Equal(t, metav1.ConditionUnknown, c.Status)
+	assert.Equal(t, string(v1alpha1.ReasonNetworkPolicyUnreadable), c.Reason)
+	assert.Contains(t, c.Message, "cart (listing NetworkPolicies")
+	b.operatorThrough(t)
+	_, m = b.reconcile(t)
+	assert.Contains(t, m.Status.EnrolledNamespaces, "cart")
+	assert.Equal(t, "ambient", dataPlane("cart"))
+
 	// At every state: shop's data-plane label stands only while its policy
 	// admits HBONE (billing's label predates its policy).
 	v := &violations{t: t}
@@ -139,4 +160,17 @@ func TestAmbientNetworkPolicyIntegration(t *testing.T) {
 		}
 	})
 	v.assertNone(states)
+}
+
+// refuseNetworkPolicyList answers the operator's NetworkPolicy lists with
+// 403, as a ClusterRole without the rule would.
+func refuseNetworkPolicyList(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		if req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, "/networkpolicies") {
+			body := `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403,"message":"networkpolicies is forbidden (injected)"}`
+			return &http.Response{StatusCode: http.StatusForbidden, Header: http.Header{"Content-Type": []string{"application/json"}},
+				Body: io.NopCloser(strings.NewReader(body)), Request: req}, nil
+		}
+		return rt.RoundTrip(req)
+	})
 }
