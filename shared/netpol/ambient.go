@@ -58,7 +58,7 @@ const (
 
 // Ambient reports what the NetworkPolicies of namespace ns (its whole
 // list) would cut off once ambient captures its Pods, judged by cyclonus
-// (Judge) on hypothetical Pods, since a namespace may be enrolled before
+// (as Judge judges) on hypothetical Pods, since a namespace may be enrolled before
 // any Pod runs:
 //
 //   - the Pods each ingress-isolating policy selects are represented by one
@@ -127,12 +127,16 @@ func Ambient(ns Namespace, list []networkingv1.NetworkPolicy, meshed []Namespace
 			} else if !admitted {
 				continue
 			}
-			v, err := n.Judge(src.Endpoint, dst, policy.HBONEPort, "", corev1.ProtocolTCP)
+			in, out, err := n.allows(src.Endpoint, dst, policy.HBONEPort, "", corev1.ProtocolTCP)
 			if err != nil {
 				return nil, err
 			}
-			if !v.Allowed {
+			if !in {
 				r.HBONE = src.what
+				break
+			}
+			if !out {
+				r.HBONE = src.what + " (by their own egress policies)"
 				break
 			}
 		}
@@ -156,12 +160,8 @@ func (n *Policies) admittedOnSome(src, dst Endpoint, ports []networkingv1.Networ
 		} else {
 			name = p.Port.StrVal
 		}
-		v, err := n.Judge(src, dst, number, name, corev1.ProtocolTCP)
-		if err != nil {
-			return false, err
-		}
-		if v.Allowed {
-			return true, nil
+		if in, out, err := n.allows(src, dst, number, name, corev1.ProtocolTCP); err != nil || (in && out) {
+			return err == nil, err
 		}
 	}
 	return false, nil

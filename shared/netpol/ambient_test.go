@@ -51,6 +51,12 @@ func TestAmbient(t *testing.T) {
 		{name: "two policies, two sets of Pods", policies: []networkingv1.NetworkPolicy{ingress("a", web, fromClients), ingress("b", metav1.LabelSelector{}, fromClients)},
 			want: []AmbientRefusal{{Policies: []string{"shop/a", "shop/b"}, HBONE: "Pods role=client in namespace shop", Probe: true},
 				{Policies: []string{"shop/b"}, HBONE: "Pods role=client in namespace shop", Probe: true}}},
+		{name: "a caller in the namespace whose egress refuses 15008", policies: []networkingv1.NetworkPolicy{
+			ingress("web", web, networkingv1.NetworkPolicyIngressRule{Ports: policy.TCPPorts(8080, policy.HBONEPort), From: fromClients.From}, probe),
+			{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "clients-out"}, Spec: networkingv1.NetworkPolicySpec{
+				PodSelector: *fromClients.From[0].PodSelector, PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+				Egress: []networkingv1.NetworkPolicyEgressRule{{Ports: policy.TCPPorts(8080)}}}}},
+			want: []AmbientRefusal{{Policies: []string{"shop/web"}, HBONE: "Pods role=client in namespace shop (by their own egress policies)"}}},
 		{name: "egress only", policies: []networkingv1.NetworkPolicy{{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "out"},
 			Spec: networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}}}}},
 		{name: "a selector that selects nothing", policies: []networkingv1.NetworkPolicy{ingress("none", metav1.LabelSelector{

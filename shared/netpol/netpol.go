@@ -129,6 +129,20 @@ func (n *Policies) Judge(src, dst Endpoint, port int, portName string, protocol 
 	return v, err
 }
 
+// allows is Judge's verdict alone, without the explanation (which judges
+// every rule on its own): whether the destination's ingress and the
+// source's egress policies admit the connection.
+func (n *Policies) allows(src, dst Endpoint, port int, portName string, protocol corev1.Protocol) (ingress, egress bool, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("evaluating NetworkPolicies: %v", r)
+		}
+	}()
+	traffic := &matcher.Traffic{Source: src.peer(), Destination: dst.peer(), ResolvedPort: port, ResolvedPortName: portName, Protocol: protocol}
+	res := n.whole.IsTrafficAllowed(traffic)
+	return res.Ingress.IsAllowed(), res.Egress.IsAllowed(), nil
+}
+
 // explain finds the deciding rule of one direction: the first rule (policy
 // by name, then rule order) that admits the connection on its own, or the
 // policies that isolate the Pod when none does. Each rule is judged by
