@@ -31,6 +31,7 @@ import (
 	"github.com/ericdev/fleetmesh/shared/labels"
 	"github.com/ericdev/fleetmesh/shared/netpol"
 	"github.com/ericdev/fleetmesh/shared/podmesh"
+	"github.com/ericdev/fleetmesh/shared/policy"
 )
 
 // EnrollFinalizer holds a ServiceMesh that has enrolled namespaces until it
@@ -620,7 +621,8 @@ func setEnrollmentConflictCondition(st *status, t enrollmentTally) {
 // ambientAdvice is what to add to a NetworkPolicy that blocks ambient
 // (docs/servicemesh.md, "Ambient and NetworkPolicies", has the YAML).
 const ambientAdvice = "Add ingress rules admitting TCP 15008 (HBONE) from the peers the policy admits (for instance namespaces labelled " +
-	"istio.io/dataplane-mode=ambient) and the kubelet's probe address 169.254.7.127/32 (docs/servicemesh.md, Ambient and NetworkPolicies)."
+	labels.IstioDataPlaneMode + "=ambient) and the kubelet's probe address " + policy.AmbientProbeSourceCIDR +
+	" (docs/servicemesh.md, Ambient and NetworkPolicies)."
 
 func setAmbientNetworkPolicyCondition(st *status, spec v1alpha1.ServiceMeshSpec, t enrollmentTally) {
 	blocked := slices.Sorted(slices.Values(t.ambientBlocked))
