@@ -322,7 +322,12 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 	// captured Pods is not enrolled (an enrolled one is only reported).
 	var gates map[string]enroll.AmbientGate
 	if !holdOnly && mesh.Spec.DataPlane == v1alpha1.DataPlaneAmbient {
-		gates = r.ambientGates(ctx, mesh, cp, nsList.Items, decisions, policies)
+		var readErr error
+		// A failed read holds the namespaces (the gates say so) and fails
+		// the pass, so it is retried soon and EnrollmentFailed says why.
+		if gates, readErr = r.ambientGates(ctx, mesh, cp, nsList.Items, decisions, policies); readErr != nil {
+			errs = append(errs, readErr)
+		}
 	}
 	var ambientBlocked, ambientUnreadable []string
 	for _, name := range slices.Sorted(maps.Keys(gates)) {
@@ -332,12 +337,12 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 			if c := meta.FindStatusCondition(mesh.Status.Conditions, string(v1alpha1.ConditionAmbientNetworkPolicy)); c == nil ||
 				c.Reason != string(v1alpha1.ReasonNetworkPolicyBlocksAmbient) || !strings.Contains(c.Message, g.Blocked) {
 				// Once, when it is first reported, not every pass.
-				held := "it is not enrolled until they do"
+				held := "is not enrolled in ambient until they admit what capture needs"
 				if !g.Hold {
-					held = "it is enrolled already and stays enrolled"
+					held = "is enrolled already and stays enrolled, but its Pods are cut off where they are captured"
 				}
 				r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, string(v1alpha1.ReasonNetworkPolicyBlocksAmbient), "Reconcile",
-					"Namespace %s: its NetworkPolicies must admit what ambient capture needs, %s. %s. %s", name, held, g.Blocked, ambientAdvice)
+					"Namespace %s. Namespace %s %s. %s", g.Blocked, name, held, ambientAdvice)
 			}
 		}
 		if g.Unreadable != "" {
@@ -650,9 +655,9 @@ func setAmbientNetworkPolicyCondition(st *status, spec v1alpha1.ServiceMeshSpec,
 
 // ambientGates reads the cluster's NetworkPolicies once and gates each
 // namespace asked for (GateAmbient). A failed read holds every namespace
-// not enrolled yet.
+// not enrolled yet, and is returned too.
 func (r *ServiceMeshReconciler) ambientGates(ctx context.Context, mesh *v1alpha1.ServiceMesh, cp *v1alpha1.ControlPlaneStatus,
-	namespaces []corev1.Namespace, decisions map[string]enroll.Decision, policies map[string]map[string]*unstructured.Unstructured) map[string]enroll.AmbientGate {
+	namespaces []corev1.Namespace, decisions map[string]enroll.Decision, policies map[string]map[string]*unstructured.Unstructured) (map[string]enroll.AmbientGate, error) {
 	list := &networkingv1.NetworkPolicyList{}
 	readErr := r.Client.List(ctx, list)
 	if readErr != nil {
@@ -683,7 +688,7 @@ func (r *ServiceMeshReconciler) ambientGates(ctx context.Context, mesh *v1alpha1
 		enrolled := slices.Contains(mesh.Status.EnrolledNamespaces, m.Name) || len(ownedLabels(ns)) > 0 || len(policies[m.Name]) > 0
 		gates[m.Name] = enroll.GateAmbient(m, enrolled, byNamespace[m.Name], readErr, meshed)
 	}
-	return gates
+	return gates, readErr
 }
 
 // setEnrollmentFailedCondition reports the enrollment step's errors of
