@@ -7,7 +7,7 @@
 //
 // Compute is a pure function of a Snapshot, which Read takes from a cluster
 // (read-only) and which tests record as YAML. NetworkPolicy verdicts come
-// from cyclonus (see netpol.go), Istio verdicts from shared/authzeval; this
+// from cyclonus (through shared/netpol), Istio verdicts from shared/authzeval; this
 // package only decides which callers to ask about and how a connection
 // looks on the wire (HBONE in ambient).
 package access
@@ -31,6 +31,7 @@ import (
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/network"
 	"github.com/ericdev/fleetmesh/shared/authzeval"
 	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/netpol"
 	"github.com/ericdev/fleetmesh/shared/podmesh"
 	"github.com/ericdev/fleetmesh/shared/policy"
 )
@@ -226,7 +227,7 @@ type snapshotContext struct {
 	nsLabels    map[string]map[string]string
 	operator    Operator
 	trustDomain string
-	nets        *networkPolicies
+	nets        *netpol.Policies
 	istioOK     bool // Istio objects were read (or there is no API)
 	// npUnknown: namespaces whose NetworkPolicies could not be read.
 	npUnknown map[string]bool
@@ -241,7 +242,7 @@ func Compute(snap *Snapshot, opts Options) (*Report, error) {
 	for _, ns := range snap.Namespaces {
 		c.nsLabels[ns.Name] = ns.Labels
 	}
-	nets, err := newNetworkPolicies(snap.NetworkPolicies)
+	nets, err := netpol.New(snap.NetworkPolicies)
 	if err != nil {
 		return nil, err
 	}
@@ -625,7 +626,7 @@ func (c *snapshotContext) judgeIngress(d dest, cl caller, port int) (Entry, erro
 	}
 	portName := map[int]string{names.AppPort: names.AppPortName, names.PeerPort: names.PeerPortName}[e.WirePort]
 	dst := Endpoint{Namespace: d.pod.Namespace, NamespaceLabels: c.labelsOf(d.pod.Namespace), Labels: d.pod.Labels, IP: cmp.Or(d.pod.Status.PodIP, "198.51.100.100")}
-	nv, err := c.nets.judge(c.endpoint(cl), dst, e.WirePort, portName, corev1.ProtocolTCP)
+	nv, err := c.nets.Judge(c.endpoint(cl), dst, e.WirePort, portName, corev1.ProtocolTCP)
 	if err != nil {
 		return e, err
 	}
@@ -751,7 +752,7 @@ func (c *snapshotContext) egress(d dest, dests []dest) ([]EgressEntry, error) {
 		if t.t.Class == TargetPeer && e.WirePort == names.PeerPort {
 			portName = names.PeerPortName
 		}
-		nv, err := c.nets.judge(src, dst, e.WirePort, portName, t.protocol)
+		nv, err := c.nets.Judge(src, dst, e.WirePort, portName, t.protocol)
 		if err != nil {
 			return nil, err
 		}

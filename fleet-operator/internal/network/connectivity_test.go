@@ -33,6 +33,7 @@ import (
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/network"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/routing"
 	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/netpol"
 )
 
 // endpoint is one side of a connection: a Pod (namespace set) or an address
@@ -427,4 +428,40 @@ func TestNetworkPolicyConnectivityRouting(t *testing.T) {
 		tcp(operator, member0, 8081, allow, "operator /state unchanged"),
 		tcp(client, member0, 8081, deny, "clients still never reach the peer port"),
 	})
+}
+
+// TestFleetPoliciesPassTheAmbientCheck: the mesh operator holds a namespace
+// out of ambient when its NetworkPolicies would cut off captured Pods
+// (netpol.Ambient); the policies the fleet operator writes for an ambient
+// fleet, routing's included, must never hold a fleet namespace back. The
+// same policies without HBONE must (the check is not vacuous).
+func TestFleetPoliciesPassTheAmbientCheck(t *testing.T) {
+	const edge = "edge"
+	ns := func(name string) netpol.Namespace {
+		return netpol.Namespace{Name: name, Labels: map[string]string{labels.NamespaceName: name, labels.IstioDataPlaneMode: "ambient"}}
+	}
+	meshed := []netpol.Namespace{ns(operatorNS), ns(edge)}
+	f := newFleet(myFleet, fleetNS, "uid-my-fleet")
+	f.Spec.Routing = &v1alpha1.Routing{
+		Hostnames: []string{"app.example.com"},
+		Gateway:   &v1alpha1.GatewayRouting{Name: "public", Namespace: edge},
+		Source:    v1alpha1.RoutingSource{Namespace: edge, PodLabels: map[string]v1alpha1.LabelValue{"app": "public-gateway"}},
+	}
+	for _, hbone := range []bool{true, false} {
+		p := network.Params{OperatorNamespace: operatorNS, OperatorPodLabels: operatorLabels, HBONE: hbone}
+		var list []networkingv1.NetworkPolicy
+		for _, np := range []*networkingv1.NetworkPolicy{mustPolicy(t, f, p), mustPolicy(t, newFleet(otherFleet, fleetNS, "uid-other-fleet"), p), routing.NetworkPolicy(f, hbone)} {
+			list = append(list, *np)
+		}
+		refusals, err := netpol.Ambient(ns(fleetNS), list, meshed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hbone && len(refusals) > 0 {
+			t.Errorf("the fleet's ambient policies hold its namespace out of the mesh: %v", refusals)
+		}
+		if !hbone && len(refusals) == 0 {
+			t.Errorf("the fleet's policies without HBONE pass the ambient check")
+		}
+	}
 }

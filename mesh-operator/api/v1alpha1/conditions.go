@@ -66,6 +66,13 @@ const (
 	// the message quotes the errors. The pass is retried within seconds and
 	// never later than a timer it owes (a maintenance window's end).
 	ConditionEnrollmentFailed ConditionType = "EnrollmentFailed"
+	// ConditionAmbientNetworkPolicy exists only while spec.dataPlane is
+	// ambient: True while the NetworkPolicies of some namespace asked for
+	// would refuse what ambient capture needs (HBONE on TCP 15008 from
+	// meshed peers, the kubelet's probes from 169.254.7.127), or could not
+	// be read; the message names the namespaces and policies. Such a
+	// namespace is not enrolled; one already enrolled stays enrolled.
+	ConditionAmbientNetworkPolicy ConditionType = "AmbientNetworkPolicy"
 )
 
 // Reasons of Refused, PreviewLocked and Ready on a mesh that changes nothing.
@@ -248,4 +255,17 @@ const (
 	ReasonWindowOpen  ConditionReason = "Open"
 	ReasonWindowEnded ConditionReason = "Ended"
 	ReasonNoWindow    ConditionReason = "NoWindow"
+)
+
+// Reasons of AmbientNetworkPolicy.
+const (
+	// ReasonNetworkPolicyBlocksAmbient: a namespace's NetworkPolicies
+	// select Pods and admit neither HBONE from the peers they admit nor the
+	// probe address; also the reason of the Warning event naming them.
+	ReasonNetworkPolicyBlocksAmbient ConditionReason = "NetworkPolicyBlocksAmbient"
+	// ReasonNetworkPolicyUnreadable (Unknown): a namespace's NetworkPolicies
+	// could not be read, so it is held as it is.
+	ReasonNetworkPolicyUnreadable ConditionReason = "NetworkPolicyUnreadable"
+	// ReasonNetworkPoliciesAdmitAmbient: False, nothing stands in the way.
+	ReasonNetworkPoliciesAdmitAmbient ConditionReason = "NetworkPoliciesAdmitAmbient"
 )

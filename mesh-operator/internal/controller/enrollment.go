@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,7 +29,9 @@ import (
 	"github.com/ericdev/fleetmesh/shared/apply"
 	"github.com/ericdev/fleetmesh/shared/contract"
 	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/netpol"
 	"github.com/ericdev/fleetmesh/shared/podmesh"
+	"github.com/ericdev/fleetmesh/shared/policy"
 )
 
 // EnrollFinalizer holds a ServiceMesh that has enrolled namespaces until it
@@ -51,6 +54,7 @@ func baselineWhy(iso v1alpha1.Isolation) string {
 
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=list
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=list;watch
 // +kubebuilder:rbac:groups=security.istio.io,resources=peerauthentications;authorizationpolicies,verbs=get;list;create;patch;delete
 
 // meshReady: the ServiceMesh is Ready for its current generation, the only
@@ -314,11 +318,42 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 	for _, ns := range leaving {
 		leavingNames = append(leavingNames, ns.Name)
 	}
+	// In ambient, a namespace whose NetworkPolicies would cut off its
+	// captured Pods is not enrolled (an enrolled one is only reported).
+	var gates map[string]enroll.AmbientGate
+	if !holdOnly && mesh.Spec.DataPlane == v1alpha1.DataPlaneAmbient {
+		var readErr error
+		// A failed read holds the namespaces (the gates say so) and fails
+		// the pass, so it is retried soon and EnrollmentFailed says why.
+		if gates, readErr = r.ambientGates(ctx, mesh, cp, nsList.Items, decisions, policies); readErr != nil {
+			errs = append(errs, readErr)
+		}
+	}
+	var ambientBlocked, ambientUnreadable []string
+	for _, name := range slices.Sorted(maps.Keys(gates)) {
+		g := gates[name]
+		if g.Blocked != "" {
+			ambientBlocked = append(ambientBlocked, g.Blocked)
+			if c := meta.FindStatusCondition(mesh.Status.Conditions, string(v1alpha1.ConditionAmbientNetworkPolicy)); c == nil ||
+				c.Reason != string(v1alpha1.ReasonNetworkPolicyBlocksAmbient) || !strings.Contains(c.Message, g.Blocked) {
+				// Once, when it is first reported, not every pass.
+				held := "is not enrolled in ambient until they admit what capture needs"
+				if !g.Hold {
+					held = "is enrolled already and stays enrolled, but its Pods are cut off where they are captured"
+				}
+				r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, string(v1alpha1.ReasonNetworkPolicyBlocksAmbient), "Reconcile",
+					"Namespace %s. Namespace %s %s. %s", g.Blocked, name, held, ambientAdvice)
+			}
+		}
+		if g.Unreadable != "" {
+			ambientUnreadable = append(ambientUnreadable, g.Unreadable)
+		}
+	}
 	// The namespaces to enroll (or, held, to relax), in name order.
 	var todo []*corev1.Namespace
 	for i := range nsList.Items {
 		ns := &nsList.Items[i]
-		if ns.DeletionTimestamp != nil || !decisions[ns.Name].Enroll {
+		if ns.DeletionTimestamp != nil || !decisions[ns.Name].Enroll || gates[ns.Name].Hold {
 			continue
 		}
 		if holdOnly {
@@ -458,6 +493,7 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 	wait := setEnrollmentConditions(st, mesh.Spec, enrollmentTally{
 		holdOnly: holdOnly, waiting: waiting, ownWaiting: ownWaiting, heldPermissive: heldPermissive,
 		migrating: migrating, conflicts: conflicts, withheld: withheld, foreign: foreign,
+		ambientBlocked: ambientBlocked, ambientUnreadable: ambientUnreadable,
 	})
 	if pending && (wait == 0 || wait > convergingRecheck) {
 		wait = convergingRecheck
@@ -496,6 +532,10 @@ type enrollmentTally struct {
 	// foreign: someone else's namespace-wide PeerAuthentications in force
 	// instead of the operator's ("PeerAuthentication ns/name (MODE)").
 	foreign []string
+	// ambientBlocked: namespaces whose NetworkPolicies would cut off their
+	// Pods in ambient ("ns: NetworkPolicy ns/name ..."); ambientUnreadable:
+	// namespaces whose NetworkPolicies could not be read ("ns (error)").
+	ambientBlocked, ambientUnreadable []string
 }
 
 // setEnrollmentConditions decides MTLSCutover, DataPlaneMigration,
@@ -508,6 +548,7 @@ func setEnrollmentConditions(st *status, spec v1alpha1.ServiceMeshSpec, t enroll
 	setDataPlaneMigrationCondition(st, spec, t)
 	setEnrollmentConflictCondition(st, t)
 	setStrictIsolationCondition(st, spec, t)
+	setAmbientNetworkPolicyCondition(st, spec, t)
 	return setMaintenanceWindowCondition(st, spec)
 }
 
@@ -580,6 +621,74 @@ func setEnrollmentConflictCondition(st *status, t enrollmentTally) {
 	case !t.holdOnly:
 		st.set(v1alpha1.ConditionEnrollmentConflict, metav1.ConditionFalse, v1alpha1.ReasonNoConflict, "No object of someone else stands in the way of an enrolled namespace's policies.")
 	}
+}
+
+// ambientAdvice is what to add to a NetworkPolicy that blocks ambient
+// (docs/servicemesh.md, "Ambient and NetworkPolicies", has the YAML).
+const ambientAdvice = "Add ingress rules admitting TCP 15008 (HBONE) from the peers the policy admits (for instance namespaces labelled " +
+	labels.IstioDataPlaneMode + "=ambient) and the kubelet's probe address " + policy.AmbientProbeSourceCIDR +
+	" (docs/servicemesh.md, Ambient and NetworkPolicies)."
+
+func setAmbientNetworkPolicyCondition(st *status, spec v1alpha1.ServiceMeshSpec, t enrollmentTally) {
+	blocked := slices.Sorted(slices.Values(t.ambientBlocked))
+	unreadable := slices.Sorted(slices.Values(t.ambientUnreadable))
+	switch {
+	case spec.DataPlane != v1alpha1.DataPlaneAmbient:
+		meta.RemoveStatusCondition(&st.next.Conditions, string(v1alpha1.ConditionAmbientNetworkPolicy))
+	case t.holdOnly:
+	case len(blocked) > 0:
+		msg := "These namespaces' NetworkPolicies would cut off their Pods once ztunnel captures them; a namespace not enrolled yet is held out of the mesh, " +
+			"an enrolled one stays enrolled: " + strings.Join(truncated(blocked, 5), "; ") + ". " + ambientAdvice
+		if len(unreadable) > 0 {
+			msg += " NetworkPolicies unreadable, held as they are: " + strings.Join(truncated(unreadable, 5), ", ") + "."
+		}
+		st.set(v1alpha1.ConditionAmbientNetworkPolicy, metav1.ConditionTrue, v1alpha1.ReasonNetworkPolicyBlocksAmbient, msg)
+	case len(unreadable) > 0:
+		st.set(v1alpha1.ConditionAmbientNetworkPolicy, metav1.ConditionUnknown, v1alpha1.ReasonNetworkPolicyUnreadable,
+			"The NetworkPolicies of these namespaces could not be read, so they are held as they are (not enrolled if they were not): "+
+				strings.Join(truncated(unreadable, 5), ", ")+".")
+	default:
+		st.set(v1alpha1.ConditionAmbientNetworkPolicy, metav1.ConditionFalse, v1alpha1.ReasonNetworkPoliciesAdmitAmbient,
+			"No NetworkPolicy of a namespace asked for refuses HBONE (TCP 15008) from the peers it admits or the probe address 169.254.7.127.")
+	}
+}
+
+// ambientGates reads the cluster's NetworkPolicies once and gates each
+// namespace asked for (GateAmbient). A failed read holds every namespace
+// not enrolled yet, and is returned too.
+func (r *ServiceMeshReconciler) ambientGates(ctx context.Context, mesh *v1alpha1.ServiceMesh, cp *v1alpha1.ControlPlaneStatus,
+	namespaces []corev1.Namespace, decisions map[string]enroll.Decision, policies map[string]map[string]*unstructured.Unstructured) (map[string]enroll.AmbientGate, error) {
+	list := &networkingv1.NetworkPolicyList{}
+	readErr := r.Client.List(ctx, list)
+	if readErr != nil {
+		readErr = fmt.Errorf("listing NetworkPolicies: %w", readErr)
+	}
+	byNamespace := map[string][]networkingv1.NetworkPolicy{}
+	for _, np := range list.Items {
+		byNamespace[np.Namespace] = append(byNamespace[np.Namespace], np)
+	}
+	var meshed []netpol.Namespace
+	for i := range namespaces {
+		ns := &namespaces[i]
+		if decisions[ns.Name].Enroll && ns.DeletionTimestamp == nil {
+			meshed = append(meshed, netpol.Namespace{Name: ns.Name, Labels: enroll.MeshedLabels(ns.Labels, mesh.Spec.DataPlane, cp.Revision)})
+		}
+	}
+	gates := map[string]enroll.AmbientGate{}
+	for _, m := range meshed {
+		ns := &corev1.Namespace{}
+		for i := range namespaces {
+			if namespaces[i].Name == m.Name {
+				ns = &namespaces[i]
+			}
+		}
+		// Enrolled: listed so, or carrying what the operator writes only
+		// when it enrolls (labels, policies); a namespace half-way is held
+		// where it is rather than withdrawn.
+		enrolled := slices.Contains(mesh.Status.EnrolledNamespaces, m.Name) || len(ownedLabels(ns)) > 0 || len(policies[m.Name]) > 0
+		gates[m.Name] = enroll.GateAmbient(m, enrolled, byNamespace[m.Name], readErr, meshed)
+	}
+	return gates, readErr
 }
 
 // setEnrollmentFailedCondition reports the enrollment step's errors of
@@ -1217,6 +1326,7 @@ func (r *ServiceMeshReconciler) teardownEnrollment(ctx context.Context, mesh *v1
 	meta.RemoveStatusCondition(&st.next.Conditions, string(v1alpha1.ConditionStrictIsolation))
 	meta.RemoveStatusCondition(&st.next.Conditions, string(v1alpha1.ConditionEnrollmentConflict))
 	meta.RemoveStatusCondition(&st.next.Conditions, string(v1alpha1.ConditionDataPlaneMigration))
+	meta.RemoveStatusCondition(&st.next.Conditions, string(v1alpha1.ConditionAmbientNetworkPolicy))
 	if err := apply.RemoveFinalizer(ctx, r.Client, mesh, EnrollFinalizer); !apierrors.IsNotFound(err) {
 		return err
 	}

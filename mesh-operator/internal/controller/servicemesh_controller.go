@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -233,7 +234,9 @@ func (r *ServiceMeshReconciler) setup(mgr ctrl.Manager, name string) error {
 	if name != "" {
 		b = b.Named(name)
 	}
+	// A NetworkPolicy change may hold or release an ambient enrollment.
 	c, err := b.Watches(&corev1.Namespace{}, toMesh, builder.WithPredicates(predicate.Or(predicate.LabelChangedPredicate{}, predicate.GenerationChangedPredicate{}))).
+		Watches(&networkingv1.NetworkPolicy{}, toMesh, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Build(r)
 	if err != nil {
 		return err

@@ -294,7 +294,36 @@ func TestSetEnrollmentConditions(t *testing.T) {
 				v1alpha1.ConditionEnrollmentConflict: {F, v1alpha1.ReasonNoConflict},
 				v1alpha1.ConditionMaintenanceWindow:  {F, v1alpha1.ReasonNoWindow},
 			},
-			absent: []v1alpha1.ConditionType{v1alpha1.ConditionStrictIsolation},
+			absent: []v1alpha1.ConditionType{v1alpha1.ConditionStrictIsolation, v1alpha1.ConditionAmbientNetworkPolicy},
+		},
+		{
+			name: "ambient: NetworkPolicies admit what capture needs",
+			spec: v1alpha1.ServiceMeshSpec{DataPlane: v1alpha1.DataPlaneAmbient},
+			want: map[v1alpha1.ConditionType]wantCond{v1alpha1.ConditionAmbientNetworkPolicy: {F, v1alpha1.ReasonNetworkPoliciesAdmitAmbient}},
+		},
+		{
+			// The policies are named, and what to add; an unreadable
+			// namespace is still said.
+			name: "ambient: a NetworkPolicy blocks a namespace",
+			spec: v1alpha1.ServiceMeshSpec{DataPlane: v1alpha1.DataPlaneAmbient},
+			tally: enrollmentTally{ambientBlocked: []string{"shop: NetworkPolicy shop/web-only refuses TCP 15008"},
+				ambientUnreadable: []string{"cart (forbidden)"}},
+			want: map[v1alpha1.ConditionType]wantCond{v1alpha1.ConditionAmbientNetworkPolicy: {T, v1alpha1.ReasonNetworkPolicyBlocksAmbient}},
+			message: map[v1alpha1.ConditionType]string{v1alpha1.ConditionAmbientNetworkPolicy: "an enrolled one stays enrolled: shop: NetworkPolicy shop/web-only refuses TCP 15008. " +
+				"Add ingress rules admitting TCP 15008 (HBONE)"},
+		},
+		{
+			name:    "ambient: unreadable NetworkPolicies",
+			spec:    v1alpha1.ServiceMeshSpec{DataPlane: v1alpha1.DataPlaneAmbient},
+			tally:   enrollmentTally{ambientUnreadable: []string{"cart (forbidden)"}},
+			want:    map[v1alpha1.ConditionType]wantCond{v1alpha1.ConditionAmbientNetworkPolicy: {metav1.ConditionUnknown, v1alpha1.ReasonNetworkPolicyUnreadable}},
+			message: map[v1alpha1.ConditionType]string{v1alpha1.ConditionAmbientNetworkPolicy: "cart (forbidden)"},
+		},
+		{
+			name:   "ambient, not Ready: the last verdict stands",
+			spec:   v1alpha1.ServiceMeshSpec{DataPlane: v1alpha1.DataPlaneAmbient},
+			tally:  enrollmentTally{holdOnly: true},
+			absent: []v1alpha1.ConditionType{v1alpha1.ConditionAmbientNetworkPolicy},
 		},
 		{
 			name:    "own Pods hold the cutover; the list is bounded",

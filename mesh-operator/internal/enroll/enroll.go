@@ -6,18 +6,22 @@
 package enroll
 
 import (
+	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/shared/contract"
 	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/netpol"
 	"github.com/ericdev/fleetmesh/shared/podmesh"
 	"github.com/ericdev/fleetmesh/shared/policy"
 )
@@ -540,4 +544,54 @@ func PolicySet(in PolicyInputs) Policies {
 func Paused(obj metav1.Object) bool {
 	v, ok := obj.GetAnnotations()[labels.ReconcilePaused]
 	return ok && v != "false"
+}
+
+// AmbientGate is what a namespace's NetworkPolicies mean for its ambient
+// enrollment.
+type AmbientGate struct {
+	// Hold: do not enroll the namespace (it is not enrolled yet). An
+	// enrolled namespace is never withdrawn for its policies: its Pods are
+	// captured already, and releasing them would change their traffic
+	// again; it is only reported.
+	Hold bool
+	// Blocked ("ns: what") and Unreadable ("ns (error)") report the
+	// namespace; both are empty when nothing stands in the way.
+	Blocked, Unreadable string
+}
+
+// GateAmbient decides from a namespace's NetworkPolicies (readErr: they
+// could not be read) whether it may be enrolled in ambient now; enrolled
+// says it already is. A failed read is not an absence of policies: the
+// namespace is held as it is and reported. meshed are the namespaces
+// enrolled in the mesh with the labels they carry once enrolled (see
+// netpol.Ambient for the rule).
+func GateAmbient(ns netpol.Namespace, enrolled bool, policies []networkingv1.NetworkPolicy, readErr error, meshed []netpol.Namespace) AmbientGate {
+	if readErr == nil {
+		refusals, err := netpol.Ambient(ns, policies, meshed)
+		if err != nil {
+			readErr = err
+		} else if len(refusals) > 0 {
+			what := make([]string, 0, len(refusals))
+			for _, r := range refusals {
+				what = append(what, r.String())
+			}
+			return AmbientGate{Hold: !enrolled, Blocked: ns.Name + ": " + strings.Join(what, "; ")}
+		}
+	}
+	if readErr != nil {
+		return AmbientGate{Hold: !enrolled, Unreadable: fmt.Sprintf("%s (%v)", ns.Name, readErr)}
+	}
+	return AmbientGate{}
+}
+
+// MeshedLabels are a namespace's labels as they stand once it is enrolled
+// in data plane dp: a namespaceSelector that admits meshed namespaces
+// selects them by these.
+func MeshedLabels(nsLabels map[string]string, dp v1alpha1.DataPlane, revision string) map[string]string {
+	out := maps.Clone(nsLabels)
+	if out == nil {
+		out = map[string]string{}
+	}
+	maps.Copy(out, DataPlaneLabels(dp, revision))
+	return out
 }

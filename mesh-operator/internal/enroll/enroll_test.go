@@ -1,15 +1,18 @@
 package enroll
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -18,6 +21,8 @@ import (
 	"github.com/ericdev/fleetmesh/shared/contract"
 	"github.com/ericdev/fleetmesh/shared/golden"
 	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/netpol"
+	"github.com/ericdev/fleetmesh/shared/policy"
 )
 
 var testMesh = &v1alpha1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: "cluster", UID: types.UID("0000-mesh")}}
@@ -393,6 +398,42 @@ func TestForeignPeerAuthentication(t *testing.T) {
 				name = got.GetName()
 			}
 			assert.Equal(t, tc.want, name)
+		})
+	}
+}
+
+// TestGateAmbient: a namespace whose NetworkPolicies block ambient, or
+// cannot be read, is held out of the mesh until it is enrolled, and only
+// reported once it is.
+func TestGateAmbient(t *testing.T) {
+	shop := netpol.Namespace{Name: "shop", Labels: map[string]string{labels.NamespaceName: "shop", labels.IstioDataPlaneMode: "ambient"}}
+	webOnly := networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web-only"}, Spec: networkingv1.NetworkPolicySpec{
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}, Ingress: []networkingv1.NetworkPolicyIngressRule{{Ports: policy.TCPPorts(8080)}}}}
+	unread := errors.New("forbidden")
+	for _, tc := range []struct {
+		name     string
+		enrolled bool
+		policies []networkingv1.NetworkPolicy
+		err      error
+		hold     bool
+		blocked  string
+		unread   string
+	}{
+		{name: "no policy"},
+		{name: "blocked, not enrolled: held", policies: []networkingv1.NetworkPolicy{webOnly}, hold: true, blocked: "shop: NetworkPolicy shop/web-only refuses TCP 15008"},
+		{name: "blocked, enrolled: reported only", enrolled: true, policies: []networkingv1.NetworkPolicy{webOnly}, blocked: "shop: NetworkPolicy shop/web-only refuses TCP 15008"},
+		{name: "unreadable, not enrolled: held", err: unread, hold: true, unread: "shop (forbidden)"},
+		{name: "unreadable, enrolled: reported only", enrolled: true, err: unread, unread: "shop (forbidden)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := GateAmbient(shop, tc.enrolled, tc.policies, tc.err, nil)
+			assert.Equal(t, tc.hold, g.Hold)
+			assert.Equal(t, tc.unread, g.Unreadable)
+			if tc.blocked == "" {
+				assert.Empty(t, g.Blocked)
+			} else {
+				assert.True(t, strings.HasPrefix(g.Blocked, tc.blocked), g.Blocked)
+			}
 		})
 	}
 }

@@ -1,4 +1,4 @@
-package access
+package netpol
 
 import (
 	"fmt"
@@ -67,11 +67,11 @@ func TestSelectorSemanticsMatchKubernetes(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%v", name, l), func(t *testing.T) {
 				// spec.podSelector: a selected Pod is isolated (no rules), so
 				// the connection is denied exactly when the selector matches.
-				n, err := newNetworkPolicies([]networkingv1.NetworkPolicy{ingressPolicy(sel)})
+				n, err := New([]networkingv1.NetworkPolicy{ingressPolicy(sel)})
 				if err != nil {
 					t.Fatal(err)
 				}
-				v, err := n.judge(pod("dst", nil, "198.51.100.1"), pod("dst", l, "198.51.100.2"), 80, "", corev1.ProtocolTCP)
+				v, err := n.Judge(pod("dst", nil, "198.51.100.1"), pod("dst", l, "198.51.100.2"), 80, "", corev1.ProtocolTCP)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -80,11 +80,11 @@ func TestSelectorSemanticsMatchKubernetes(t *testing.T) {
 				}
 				// A peer's podSelector: the source is admitted when it matches.
 				peerSel := sel
-				n, err = newNetworkPolicies([]networkingv1.NetworkPolicy{ingressPolicy(metav1.LabelSelector{}, networkingv1.NetworkPolicyPeer{PodSelector: &peerSel})})
+				n, err = New([]networkingv1.NetworkPolicy{ingressPolicy(metav1.LabelSelector{}, networkingv1.NetworkPolicyPeer{PodSelector: &peerSel})})
 				if err != nil {
 					t.Fatal(err)
 				}
-				v, err = n.judge(pod("dst", l, "198.51.100.1"), pod("dst", nil, "198.51.100.2"), 80, "", corev1.ProtocolTCP)
+				v, err = n.Judge(pod("dst", l, "198.51.100.1"), pod("dst", nil, "198.51.100.2"), 80, "", corev1.ProtocolTCP)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -92,12 +92,12 @@ func TestSelectorSemanticsMatchKubernetes(t *testing.T) {
 					t.Errorf("peer podSelector %s from %v: admitted=%t, Kubernetes says %t (%s)", name, l, v.Allowed, want, v.Ingress.Rule)
 				}
 				// A peer's namespaceSelector, against the source namespace's labels.
-				n, err = newNetworkPolicies([]networkingv1.NetworkPolicy{ingressPolicy(metav1.LabelSelector{}, networkingv1.NetworkPolicyPeer{NamespaceSelector: &peerSel})})
+				n, err = New([]networkingv1.NetworkPolicy{ingressPolicy(metav1.LabelSelector{}, networkingv1.NetworkPolicyPeer{NamespaceSelector: &peerSel})})
 				if err != nil {
 					t.Fatal(err)
 				}
 				src := Endpoint{Namespace: "src", NamespaceLabels: l, IP: "198.51.100.1"}
-				v, err = n.judge(src, pod("dst", nil, "198.51.100.2"), 80, "", corev1.ProtocolTCP)
+				v, err = n.Judge(src, pod("dst", nil, "198.51.100.2"), 80, "", corev1.ProtocolTCP)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -1,4 +1,4 @@
-package access
+package netpol
 
 import (
 	"maps"
