@@ -69,6 +69,9 @@ type State struct {
 	// the namespace, whoever wrote it. istio-cni captures its Pods from
 	// then on, whether or not the mesh operator's state labels say so yet.
 	AmbientLabelled bool
+	// Joining: the mesh operator announces an ambient enrollment it holds
+	// until the namespace's NetworkPolicies admit capture (mesh-state=joining).
+	Joining bool
 }
 
 // Problem is a label whose value this contract does not know; the state is
@@ -102,8 +105,9 @@ func Parse(nsLabels map[string]string) (State, []Problem) {
 	}
 	sort.Strings(s.Edges)
 	s.AmbientLabelled = nsLabels[labels.IstioDataPlaneMode] == string(Ambient)
+	s.Joining = nsLabels[labels.MeshState] == labels.MeshStateJoining
 	if nsLabels[labels.MeshState] != labels.MeshStateEnrolled {
-		if v, ok := nsLabels[labels.MeshState]; ok {
+		if v, ok := nsLabels[labels.MeshState]; ok && !s.Joining {
 			problems = append(problems, Problem{labels.MeshState, v})
 		}
 		return s, problems

@@ -34,6 +34,8 @@ func TestParse(t *testing.T) {
 		{"bad edge", map[string]string{labels.AllowFromPrefix + "edge": "yes"}, State{}, 1},
 		{"Istio's ambient label alone: captured, not enrolled", map[string]string{labels.IstioDataPlaneMode: "ambient"},
 			State{AmbientLabelled: true}, 0},
+		{"announced for ambient: joining, not enrolled", map[string]string{labels.Mesh: "enabled", labels.MeshState: "joining"},
+			State{Request: RequestEnabled, Joining: true}, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

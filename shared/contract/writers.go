@@ -60,6 +60,7 @@ var Table = []Rule{
 	{labels.Mesh, labels.MeshDisabled, []Writer{Admin},
 		"never enroll this namespace; no writer replaces it, whatever else asks"},
 	{labels.MeshState, labels.MeshStateEnrolled, []Writer{MeshOperator}, "the namespace's mesh configuration is in place"},
+	{labels.MeshState, labels.MeshStateJoining, []Writer{MeshOperator}, "the namespace is about to be captured by ambient and waits for its NetworkPolicies to admit capture; workload operators prepare theirs (HBONE, the probe address)"},
 	{labels.MeshDataPlane, string(Ambient), []Writer{MeshOperator}, "its workloads are captured by ztunnel"},
 	{labels.MeshDataPlane, string(Sidecar), []Writer{MeshOperator}, "its workloads get sidecars"},
 	{labels.MeshMTLS, MTLSStrict, []Writer{MeshOperator}, "namespace-wide STRICT mTLS is in force"},

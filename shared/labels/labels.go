@@ -83,6 +83,11 @@ const (
 // MeshStateEnrolled is the value of MeshState for an enrolled namespace.
 const MeshStateEnrolled = "enrolled"
 
+// MeshStateJoining is the value of MeshState for a namespace the mesh
+// operator will enroll in ambient once its NetworkPolicies admit capture:
+// workload operators prepare their policies for capture on seeing it.
+const MeshStateJoining = "joining"
+
 // IstioDataPlaneMode is Istio's ambient label; "none" opts a Pod out.
 const IstioDataPlaneMode = "istio.io/dataplane-mode"
 

@@ -331,8 +331,9 @@ type Intent struct {
 	// SidecarNamespace: the namespace is enrolled in a sidecar mesh.
 	SidecarNamespace bool
 	// EnrollmentInEffect: the namespace is enrolled (the mesh operator's
-	// state labels) or carries Istio's ambient capture label, whoever wrote
-	// it. Read from the namespace as it is, never from the fleet's status:
+	// state labels), announced for ambient (mesh-state=joining: capture
+	// waits for the fleet's policy to admit it), or carries Istio's ambient
+	// capture label, whoever wrote it. Read from the namespace as it is, never from the fleet's status:
 	// without it nothing can capture or inject the members on the mesh's
 	// behalf, and a fleet that asks for the mesh has nothing to stand by for.
 	EnrollmentInEffect bool
@@ -355,7 +356,7 @@ func IntentFor(f *v1alpha1.CelldFleet, ns contract.State) Intent {
 	in.OptedOut = ns.Request == contract.RequestDisabled
 	in.Strict = ns.Enrolled && ns.MTLS == contract.MTLSStrict
 	in.SidecarNamespace = ns.Enrolled && ns.DataPlane == contract.Sidecar
-	in.EnrollmentInEffect = ns.Enrolled || ns.AmbientLabelled
+	in.EnrollmentInEffect = ns.Enrolled || ns.AmbientLabelled || ns.Joining
 	switch {
 	case mode == v1alpha1.MeshDisabled:
 		in.Disabled = true

@@ -176,6 +176,8 @@ func TestIntentModeAndControlPlane(t *testing.T) {
 		"auto without an enrollment in effect: no standby policy, no HBONE (a no-op, as the mesh seed has it)")
 	assert.True(t, IntentFor(plain, contract.State{Request: contract.RequestEnabled, AmbientLabelled: true}).StandsBy(),
 		"Istio's ambient label on the namespace: capture may come before the state labels")
+	assert.True(t, IntentFor(plain, contract.State{Request: contract.RequestEnabled, Joining: true}).StandsBy(),
+		"announced for ambient (mesh-state=joining): the mesh operator captures only once this fleet's policy admits HBONE")
 	assert.False(t, optedOut.StandsBy())
 	assert.False(t, IntentFor(explicit, contract.State{}).AsksForMesh(), "spec.mesh.istio is a sidecar, not a request")
 	assert.Equal(t, Intent{Sidecar: true, EnrollmentInEffect: true, Access: v1alpha1.Policies, ControlPlane: "istio-system"}, IntentFor(explicit, ambientNS), "spec.mesh.istio wins over an ambient namespace")

@@ -70,12 +70,13 @@ func TestAmbientNetworkPolicyIntegration(t *testing.T) {
 		require.NotNil(t, c, "condition %s", v1alpha1.ConditionAmbientNetworkPolicy)
 		return c
 	}
-	dataPlane := func(name string) string {
+	nsLabel := func(name, key string) string {
 		t.Helper()
 		ns := &corev1.Namespace{}
 		require.NoError(t, admin.Get(ctx, client.ObjectKey{Name: name}, ns))
-		return ns.Labels[labels.IstioDataPlaneMode]
+		return ns.Labels[key]
 	}
+	dataPlane := func(name string) string { t.Helper(); return nsLabel(name, labels.IstioDataPlaneMode) }
 
 	// billing has no NetworkPolicy; shop has one that admits only 8080.
 	for _, n := range []string{"shop", "billing"} {
@@ -98,8 +99,13 @@ func TestAmbientNetworkPolicyIntegration(t *testing.T) {
 	assert.Contains(t, c.Message, "NetworkPolicy shop/web-only")
 	assert.Contains(t, c.Message, "15008", "the message says what to admit")
 	assert.Equal(t, 1, evs.count(string(v1alpha1.ReasonNetworkPolicyBlocksAmbient), "shop/web-only"), "a Warning event names the policy")
+	// Held, shop is announced: a workload operator admitting HBONE only
+	// where an enrollment is in effect (the fleet operator) opens it now,
+	// before anything captures its Pods.
+	assert.Equal(t, labels.MeshStateJoining, nsLabel("shop", labels.MeshState), "shop is announced for ambient")
 	_, m = b.reconcile(t)
 	assert.NotContains(t, m.Status.EnrolledNamespaces, "shop", "held on every pass")
+	assert.Empty(t, dataPlane("shop"), "announced is not captured")
 	assert.Equal(t, 1, evs.count(string(v1alpha1.ReasonNetworkPolicyBlocksAmbient), "shop/web-only"), "reported once, not every pass")
 
 	// The user adds the documented rule: shop enrolls.
@@ -109,6 +115,7 @@ func TestAmbientNetworkPolicyIntegration(t *testing.T) {
 	_, m = b.reconcile(t)
 	assert.Contains(t, m.Status.EnrolledNamespaces, "shop")
 	assert.Equal(t, "ambient", dataPlane("shop"))
+	assert.Equal(t, labels.MeshStateEnrolled, nsLabel("shop", labels.MeshState))
 	c = cond(m)
 	assert.Equal(t, metav1.ConditionFalse, c.Status)
 	assert.Equal(t, string(v1alpha1.ReasonNetworkPoliciesAdmitAmbient), c.Reason)

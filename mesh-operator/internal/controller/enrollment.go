@@ -99,6 +99,32 @@ func requestLabels(ns *corev1.Namespace) map[string]string {
 	return out
 }
 
+// enrollingLabels: the operator holds a label on ns that it writes only
+// as it enrolls the namespace (not the request, not the announcement).
+func enrollingLabels(ns *corev1.Namespace) bool {
+	for k := range ownedLabels(ns) {
+		if k == labels.Mesh || (k == labels.MeshState && ns.Labels[k] == labels.MeshStateJoining) {
+			continue
+		}
+		return true
+	}
+	return false
+}
+
+// joiningLabels are the labels the operator applies on a namespace it
+// announces for ambient: those it holds already, as they are, and
+// mesh-state=joining.
+func joiningLabels(ns *corev1.Namespace) map[string]string {
+	want := map[string]string{}
+	for k := range ownedLabels(ns) {
+		if v, ok := ns.Labels[k]; ok {
+			want[k] = v
+		}
+	}
+	want[labels.MeshState] = labels.MeshStateJoining
+	return want
+}
+
 // applyNamespaceLabels makes want exactly the set of labels the operator
 // applies on ns (server-side apply: keys it stops applying are removed
 // unless someone else also holds them). It goes through the contract's one
@@ -347,6 +373,21 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 		}
 		if g.Unreadable != "" {
 			ambientUnreadable = append(ambientUnreadable, g.Unreadable)
+		}
+	}
+	// A namespace held only by its NetworkPolicies is announced
+	// (mesh-state=joining): a workload operator, the fleet operator among
+	// them, opens HBONE and the probe address on seeing it, and the next
+	// pass, woken by the changed policies, enrolls it. Capture never comes
+	// before the policies admit it, and a fleet that admits HBONE only
+	// where an enrollment is in effect is not left waiting for one.
+	for i := range nsList.Items {
+		ns := &nsList.Items[i]
+		if g := gates[ns.Name]; ns.DeletionTimestamp != nil || !decisions[ns.Name].Enroll || !g.Hold || g.Blocked == "" || enroll.Paused(ns) {
+			continue
+		}
+		if err := r.applyNamespaceLabels(ctx, ns, joiningLabels(ns)); err != nil {
+			errs = append(errs, fmt.Errorf("announcing namespace %s for ambient: %w", ns.Name, err))
 		}
 	}
 	// The namespaces to enroll (or, held, to relax), in name order.
@@ -683,9 +724,11 @@ func (r *ServiceMeshReconciler) ambientGates(ctx context.Context, mesh *v1alpha1
 			}
 		}
 		// Enrolled: listed so, or carrying what the operator writes only
-		// when it enrolls (labels, policies); a namespace half-way is held
-		// where it is rather than withdrawn.
-		enrolled := slices.Contains(mesh.Status.EnrolledNamespaces, m.Name) || len(ownedLabels(ns)) > 0 || len(policies[m.Name]) > 0
+		// when it enrolls (state labels, policies); a namespace half-way is
+		// held where it is rather than withdrawn. The enrollment request it
+		// writes for spec.enrollNamespaces and its announcement (joining)
+		// come before enrolling.
+		enrolled := slices.Contains(mesh.Status.EnrolledNamespaces, m.Name) || enrollingLabels(ns) || len(policies[m.Name]) > 0
 		gates[m.Name] = enroll.GateAmbient(m, enrolled, byNamespace[m.Name], readErr, meshed)
 	}
 	return gates, readErr
