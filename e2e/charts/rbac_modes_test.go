@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -152,7 +154,7 @@ func TestMeshSailChartSource(t *testing.T) {
 
 	c = operatorContainer(t, deployment(t, render(t, meshRelease, nil), ns, name))
 	for _, e := range c.Env {
-		assert.Nil(t, e.ValueFrom.SecretKeyRef, "no credentials by default: %s", e.Name)
+		assert.True(t, e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil, "no credentials by default: %s", e.Name)
 	}
 	_, err := templateYAML(t, meshRelease, values{"sail": values{"chart": values{"repository": "ftp://registry.example/charts"}}})
 	require.Error(t, err)
@@ -164,7 +166,7 @@ func TestMeshSailChartSource(t *testing.T) {
 func TestMeshSailChartCA(t *testing.T) {
 	const ns, name = "mesh-system", "mesh-operator"
 	d := deployment(t, render(t, meshRelease, nil), ns, name)
-	assert.Empty(t, d.Spec.Template.Spec.Volumes)
+	assert.Equal(t, []string{"tmp"}, volumeNames(d), "only the download directory")
 	_, set := flagValue(operatorContainer(t, d).Args, "sail-chart-ca-file")
 	assert.False(t, set)
 
@@ -172,12 +174,12 @@ func TestMeshSailChartCA(t *testing.T) {
 	c := operatorContainer(t, d)
 	file, ok := flagValue(c.Args, "sail-chart-ca-file")
 	require.True(t, ok)
-	require.Len(t, c.VolumeMounts, 1)
-	assert.True(t, c.VolumeMounts[0].ReadOnly)
-	assert.Equal(t, c.VolumeMounts[0].MountPath+"/ca.crt", file)
-	require.Len(t, d.Spec.Template.Spec.Volumes, 1)
-	v := d.Spec.Template.Spec.Volumes[0]
-	assert.Equal(t, c.VolumeMounts[0].Name, v.Name)
+	require.Len(t, c.VolumeMounts, 2)
+	assert.True(t, c.VolumeMounts[1].ReadOnly)
+	assert.Equal(t, c.VolumeMounts[1].MountPath+"/ca.crt", file)
+	require.Len(t, d.Spec.Template.Spec.Volumes, 2)
+	v := d.Spec.Template.Spec.Volumes[1]
+	assert.Equal(t, c.VolumeMounts[1].Name, v.Name)
 	require.NotNil(t, v.ConfigMap)
 	assert.Equal(t, "mirror-ca", v.ConfigMap.Name)
 	require.Len(t, v.ConfigMap.Items, 1)
@@ -193,11 +195,17 @@ func TestMeshSailChartKeyring(t *testing.T) {
 	c := operatorContainer(t, d)
 	mounts := map[string]string{}
 	for _, m := range c.VolumeMounts {
+		if m.Name == "tmp" {
+			continue
+		}
 		assert.True(t, m.ReadOnly, m.Name)
 		mounts[m.Name] = m.MountPath
 	}
 	sources := map[string]string{}
 	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Name == "tmp" {
+			continue
+		}
 		require.NotNil(t, v.ConfigMap, v.Name)
 		require.Len(t, v.ConfigMap.Items, 1)
 		sources[v.Name] = v.ConfigMap.Name + "/" + v.ConfigMap.Items[0].Key
@@ -211,7 +219,47 @@ func TestMeshSailChartKeyring(t *testing.T) {
 	assert.Equal(t, map[string]string{"sail-chart-keyring": "sail-keys/keyring.gpg", "sail-chart-ca": "mirror-ca/ca.crt"}, sources)
 
 	d = deployment(t, render(t, meshRelease, values{"sail": values{"chart": values{"keyringConfigMap": "sail-keys"}}}), ns, name)
-	assert.Len(t, d.Spec.Template.Spec.Volumes, 1)
+	assert.Equal(t, []string{"tmp", "sail-chart-keyring"}, volumeNames(d))
 	_, set := flagValue(operatorContainer(t, d).Args, "sail-chart-ca-file")
 	assert.False(t, set)
+}
+
+func volumeNames(d *appsv1.Deployment) []string {
+	var out []string
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		out = append(out, v.Name)
+	}
+	return out
+}
+
+// TestMeshSailChartDownload: Helm's downloader works in /tmp, a writable
+// emptyDir under the read-only root file system; the chart's digest is
+// passed only when set (the operator ships the default version's).
+func TestMeshSailChartDownload(t *testing.T) {
+	const ns, name = "mesh-system", "mesh-operator"
+	d := deployment(t, render(t, meshRelease, nil), ns, name)
+	c := operatorContainer(t, d)
+	require.NotEmpty(t, d.Spec.Template.Spec.Volumes)
+	tmp := d.Spec.Template.Spec.Volumes[0]
+	assert.Equal(t, "tmp", tmp.Name)
+	require.NotNil(t, tmp.EmptyDir)
+	require.NotEmpty(t, c.VolumeMounts)
+	assert.Equal(t, "/tmp", c.VolumeMounts[0].MountPath)
+	assert.False(t, c.VolumeMounts[0].ReadOnly)
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	for _, k := range []string{"TMPDIR", "HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME"} {
+		assert.True(t, strings.HasPrefix(env[k], "/tmp"), "%s=%s under the emptyDir", k, env[k])
+	}
+	_, set := flagValue(c.Args, "sail-chart-digest")
+	assert.False(t, set, "the operator's own digest for its default version")
+
+	digest := strings.Repeat("0f", 32)
+	c = operatorContainer(t, deployment(t, render(t, meshRelease, values{"sail": values{"chart": values{"version": "1.31.0", "digest": digest}}}), ns, name))
+	assertFlags(t, c.Args, map[string]string{"sail-chart-version": "1.31.0", "sail-chart-digest": digest})
+	_, err := templateYAML(t, meshRelease, values{"sail": values{"chart": values{"digest": "not-a-digest"}}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "at '/sail/chart/digest'")
 }

@@ -360,7 +360,8 @@ func TestMeshLicenseCreateNeedsValue(t *testing.T) {
 
 // TestRBACNeverBroad checks every value set of both charts: no wildcard, no
 // non-resource URLs, no Secret access except get on the one license Secret
-// by name in a namespaced Role. The fleet operator, beyond that, never gets
+// by name in a namespaced Role, and (mesh operator, sail.install=true) the
+// Sail release's Helm records in its own namespace. The fleet operator, beyond that, never gets
 // rights on RBAC, CRDs, admission webhooks, ConfigMaps, Namespaces or Nodes.
 // (What the mesh operator needs to install the Sail Operator is listed, and
 // checked, in docs/security.md.)
@@ -383,6 +384,15 @@ func TestRBACNeverBroad(t *testing.T) {
 						continue
 					}
 					assert.Empty(t, r.NonResourceURLs, where)
+					if containsAny(r.Resources, "secrets") && strings.HasSuffix(role, "-sail-installer") {
+						// The Sail release's Helm records (secret driver),
+						// in the operator's own namespace only: Helm lists
+						// them by label, so they cannot be named.
+						assert.Equal(t, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"},
+							Verbs: []string{"get", "list", "create", "update", "delete"}}, r, where)
+						assert.True(t, strings.HasPrefix(role, "Role mesh-system/"), "%s: only in the operator's namespace", where)
+						continue
+					}
 					if containsAny(r.Resources, "secrets") {
 						assert.Equal(t, []string{"get"}, r.Verbs, where)
 						assert.Len(t, r.ResourceNames, 1, "%s: one named Secret only", where)

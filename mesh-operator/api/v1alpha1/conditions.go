@@ -136,6 +136,16 @@ const (
 	ReasonReconcileError       ConditionReason = "ReconcileError"
 	ReasonSailChartUnavailable ConditionReason = "SailChartUnavailable"
 	ReasonSailInstallFailed    ConditionReason = "SailInstallFailed"
+	// ReasonSailChartUntrusted: the Sail chart archive fetched is not the
+	// one the operator pins for the version (its sha256 differs, or no
+	// digest is pinned): nothing is installed or upgraded from it.
+	ReasonSailChartUntrusted ConditionReason = "SailChartUntrusted"
+	// ReasonSailReleaseUntrusted: the stored Sail release is not the one
+	// the operator recorded (or, from an earlier operator version, not what
+	// it renders), so it neither upgrades, rolls back nor uninstalls it
+	// (each would delete what that record lists). Also a SailTeardown
+	// reason, and the reason of the Warning event.
+	ReasonSailReleaseUntrusted ConditionReason = "SailReleaseUntrusted"
 )
 
 // Reasons of ControlPlaneReady (and of Ready and Reconciling while it is

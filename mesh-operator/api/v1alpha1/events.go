@@ -23,6 +23,10 @@ const (
 	// EventSailOperatorRepaired: a Sail Operator release left failed or
 	// half done (pending) was rolled back or installed again.
 	EventSailOperatorRepaired EventReason = "SailOperatorRepaired"
+	// EventSailReleaseAdopted: a Sail release an earlier operator version
+	// stored as ConfigMaps in the Sail namespace was checked and moved into
+	// the operator's own storage.
+	EventSailReleaseAdopted EventReason = "SailReleaseAdopted"
 	// EventNamespaceEnrolled and EventNamespaceReleased: a namespace joined
 	// or left the enrollment.
 	EventNamespaceEnrolled EventReason = "NamespaceEnrolled"

@@ -24,6 +24,17 @@ const (
 	// release is tested with (the integration tests install a chart of this
 	// version), installed unless --sail-chart-version says otherwise.
 	DefaultSailChartVersion = "1.30.0"
+	// DefaultSailChartDigest is the sha256 of the DefaultSailChartVersion
+	// archive this release is tested with: the chart is installed only when
+	// the archive fetched has it, whatever the repository's index says.
+	// --sail-chart-version and --sail-chart-digest override the pair
+	// together; a version without a digest is refused (SailChartUntrusted).
+	//
+	// The value is the digest the Sail project publishes for 1.30.0 in its
+	// chart repository's index.yaml (entry sail-operator 1.30.0, generated
+	// 2026-09-29); Helm writes there the sha256 of the archive. Recheck it
+	// with sha256sum on the archive when DefaultSailChartVersion changes.
+	DefaultSailChartDigest = "5e6be71498354df945bd4d7259e1f692552d1103999eb6655c7bd872b716c20f"
 	// SailReleaseName is the Helm release (and Deployment) name of a Sail
 	// Operator the mesh operator installs.
 	SailReleaseName = "sail-operator"
@@ -78,7 +89,8 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.SailInstall, "sail-install", true, "let mode managed install the Sail Operator from its Helm chart when it is absent (needs the installer RBAC, see docs/servicemesh.md)")
 	fs.StringVar(&c.SailChart.Repository, "sail-chart-repository", DefaultSailChartRepository, "Helm chart repository (serving index.yaml) holding the Sail Operator chart, e.g. an internal mirror; oci://HOST/PATH for an OCI registry (the chart is HOST/PATH/NAME:VERSION); a URL ending in .tgz is used as the chart archive itself. Credentials: $SAIL_CHART_USERNAME and $SAIL_CHART_PASSWORD")
 	fs.StringVar(&c.SailChart.Name, "sail-chart-name", DefaultSailChartName, "name of the Sail Operator chart in the repository")
-	fs.StringVar(&c.SailChart.Version, "sail-chart-version", DefaultSailChartVersion, "Sail Operator chart version to install; the default is the version this release is tested with; empty takes the newest stable version in the repository")
+	fs.StringVar(&c.SailChart.Version, "sail-chart-version", DefaultSailChartVersion, "Sail Operator chart version to install; the default is the version this release is tested with (another version needs --sail-chart-digest too)")
+	fs.StringVar(&c.SailChart.Digest, "sail-chart-digest", "", "sha256 of the chart archive of --sail-chart-version; a chart with another digest is refused. Empty: the digest this release ships for its default version (no other version is installed without one)")
 	fs.BoolVar(&c.SailChart.InsecureHTTP, "sail-chart-insecure-http", false, "allow fetching the Sail Operator chart over plain http (test repositories only: the chart gets escalate and bind, and over http its digest proves nothing)")
 	fs.StringVar(&c.SailChart.Keyring, "sail-chart-keyring", "", "OpenPGP keyring; when set, the Sail chart is installed only with a provenance file (.prov) signed by one of its keys (helm install --verify)")
 	fs.StringVar(&c.SailChartCAFile, "sail-chart-ca-file", "", "PEM file of CAs to trust, besides the system's, for the Sail chart repository or OCI registry (an internal mirror signed by a private CA)")
@@ -111,6 +123,10 @@ func (c *Config) Validate() error {
 		}
 		if c.SailChart.Name == "" || c.SailNamespace == "" {
 			return fmt.Errorf("--sail-chart-name and --sail-namespace must not be empty")
+		}
+		// The compiled-in digest vouches for the compiled-in version only.
+		if c.SailChart.Digest == "" && c.SailChart.Version == DefaultSailChartVersion {
+			c.SailChart.Digest = DefaultSailChartDigest
 		}
 	}
 	keys, err := c.keyOptions.TrustedKeys()

@@ -213,7 +213,7 @@ func (r *ServiceMeshReconciler) installSail(ctx context.Context, mesh *v1alpha1.
 	ch, err := r.loadChart(ctx)
 	if err != nil {
 		rd.msg = err.Error()
-		return rd, withReason(v1alpha1.ReasonSailChartUnavailable, err)
+		return rd, withChartReason(err)
 	}
 	if err := r.ensureFinalizer(ctx, mesh); err != nil {
 		return rd, err
@@ -280,21 +280,42 @@ func (r *ServiceMeshReconciler) reconcileSailRelease(ctx context.Context, mesh *
 		if err != nil {
 			return err
 		}
+		if rel == nil {
+			// An earlier operator version kept the release as ConfigMaps
+			// in the Sail namespace: adopted once checked, or refused.
+			adopted, err := r.adoptLegacySailRelease(ctx, mesh)
+			if err != nil {
+				return err
+			}
+			if adopted {
+				continue
+			}
+		}
 		if sailinstall.Current(rel, r.Config.SailChart.Version, r.Config.SailValues) {
+			r.recordCurrentSailRelease(ctx, rel)
 			return nil
 		}
 		ch, err := r.loadChart(ctx)
 		if err != nil {
-			return withReason(v1alpha1.ReasonSailChartUnavailable, err)
+			return withChartReason(err)
 		}
 		d := sailinstall.DecideRelease(rel, ch.Metadata.Version, r.Config.SailValues, sole)
 		log.V(1).Info("Sail release", "action", d.Action, "why", d.Why)
+		if d.Action != sailinstall.ReleaseKeep && d.Action != sailinstall.ReleaseInstall {
+			// Each of the others deletes what the stored release lists.
+			if err := r.checkSailRelease(ctx, rel, ch); err != nil {
+				return err
+			}
+		}
 		switch d.Action {
 		case sailinstall.ReleaseKeep:
 			return nil
 		case sailinstall.ReleaseInstall:
 			if err := r.Helm.Install(ctx, ch, r.Config.SailValues); err != nil {
 				return withReason(v1alpha1.ReasonSailInstallFailed, err)
+			}
+			if err := r.recordSailRelease(ctx, ch); err != nil {
+				return err
 			}
 			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.EventSailOperatorInstalled), "Install",
 				"Installed the Sail Operator chart %s %s into namespace %s.", ch.Metadata.Name, ch.Metadata.Version, ns)
@@ -306,12 +327,18 @@ func (r *ServiceMeshReconciler) reconcileSailRelease(ctx context.Context, mesh *
 			if err := r.upgradeSail(ctx, ch); err != nil {
 				return withReason(v1alpha1.ReasonSailInstallFailed, err)
 			}
+			if err := r.recordSailRelease(ctx, ch); err != nil {
+				return err
+			}
 			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.EventSailOperatorUpgraded), "Upgrade",
 				"Upgraded the Sail Operator release in namespace %s (%s).", ns, d.Why)
 			return nil
 		case sailinstall.ReleaseRollback:
 			if err := r.Helm.Rollback(d.RollbackTo); err != nil {
 				return withReason(v1alpha1.ReasonSailInstallFailed, err)
+			}
+			if err := r.recordSailRelease(ctx, nil); err != nil {
+				return err
 			}
 			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.EventSailOperatorRepaired), "Rollback",
 				"Rolled back the Sail Operator release in namespace %s (%s).", ns, d.Why)
@@ -324,6 +351,9 @@ func (r *ServiceMeshReconciler) reconcileSailRelease(ctx context.Context, mesh *
 			}
 			if err := r.Helm.Install(ctx, ch, r.Config.SailValues); err != nil {
 				return withReason(v1alpha1.ReasonSailInstallFailed, err)
+			}
+			if err := r.recordSailRelease(ctx, ch); err != nil {
+				return err
 			}
 			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.EventSailOperatorRepaired), "Install",
 				"Installed the Sail Operator chart %s %s into namespace %s again (%s).", ch.Metadata.Name, ch.Metadata.Version, ns, d.Why)
@@ -375,6 +405,15 @@ func (r *ServiceMeshReconciler) upgradeSail(ctx context.Context, ch *sailinstall
 // them (Helm created them at the install).
 const sailCRDFieldManager = "mesh-operator-sail-crds"
 
+// withChartReason: a chart that could not be fetched is SailChartUnavailable;
+// one fetched but not the pinned archive is SailChartUntrusted.
+func withChartReason(err error) error {
+	if errors.Is(err, sailinstall.ErrChartNotPinned) {
+		return withReason(v1alpha1.ReasonSailChartUntrusted, err)
+	}
+	return withReason(v1alpha1.ReasonSailChartUnavailable, err)
+}
+
 // loadChart fetches the Sail chart once per process and source (a flag).
 func (r *ServiceMeshReconciler) loadChart(ctx context.Context) (*sailinstall.Chart, error) {
 	r.chartMu.Lock()
@@ -382,11 +421,11 @@ func (r *ServiceMeshReconciler) loadChart(ctx context.Context) (*sailinstall.Cha
 	if r.chart != nil && r.chartFrom == r.Config.SailChart {
 		return r.chart, nil
 	}
-	ch, err := r.Config.SailChart.Fetch(ctx, r.HTTP)
+	ch, digest, err := r.Config.SailChart.FetchWithDigest(ctx, r.HTTP)
 	if err != nil {
 		return nil, fmt.Errorf("fetching the Sail Operator chart %s: %w", r.Config.SailChart, err)
 	}
-	r.chart, r.chartFrom = ch, r.Config.SailChart
+	r.chart, r.chartDigest, r.chartFrom = ch, digest, r.Config.SailChart
 	return ch, nil
 }
 

@@ -46,6 +46,8 @@ type enrollmentBed struct {
 	clock      *fakeClock
 	license    *corev1.Secret
 	r          *ServiceMeshReconciler
+	// sailCharts are the Sail chart archives served, by version.
+	sailCharts map[string][]byte
 }
 
 func startEnrollmentBed(t *testing.T, licenseID string, rec recorder.EventRecorder) *enrollmentBed {

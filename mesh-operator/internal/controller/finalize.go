@@ -379,14 +379,22 @@ func (r *ServiceMeshReconciler) releaseSail(ctx context.Context, mesh *v1alpha1.
 	// CRDs of the Sail API groups, created after the record, are deleted.
 	ch, err := r.loadChart(ctx)
 	if err != nil {
-		return "", "", nil, withReason(v1alpha1.ReasonSailChartUnavailable, fmt.Errorf("the Sail chart is needed to check which CRDs the holders record may name, so the uninstall waits: %w", err))
+		return "", "", nil, withChartReason(fmt.Errorf("the Sail chart is needed to check which CRDs the holders record may name, so the uninstall waits: %w", err))
 	}
 	chartCRDs, err := sailinstall.CRDNames(ch)
 	if err != nil {
 		return "", "", nil, err
 	}
 	candidates, ignored := sailinstall.RemovableCRDs(rec.CRDs, chartCRDs)
+	// The uninstall deletes what the stored release lists: only a release
+	// the operator recorded (sailrelease.go).
+	if reason, msg, err := r.sailReleaseForUninstall(ctx, mesh, ch); err != nil || reason != "" {
+		return reason, msg, nil, err
+	}
 	if err := r.Helm.Uninstall(); err != nil {
+		return "", "", nil, err
+	}
+	if err := r.records().DeleteInstalled(ctx, r.Config.OperatorNamespace); err != nil {
 		return "", "", nil, err
 	}
 	var uses []crdUse

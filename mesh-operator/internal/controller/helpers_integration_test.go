@@ -37,6 +37,7 @@ import (
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/enroll"
 
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/sail"
+	"github.com/ericdev/fleetmesh/mesh-operator/internal/sailinstall"
 )
 
 // packageChart builds the fake sail-operator chart archive: testdata's
@@ -120,6 +121,13 @@ entries:
 }
 
 func (c *chartRepo) count(path string) int32 { return c.hits[path].Load() }
+
+// pinnedChart is the source of version among charts (served at url), with
+// its archive's digest pinned as the operator pins its tested chart.
+func pinnedChart(url, version string, charts map[string][]byte) sailinstall.ChartSource {
+	sum := sha256.Sum256(charts[version])
+	return sailinstall.ChartSource{Repository: url, Name: "sail-operator", Version: version, Digest: hex.EncodeToString(sum[:]), InsecureHTTP: true}
+}
 
 // fakeSail plays the Sail controller: it puts its finalizer on every Sail
 // CR, releases it when the CR is deleted, and reports Ready for the current

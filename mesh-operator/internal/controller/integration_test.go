@@ -74,11 +74,19 @@ func grantOperatorRBAC(t *testing.T, c client.Client, root string, installer boo
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"license"}, Verbs: []string{"get"}}}}))
 	require.NoError(t, c.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "mesh-system", Name: "mesh-operator"},
 		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "mesh-operator"}, Subjects: subject}))
+	if installer {
+		// As the chart's RELEASE-sail-installer Role: the Sail release's
+		// Helm records, Secrets in the operator's own namespace.
+		require.NoError(t, c.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "mesh-system", Name: "mesh-operator-sail-installer"},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "create", "update", "delete"}}}}))
+		require.NoError(t, c.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "mesh-system", Name: "mesh-operator-sail-installer"},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "mesh-operator-sail-installer"}, Subjects: subject}))
+	}
 	// One request each binding grants: the reconciler must not start before they apply.
 	granted := []authorizationv1.ResourceAttributes{coreAccess[0],
 		{Verb: "get", Resource: "secrets", Namespace: "mesh-system", Name: "license"}}
 	if installer {
-		granted = append(granted, installerOnlyAccess[0])
+		granted = append(granted, installerOnlyAccess[0], authorizationv1.ResourceAttributes{Verb: "create", Resource: "secrets", Namespace: "mesh-system"})
 	}
 	testenv.WaitAllowed(t, c, operatorUser, granted...)
 }
@@ -137,7 +145,8 @@ func TestIntegration(t *testing.T) {
 	require.NoError(t, err)
 	dc, err := discovery.NewDiscoveryClientForConfig(asOperator)
 	require.NoError(t, err)
-	repo := serveChart(t, packageChart(t, root))
+	archive := packageChart(t, root)
+	repo := serveChart(t, archive)
 	recorder := events.NewFakeRecorder(100)
 	licMetrics := metrics.NewLicense(time.Now)
 	reg := prometheus.NewRegistry()
@@ -145,10 +154,10 @@ func TestIntegration(t *testing.T) {
 	cfg := Config{OperatorNamespace: "mesh-system", LicenseSecret: "license", Keys: []ed25519.PublicKey{pub},
 		SailInstall: true, SailNamespace: "sail-operator", HelmTimeout: time.Minute,
 		// The test repository is plain http on 127.0.0.1: allowed only explicitly.
-		SailChart: sailinstall.ChartSource{Repository: repo.URL, Name: "sail-operator", Version: "1.30.0", InsecureHTTP: true}}
+		SailChart: pinnedChart(repo.URL, "1.30.0", map[string][]byte{"1.30.0": archive})}
 	r := &ServiceMeshReconciler{
 		Client: opClient, Reader: opClient, Served: &served.Catalog{Discovery: dc}, HTTP: repo.Client(),
-		Helm:   &sailinstall.Helm{Config: asOperator, Namespace: cfg.SailNamespace, ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute},
+		Helm:   &sailinstall.Helm{Config: asOperator, StorageNamespace: "mesh-system", Namespace: cfg.SailNamespace, ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute},
 		Config: cfg, Recorder: recorder, Now: time.Now, Metrics: licMetrics,
 	}
 	fake := fakeSail{t: t, c: admin}

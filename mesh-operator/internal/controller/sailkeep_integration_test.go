@@ -87,7 +87,7 @@ func TestManagedSailKeptCurrent(t *testing.T) {
 	uid := d.UID
 
 	t.Run("a newer pinned chart upgrades the release in place", func(t *testing.T) {
-		b.r.Config.SailChart.Version = "1.31.0"
+		b.r.Config.SailChart = pinnedChart(b.r.Config.SailChart.Repository, "1.31.0", b.sailCharts)
 		m := pass()
 		rel, d := state()
 		assert.Equal(t, "1.31.0", rel.ChartVersion, "the release follows the pinned chart")
@@ -119,12 +119,12 @@ func TestManagedSailKeptCurrent(t *testing.T) {
 	})
 
 	t.Run("an older pinned chart is no downgrade", func(t *testing.T) {
-		b.r.Config.SailChart.Version = "1.30.0"
+		b.r.Config.SailChart = pinnedChart(b.r.Config.SailChart.Repository, "1.30.0", b.sailCharts)
 		pass()
 		rel, _ := state()
 		assert.Equal(t, 3, rel.Revision)
 		assert.Equal(t, "1.31.0", rel.ChartVersion)
-		b.r.Config.SailChart.Version = "1.31.0"
+		b.r.Config.SailChart = pinnedChart(b.r.Config.SailChart.Repository, "1.31.0", b.sailCharts)
 	})
 
 	t.Run("once another party holds the installation, it stays as it is", func(t *testing.T) {
@@ -231,10 +231,11 @@ func startSailBedWithCharts(t *testing.T, log *eventLog) *enrollmentBed {
 	charts := map[string][]byte{"1.30.0": base, "1.31.0": rechart(t, base, "1.31.0")}
 	srv := serveCharts(t, charts)
 	b.r.HTTP = srv.Client()
-	b.r.Helm = &sailinstall.Helm{Config: b.asOperator, Namespace: "sail-operator", ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}
+	b.r.Helm = &sailinstall.Helm{Config: b.asOperator, StorageNamespace: "mesh-system", Namespace: "sail-operator", ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}
 	b.r.Config.SailInstall = true
 	b.r.Config.HelmTimeout = time.Minute
-	b.r.Config.SailChart = sailinstall.ChartSource{Repository: srv.URL, Name: DefaultSailChartName, Version: "1.30.0", InsecureHTTP: true}
+	b.sailCharts = charts
+	b.r.Config.SailChart = pinnedChart(srv.URL, "1.30.0", charts)
 	require.NoError(t, b.admin.Create(context.Background(), &v1alpha1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: "cluster"},
 		Spec: v1alpha1.ServiceMeshSpec{DataPlane: v1alpha1.DataPlaneSidecar}}))
 	return b
@@ -261,7 +262,7 @@ func TestSailInstallKilledMidwayIsFinished(t *testing.T) {
 		{
 			name: "before Helm wrote the release",
 			killAt: func(req *http.Request) bool {
-				return req.Method == http.MethodPost && strings.Contains(req.URL.Path, "/configmaps")
+				return req.Method == http.MethodPost && strings.Contains(req.URL.Path, "/secrets")
 			},
 			event: v1alpha1.EventSailOperatorInstalled, says: "Installed the Sail Operator chart sail-operator 1.30.0",
 		},
@@ -287,7 +288,7 @@ func TestSailInstallKilledMidwayIsFinished(t *testing.T) {
 			requireFailedPass(t, b.admin, err, "the install died")
 			require.True(t, killed.Load())
 
-			asAdmin := &sailinstall.Helm{Config: b.env.Config, Namespace: "sail-operator", ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}
+			asAdmin := &sailinstall.Helm{Config: b.env.Config, StorageNamespace: "mesh-system", Namespace: "sail-operator", ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}
 			rel, err := asAdmin.Get()
 			require.NoError(t, err)
 			if tc.left == "" {
@@ -359,7 +360,7 @@ func dyingHelm(b *enrollmentBed, killAt func(*http.Request) bool) (helm *sailins
 			return rt.RoundTrip(req)
 		})
 	})
-	return &sailinstall.Helm{Config: cfg, Namespace: "sail-operator", ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}, killed
+	return &sailinstall.Helm{Config: cfg, StorageNamespace: "mesh-system", Namespace: "sail-operator", ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}, killed
 }
 
 // restarted is the operator after a restart: a new process with the
@@ -367,7 +368,7 @@ func dyingHelm(b *enrollmentBed, killAt func(*http.Request) bool) (helm *sailins
 func restarted(b *enrollmentBed, old *ServiceMeshReconciler) *ServiceMeshReconciler {
 	return &ServiceMeshReconciler{Client: old.Client, Reader: old.Reader, Served: old.Served, HTTP: old.HTTP, Config: old.Config,
 		Recorder: old.Recorder, Now: old.Now, Metrics: old.Metrics,
-		Helm: &sailinstall.Helm{Config: b.asOperator, Namespace: "sail-operator", ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}}
+		Helm: &sailinstall.Helm{Config: b.asOperator, StorageNamespace: "mesh-system", Namespace: "sail-operator", ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}}
 }
 
 // TestSailUpgradeKilledMidwayIsFinished: the operator dies in the middle
@@ -381,7 +382,7 @@ func TestSailUpgradeKilledMidwayIsFinished(t *testing.T) {
 	b := startSailBedWithCharts(t, log)
 	ctx := context.Background()
 	admin := b.admin
-	asAdmin := &sailinstall.Helm{Config: b.env.Config, Namespace: "sail-operator", ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}
+	asAdmin := &sailinstall.Helm{Config: b.env.Config, StorageNamespace: "mesh-system", Namespace: "sail-operator", ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}
 	release := func() *sailinstall.Release {
 		t.Helper()
 		rel, err := asAdmin.Get()
@@ -402,7 +403,7 @@ func TestSailUpgradeKilledMidwayIsFinished(t *testing.T) {
 	uid := deployment().UID
 
 	// The operator is upgraded (pins 1.31.0) and killed during the upgrade.
-	b.r.Config.SailChart.Version = "1.31.0"
+	b.r.Config.SailChart = pinnedChart(b.r.Config.SailChart.Repository, "1.31.0", b.sailCharts)
 	first := b.r
 	dying, killed := dyingHelm(b, func(req *http.Request) bool {
 		return req.Method != http.MethodGet && strings.Contains(req.URL.Path, "/deployments")
@@ -442,7 +443,7 @@ func TestSailUpgradeKilledMidwayIsFinished(t *testing.T) {
 			})
 		})
 		helm := b.r.Helm
-		b.r.Helm = &sailinstall.Helm{Config: cfg, Namespace: "sail-operator", ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}
+		b.r.Helm = &sailinstall.Helm{Config: cfg, StorageNamespace: "mesh-system", Namespace: "sail-operator", ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}
 		b.r.Config.SailValues = map[string]any{"image": "mirror.invalid/sail-operator:1.31.0"}
 		_, err := b.r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "cluster"}})
 		requireFailedPass(t, b.admin, err)

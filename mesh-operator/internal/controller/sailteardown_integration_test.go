@@ -102,14 +102,15 @@ func TestSailTeardownIntegration(t *testing.T) {
 	b := startSailBed(t, log.r, true)
 	ctx := context.Background()
 	admin := b.admin
-	repo := serveChart(t, packageChart(t, b.root))
+	archive := packageChart(t, b.root)
+	repo := serveChart(t, archive)
 	b.r.HTTP = repo.Client()
-	b.r.Helm = &sailinstall.Helm{Config: b.asOperator, Namespace: "sail-operator", ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}
+	b.r.Helm = &sailinstall.Helm{Config: b.asOperator, StorageNamespace: "mesh-system", Namespace: "sail-operator", ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}
 	b.r.Config.SailInstall = true
 	b.r.Config.HelmTimeout = time.Minute
 	// The tests serve the chart on 127.0.0.1 over http: only the explicit
 	// insecure setting allows that.
-	b.r.Config.SailChart = sailinstall.ChartSource{Repository: repo.URL, Name: DefaultSailChartName, Version: DefaultSailChartVersion, InsecureHTTP: true}
+	b.r.Config.SailChart = pinnedChart(repo.URL, DefaultSailChartVersion, map[string][]byte{DefaultSailChartVersion: archive})
 	fake := fakeSail{t: t, c: admin}
 
 	exists := func(obj client.Object) bool {
@@ -216,6 +217,25 @@ func TestSailTeardownIntegration(t *testing.T) {
 		assert.Contains(t, c.Message, "--sail-chart-insecure-http")
 		assert.Zero(t, repo.count("/index.yaml"), "nothing was requested over http")
 		assert.Nil(t, holders(), "nothing installed")
+	})
+
+	t.Run("a chart whose archive is not the pinned one is refused", func(t *testing.T) {
+		// The repository (its index's digest included) serves this archive;
+		// the operator pins another one for the version.
+		other := &ServiceMeshReconciler{Client: b.r.Client, Reader: b.r.Reader, Served: b.r.Served, Helm: b.r.Helm, HTTP: b.r.HTTP,
+			Config: b.r.Config, Recorder: b.r.Recorder, Now: b.r.Now, Metrics: b.r.Metrics}
+		other.Config.SailChart.Digest = strings.Repeat("ab", 32)
+		_, err := other.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "cluster"}})
+		require.NoError(t, err, "a failed step is reported in status, not returned")
+		m := &v1alpha1.ServiceMesh{}
+		require.NoError(t, admin.Get(ctx, client.ObjectKey{Name: "cluster"}, m))
+		assert.Equal(t, PhaseError, m.Status.Phase)
+		c := meta.FindStatusCondition(m.Status.Conditions, string(v1alpha1.ConditionReady))
+		require.NotNil(t, c)
+		assert.Equal(t, "SailChartUntrusted", c.Reason, c.Message)
+		assert.Contains(t, c.Message, strings.Repeat("ab", 32), "the message names the pinned digest")
+		assert.Nil(t, holders(), "nothing installed")
+		assert.False(t, sailDeployment())
 	})
 
 	t.Run("with the insecure setting the pinned default version is installed, with the user's values", func(t *testing.T) {
@@ -344,7 +364,7 @@ func TestSailTeardownIntegration(t *testing.T) {
 		// A fresh install: record first, then the chart's CRDs. (The first
 		// install's namespace stays Terminating: no namespace controller here.)
 		b.r.Config.SailNamespace = "sail-operator-2"
-		b.r.Helm = &sailinstall.Helm{Config: b.asOperator, Namespace: b.r.Config.SailNamespace, ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}
+		b.r.Helm = &sailinstall.Helm{Config: b.asOperator, StorageNamespace: "mesh-system", Namespace: b.r.Config.SailNamespace, ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}
 		createMesh()
 		eventually(t, 30*time.Second, "the Sail API in discovery again", func() bool {
 			if !b.reconcileDuringInstall(t) {
@@ -397,14 +417,13 @@ func TestSailTeardownIntegration(t *testing.T) {
 		})
 	})
 
-	t.Run("a forged Helm release record cannot make the uninstall delete an object the release does not own", func(t *testing.T) {
-		// Helm keeps the release, and the manifest an uninstall deletes, in
-		// a ConfigMap of the Sail namespace: anyone who may write ConfigMaps
-		// there can add to it. Helm 4 deletes only objects annotated as this
-		// release's; this guards that the operator keeps relying on a Helm
-		// that does.
+	t.Run("a stored Helm release that is not the one the operator recorded is not uninstalled", func(t *testing.T) {
+		// The uninstall deletes what the stored release's manifest lists.
+		// The release is a Secret in the operator's namespace; whoever
+		// alters it there (here the admin) gets a refusal, not a deletion.
+		// (Helm 4 also deletes only objects annotated as this release's.)
 		b.r.Config.SailNamespace = "sail-operator-3"
-		b.r.Helm = &sailinstall.Helm{Config: b.asOperator, Namespace: b.r.Config.SailNamespace, ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}
+		b.r.Helm = &sailinstall.Helm{Config: b.asOperator, StorageNamespace: "mesh-system", Namespace: b.r.Config.SailNamespace, ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}
 		createMesh()
 		eventually(t, 30*time.Second, "the Sail Operator installed again", func() bool {
 			return b.reconcileDuringInstall(t) && sailDeployment()
@@ -413,7 +432,7 @@ func TestSailTeardownIntegration(t *testing.T) {
 		require.NoError(t, admin.Create(ctx, victim))
 		cs, err := kubernetes.NewForConfig(b.env.Config)
 		require.NoError(t, err)
-		store := driver.NewConfigMaps(cs.CoreV1().ConfigMaps(b.r.Config.SailNamespace))
+		store := driver.NewSecrets(cs.CoreV1().Secrets(b.r.Config.OperatorNamespace))
 		key := "sh.helm.release.v1." + SailReleaseName + ".v1"
 		stored, err := store.Get(key)
 		require.NoError(t, err)
@@ -424,8 +443,11 @@ func TestSailTeardownIntegration(t *testing.T) {
 		deleteHeld()
 		m := tornDown()
 		assert.True(t, exists(victim), "the planted ConfigMap survives")
-		assert.False(t, sailDeployment(), "the release itself is uninstalled")
-		assert.Equal(t, string(v1alpha1.ReasonSailOperatorUninstalled), teardownCond(m).Reason)
+		assert.True(t, sailDeployment(), "the altered release is left as it is")
+		c := teardownCond(m)
+		assert.Equal(t, string(v1alpha1.ReasonSailReleaseUntrusted), c.Reason)
+		assert.Contains(t, c.Message, "Secret mesh-system/"+key)
+		assert.NotEmpty(t, log.find(string(v1alpha1.ReasonSailReleaseUntrusted)), "a Warning event says so")
 		release()
 	})
 }

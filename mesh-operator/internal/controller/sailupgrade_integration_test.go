@@ -143,10 +143,11 @@ func TestSailUpgradeInPlace(t *testing.T) {
 	require.NoError(t, err)
 
 	base := packageChart(t, root)
-	srv := serveCharts(t, map[string][]byte{"1.30.0": base, "1.31.0": rechart(t, base, "1.31.0")})
+	charts := map[string][]byte{"1.30.0": base, "1.31.0": rechart(t, base, "1.31.0")}
+	srv := serveCharts(t, charts)
 	mesh := &v1alpha1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: "cluster"}, Spec: v1alpha1.ServiceMeshSpec{Version: "1.30"}}
 	require.NoError(t, admin.Create(ctx, mesh))
-	helm := &sailinstall.Helm{Config: asOperator, Namespace: "sail-operator", ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}
+	helm := &sailinstall.Helm{Config: asOperator, StorageNamespace: "mesh-system", Namespace: "sail-operator", ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}
 
 	// operator is a fresh process of an operator release pinning version
 	// with the given sail.values: its own reconciler, chart not yet fetched.
@@ -155,7 +156,7 @@ func TestSailUpgradeInPlace(t *testing.T) {
 		r := &ServiceMeshReconciler{
 			Client: opClient, Reader: opClient, Served: &served.Catalog{Discovery: dc}, HTTP: srv.Client(), Helm: helm,
 			Config: Config{OperatorNamespace: "mesh-system", SailInstall: true, SailNamespace: "sail-operator", HelmTimeout: time.Minute,
-				SailChart: sailinstall.ChartSource{Repository: srv.URL, Name: "sail-operator", Version: version, InsecureHTTP: true}, SailValues: values},
+				SailChart: pinnedChart(srv.URL, version, charts), SailValues: values},
 			Recorder: events.NewFakeRecorder(100), Now: time.Now,
 		}
 		m := &v1alpha1.ServiceMesh{}

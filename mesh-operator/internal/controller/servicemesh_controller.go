@@ -93,6 +93,11 @@ type HelmClient interface {
 	Upgrade(ctx context.Context, ch *sailinstall.Chart, values map[string]any) error
 	Rollback(revision int) error
 	Uninstall() error
+	// GetLegacy, AdoptLegacy and RenderDigest check a stored release before
+	// the operator acts on it (sailrelease.go).
+	GetLegacy() (*sailinstall.Release, error)
+	AdoptLegacy(revision int) error
+	RenderDigest(ctx context.Context, ch *sailinstall.Chart, values map[string]any) (string, error)
 }
 
 // ServiceMeshReconciler reconciles the cluster's ServiceMesh.
@@ -119,9 +124,10 @@ type ServiceMeshReconciler struct {
 	Now      func() time.Time
 	Metrics  *metrics.License
 
-	chartMu   sync.Mutex
-	chart     *sailinstall.Chart
-	chartFrom sailinstall.ChartSource
+	chartMu     sync.Mutex
+	chart       *sailinstall.Chart
+	chartDigest string
+	chartFrom   sailinstall.ChartSource
 
 	// sailWatch starts the watches on the Sail kinds; nil when the
 	// reconciler is not run by a manager (tests calling Reconcile).
@@ -208,7 +214,9 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 		Client: mgr.GetClient(),
 		Reader: mgr.GetAPIReader(),
 		Served: &served.Catalog{Discovery: dc, MaxAge: served.Fresh},
-		Helm: &sailinstall.Helm{Config: mgr.GetConfig(), Namespace: cfg.SailNamespace, ReleaseName: SailReleaseName,
+		// The release records are Secrets in the operator's own namespace:
+		// the Sail namespace is writable by its editors (sailrelease.go).
+		Helm: &sailinstall.Helm{Config: mgr.GetConfig(), Namespace: cfg.SailNamespace, StorageNamespace: cfg.OperatorNamespace, ReleaseName: SailReleaseName,
 			Log: ctrl.Log.WithName("sail-install"), Timeout: cfg.HelmTimeout},
 		HTTP:     hc,
 		Config:   cfg,

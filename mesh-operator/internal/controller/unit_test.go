@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -67,6 +68,7 @@ func TestConfigFlags(t *testing.T) {
 
 	assert.Equal(t, DefaultSailChartVersion, c.SailChart.Version, "the tested chart version is pinned by default")
 	assert.NotEmpty(t, c.SailChart.Version)
+	assert.Equal(t, DefaultSailChartDigest, c.SailChart.Digest, "with the digest this release ships for it")
 	assert.False(t, c.SailChart.InsecureHTTP)
 
 	require.NoError(t, fs.Parse([]string{"--sail-chart-repository", "oci://registry.local/charts"}))
@@ -92,6 +94,26 @@ func TestConfigFlags(t *testing.T) {
 
 // TestChartValuesPinTheTestedSailVersion: the mesh-operator chart passes
 // --sail-chart-version, so its default must be the same pinned version.
+// TestSailChartDigestPairsWithItsVersion: the compiled-in digest vouches
+// for the compiled-in version only; another version takes its own digest.
+func TestSailChartDigestPairsWithItsVersion(t *testing.T) {
+	parse := func(args ...string) Config {
+		var c Config
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		c.BindFlags(fs)
+		require.NoError(t, fs.Parse(args))
+		c.OperatorNamespace = "mesh-system"
+		require.NoError(t, c.Validate())
+		return c
+	}
+	assert.Empty(t, parse("--sail-chart-version=1.31.0").SailChart.Digest, "another version without its digest pins nothing: the fetch refuses it")
+	digest := strings.Repeat("0f", 32)
+	c := parse("--sail-chart-version=1.31.0", "--sail-chart-digest="+digest)
+	assert.Equal(t, "1.31.0", c.SailChart.Version)
+	assert.Equal(t, digest, c.SailChart.Digest)
+	assert.Equal(t, digest, parse("--sail-chart-digest="+digest).SailChart.Digest, "a digest given for the default version replaces the compiled-in one")
+}
+
 func TestChartValuesPinTheTestedSailVersion(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("..", "..", "..", "charts", "mesh-operator", "values.yaml"))
 	require.NoError(t, err)
@@ -100,12 +122,14 @@ func TestChartValuesPinTheTestedSailVersion(t *testing.T) {
 			Chart struct {
 				Repository   string `json:"repository"`
 				Version      string `json:"version"`
+				Digest       string `json:"digest"`
 				InsecureHTTP bool   `json:"insecureHTTP"`
 			} `json:"chart"`
 		} `json:"sail"`
 	}
 	require.NoError(t, yaml.Unmarshal(data, &v))
 	assert.Equal(t, DefaultSailChartVersion, v.Sail.Chart.Version)
+	assert.Empty(t, v.Sail.Chart.Digest, "the chart leaves the digest to the operator's compiled-in one for its default version")
 	assert.Equal(t, DefaultSailChartRepository, v.Sail.Chart.Repository)
 	assert.False(t, v.Sail.Chart.InsecureHTTP)
 }

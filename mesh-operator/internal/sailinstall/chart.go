@@ -6,22 +6,24 @@ package sailinstall
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"strings"
 
-	"github.com/Masterminds/semver/v3"
 	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	"helm.sh/helm/v4/pkg/downloader"
+	"helm.sh/helm/v4/pkg/getter"
 	"helm.sh/helm/v4/pkg/provenance"
 	"helm.sh/helm/v4/pkg/registry"
+	helmrepo "helm.sh/helm/v4/pkg/repo/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 )
@@ -36,9 +38,13 @@ type Chart = chart.Chart
 type ChartSource struct {
 	Repository string
 	Name       string
-	// Version pins the chart version; empty takes the newest stable version
-	// the repository lists.
+	// Version pins the chart version (required).
 	Version string
+	// Digest is the sha256 (hex, "sha256:" prefix allowed) of the chart
+	// archive of Version: the operator ships the pair it is tested with,
+	// and a chart whose archive has another digest is refused
+	// (ErrChartNotPinned), whatever the repository's index says.
+	Digest string
 	// InsecureHTTP allows plain-http URLs (tests serving a chart on
 	// 127.0.0.1). Without it every URL fetched must be https.
 	InsecureHTTP bool
@@ -54,62 +60,162 @@ type ChartSource struct {
 func (s ChartSource) String() string {
 	v := s.Version
 	if v == "" {
-		v = "newest"
+		v = "(no version)"
 	}
 	return fmt.Sprintf("%s %s (%s)", s.Name, v, s.Repository)
 }
 
-// maxChartBytes bounds what is read from the repository: the real chart is
-// well under a megabyte, and the index lists every version ever released.
+// maxChartBytes bounds the archive the operator reads into memory: the
+// real chart is well under a megabyte.
 const maxChartBytes = 32 << 20
 
-// Fetch downloads and loads the chart. Nothing is written to disk (the
-// operator's root file system is read-only); the archive's sha256 is checked
-// against the index's digest when the index has one.
+// Fetch downloads the chart with Helm's downloader (a chart repository) or
+// registry client (OCI), checks the archive's sha256 against the pinned
+// Digest and loads it. Helm works in a temporary directory (os.TempDir: the
+// chart mounts a writable emptyDir there), removed afterwards. Credentials
+// go only to the configured repository's scheme and host: Helm's getter
+// sends them to the URL an index names only when it is on that host.
 func (s ChartSource) Fetch(ctx context.Context, hc *http.Client) (*chart.Chart, error) {
+	ch, _, err := s.FetchWithDigest(ctx, hc)
+	return ch, err
+}
+
+// FetchWithDigest is Fetch, and returns the archive's sha256 (hex) too: the
+// operator records which chart it installed. Helm's getters take no
+// context: hc's Timeout bounds each of their requests instead.
+func (s ChartSource) FetchWithDigest(ctx context.Context, hc *http.Client) (*chart.Chart, string, error) {
 	if hc == nil {
 		hc = http.DefaultClient
 	}
+	if s.Version == "" {
+		return nil, "", fmt.Errorf("%w: no chart version is configured (--sail-chart-version)", ErrChartNotPinned)
+	}
+	var data []byte
+	var from string
+	var err error
 	if strings.HasPrefix(s.Repository, ociScheme) {
-		return s.fetchOCI(hc)
+		data, from, err = s.fetchOCI(hc)
+	} else {
+		data, from, err = s.fetchHTTP(hc)
 	}
+	if err != nil {
+		return nil, "", err
+	}
+	if err := s.checkPinned(data, from); err != nil {
+		return nil, "", err
+	}
+	ch, err := s.load(from, data)
+	if err != nil {
+		return nil, "", err
+	}
+	return ch, Digest(data), nil
+}
+
+// fetchHTTP downloads the archive from a classic chart repository (or the
+// archive URL itself) as `helm repo add` + `helm pull REPO/NAME --version`
+// would, and returns it with the URL it came from.
+func (s ChartSource) fetchHTTP(hc *http.Client) ([]byte, string, error) {
 	if err := s.checkScheme(s.Repository); err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	archiveURL, digest := s.Repository, ""
-	if !strings.HasSuffix(s.Repository, ".tgz") {
-		var err error
-		archiveURL, digest, err = s.resolve(ctx, hc)
+	dir, err := os.MkdirTemp("", "sail-chart-")
+	if err != nil {
+		return nil, "", fmt.Errorf("the Sail chart's download directory: %w", err)
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	getters := getter.Getters(s.getterOptions(hc)...)
+	cd := downloader.ChartDownloader{
+		Out:              io.Discard,
+		Verify:           downloader.VerifyNever,
+		Keyring:          s.Keyring,
+		Getters:          getters,
+		RepositoryConfig: filepath.Join(dir, "repositories.yaml"),
+		RepositoryCache:  filepath.Join(dir, "repository"),
+		ContentCache:     filepath.Join(dir, "content"),
+	}
+	if s.Keyring != "" {
+		cd.Verify = downloader.VerifyAlways
+	}
+	ref := s.Repository
+	if strings.HasSuffix(s.Repository, ".tgz") {
+		// The archive itself: its credentials go to its own host.
+		cd.Options = append(cd.Options, getter.WithURL(s.Repository), getter.WithBasicAuth(s.Username, s.Password))
+	} else {
+		// A repository, configured as `helm repo add` would: the
+		// downloader then sends its credentials only where its URL's
+		// scheme and host are.
+		entry := &helmrepo.Entry{Name: "sail", URL: s.Repository, Username: s.Username, Password: s.Password}
+		cr, err := helmrepo.NewChartRepository(entry, getters)
 		if err != nil {
-			return nil, err
+			return nil, "", fmt.Errorf("chart repository %s: %w", s.Repository, err)
 		}
+		cr.CachePath = cd.RepositoryCache
+		if _, err := cr.DownloadIndexFile(); err != nil {
+			return nil, "", fmt.Errorf("chart repository %s: index.yaml: %w", s.Repository, err)
+		}
+		rf := helmrepo.NewFile()
+		rf.Update(entry)
+		if err := rf.WriteFile(cd.RepositoryConfig, 0o600); err != nil {
+			return nil, "", fmt.Errorf("chart repository %s: %w", s.Repository, err)
+		}
+		ref = entry.Name + "/" + s.Name
 	}
-	// The index may point anywhere: the archive must be https too, or the
-	// digest from an https index would not protect what is installed.
-	if err := s.checkScheme(archiveURL); err != nil {
-		return nil, err
+	saved, _, err := cd.DownloadTo(ref, strings.TrimPrefix(s.Version, "v"), dir)
+	if err != nil && s.Keyring != "" {
+		return nil, "", fmt.Errorf("chart %s %s from %s, with the provenance file (.prov) the keyring requires: %w", s.Name, s.Version, s.Repository, err)
 	}
-	data, err := s.get(ctx, hc, archiveURL)
+	if err != nil {
+		return nil, "", fmt.Errorf("chart %s %s from %s: %w", s.Name, s.Version, s.Repository, err)
+	}
+	data, err := readBounded(saved)
+	if err != nil {
+		return nil, "", err
+	}
+	return data, s.Repository + " " + path.Base(saved), nil
+}
+
+// getterOptions: hc's transport (its CAs) and timeout for Helm's getters.
+func (s ChartSource) getterOptions(hc *http.Client) []getter.Option {
+	var opts []getter.Option
+	if tr, ok := hc.Transport.(*http.Transport); ok && tr != nil {
+		opts = append(opts, getter.WithTransport(tr))
+	}
+	if hc.Timeout > 0 {
+		opts = append(opts, getter.WithTimeout(hc.Timeout))
+	}
+	return opts
+}
+
+func readBounded(file string) ([]byte, error) {
+	f, err := os.Open(file)
 	if err != nil {
 		return nil, err
 	}
-	if digest != "" {
-		sum := sha256.Sum256(data)
-		if got := hex.EncodeToString(sum[:]); got != digest {
-			return nil, fmt.Errorf("chart %s: sha256 %s does not match the repository index's digest %s", archiveURL, got, digest)
-		}
+	defer func() { _ = f.Close() }()
+	data, err := io.ReadAll(io.LimitReader(f, maxChartBytes+1))
+	if err != nil {
+		return nil, err
 	}
-	if s.Keyring != "" {
-		// The .prov sits next to the archive (helm package --sign).
-		prov, err := s.get(ctx, hc, archiveURL+".prov")
-		if err != nil {
-			return nil, fmt.Errorf("chart %s: the keyring requires its provenance file (.prov): %w", archiveURL, err)
-		}
-		if err := s.verify(data, prov, path.Base(archiveURL)); err != nil {
-			return nil, err
-		}
+	if len(data) > maxChartBytes {
+		return nil, fmt.Errorf("chart archive %s is larger than %d bytes", file, maxChartBytes)
 	}
-	return s.load(archiveURL, data)
+	return data, nil
+}
+
+// ErrChartNotPinned: the chart's archive is not the one the operator
+// pins (or no digest is pinned): it is not installed.
+var ErrChartNotPinned = errors.New("the Sail chart is not the pinned one")
+
+// checkPinned compares data's sha256 with the pinned digest.
+func (s ChartSource) checkPinned(data []byte, from string) error {
+	want := strings.ToLower(strings.TrimPrefix(s.Digest, "sha256:"))
+	if want == "" {
+		return fmt.Errorf("%w: no digest is pinned for chart %s %s (set sail.chart.digest together with sail.chart.version)", ErrChartNotPinned, s.Name, s.Version)
+	}
+	if got := Digest(data); got != want {
+		return fmt.Errorf("%w: chart %s is sha256 %s, not the pinned %s of %s %s", ErrChartNotPinned, from, got, want, s.Name, s.Version)
+	}
+	return nil
 }
 
 // verify checks that prov is signed by a key of the keyring and names
@@ -146,9 +252,9 @@ const ociScheme = "oci://"
 // Credentials are Username/Password when set; otherwise the pull is
 // anonymous (Helm's credential store is pointed at an empty file, and the
 // operator's image carries no Docker configuration).
-func (s ChartSource) fetchOCI(hc *http.Client) (*chart.Chart, error) {
+func (s ChartSource) fetchOCI(hc *http.Client) ([]byte, string, error) {
 	if s.Version == "" {
-		return nil, fmt.Errorf("chart repository %s: an OCI registry needs a chart version (--sail-chart-version)", s.Repository)
+		return nil, "", fmt.Errorf("chart repository %s: an OCI registry needs a chart version (--sail-chart-version)", s.Repository)
 	}
 	opts := []registry.ClientOption{
 		registry.ClientOptHTTPClient(hc),
@@ -164,7 +270,7 @@ func (s ChartSource) fetchOCI(hc *http.Client) (*chart.Chart, error) {
 	}
 	rc, err := registry.NewClient(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("chart repository %s: %w", s.Repository, err)
+		return nil, "", fmt.Errorf("chart repository %s: %w", s.Repository, err)
 	}
 	ref := strings.TrimSuffix(strings.TrimPrefix(s.Repository, ociScheme), "/") + "/" + s.Name + ":" + strings.TrimPrefix(s.Version, "v")
 	var pullOpts []registry.PullOption
@@ -173,79 +279,20 @@ func (s ChartSource) fetchOCI(hc *http.Client) (*chart.Chart, error) {
 	}
 	res, err := rc.Pull(ref, pullOpts...)
 	if err != nil {
-		return nil, fmt.Errorf("pulling chart %s%s: %w", ociScheme, ref, err)
+		return nil, "", fmt.Errorf("pulling chart %s%s: %w", ociScheme, ref, err)
 	}
 	if res.Chart == nil || len(res.Chart.Data) > maxChartBytes {
-		return nil, fmt.Errorf("pulling chart %s%s: no chart layer, or larger than %d bytes", ociScheme, ref, maxChartBytes)
+		return nil, "", fmt.Errorf("pulling chart %s%s: no chart layer, or larger than %d bytes", ociScheme, ref, maxChartBytes)
 	}
 	if s.Keyring != "" {
 		if res.Prov == nil || len(res.Prov.Data) == 0 {
-			return nil, fmt.Errorf("pulling chart %s%s: the keyring requires its provenance (.prov) layer, which the registry does not have", ociScheme, ref)
+			return nil, "", fmt.Errorf("pulling chart %s%s: the keyring requires its provenance (.prov) layer, which the registry does not have", ociScheme, ref)
 		}
 		if err := s.verify(res.Chart.Data, res.Prov.Data, s.Name+"-"+strings.TrimPrefix(s.Version, "v")+".tgz"); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 	}
-	return s.load(ociScheme+ref+"@"+res.Manifest.Digest, res.Chart.Data)
-}
-
-// index is the part of a repository's index.yaml the operator reads.
-type index struct {
-	Entries map[string][]struct {
-		Version string   `json:"version"`
-		URLs    []string `json:"urls"`
-		Digest  string   `json:"digest"`
-	} `json:"entries"`
-}
-
-// resolve finds the archive URL and digest of the wanted version.
-func (s ChartSource) resolve(ctx context.Context, hc *http.Client) (string, string, error) {
-	base, err := url.Parse(strings.TrimSuffix(s.Repository, "/") + "/")
-	if err != nil {
-		return "", "", fmt.Errorf("chart repository %q: %w", s.Repository, err)
-	}
-	raw, err := s.get(ctx, hc, base.JoinPath("index.yaml").String())
-	if err != nil {
-		return "", "", err
-	}
-	var idx index
-	if err := yaml.Unmarshal(raw, &idx); err != nil {
-		return "", "", fmt.Errorf("chart repository %s: index.yaml: %w", s.Repository, err)
-	}
-	entries := idx.Entries[s.Name]
-	type candidate struct {
-		v   *semver.Version
-		url string
-		dig string
-	}
-	var found []candidate
-	for _, e := range entries {
-		if len(e.URLs) == 0 {
-			continue
-		}
-		v, err := semver.NewVersion(e.Version)
-		if err != nil {
-			continue
-		}
-		if s.Version != "" {
-			want, err := semver.NewVersion(s.Version)
-			if err != nil || !v.Equal(want) {
-				continue
-			}
-		} else if v.Prerelease() != "" {
-			continue
-		}
-		found = append(found, candidate{v, e.URLs[0], e.Digest})
-	}
-	if len(found) == 0 {
-		return "", "", fmt.Errorf("chart repository %s has no chart %s %s", s.Repository, s.Name, s.Version)
-	}
-	sort.Slice(found, func(i, j int) bool { return found[i].v.GreaterThan(found[j].v) })
-	u, err := base.Parse(found[0].url) // index URLs may be relative to the repository
-	if err != nil {
-		return "", "", fmt.Errorf("chart repository %s: bad chart URL %q: %w", s.Repository, found[0].url, err)
-	}
-	return u.String(), found[0].dig, nil
+	return res.Chart.Data, ociScheme + ref + "@" + res.Manifest.Digest, nil
 }
 
 // checkScheme refuses a URL that is not https unless InsecureHTTP is set:
@@ -266,36 +313,6 @@ func (s ChartSource) checkScheme(raw string) error {
 		return fmt.Errorf("chart URL %s is plain http: the Sail chart is fetched over https only (--sail-chart-insecure-http allows http, for a test repository)", raw)
 	}
 	return fmt.Errorf("chart URL %q must be https", raw)
-}
-
-func (s ChartSource) get(ctx context.Context, hc *http.Client, u string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, err
-	}
-	if s.Username != "" || s.Password != "" {
-		req.SetBasicAuth(s.Username, s.Password)
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("fetching %s: %w", u, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	// A redirect may have left https; what it served is not trusted.
-	if err := s.checkScheme(resp.Request.URL.String()); err != nil {
-		return nil, fmt.Errorf("fetching %s: redirected: %w", u, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("fetching %s: %s", u, resp.Status)
-	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxChartBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("fetching %s: %w", u, err)
-	}
-	if len(data) > maxChartBytes {
-		return nil, fmt.Errorf("fetching %s: larger than %d bytes", u, maxChartBytes)
-	}
-	return data, nil
 }
 
 // CRDNames lists the CustomResourceDefinitions in the chart's crds/

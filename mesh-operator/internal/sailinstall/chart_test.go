@@ -51,7 +51,7 @@ func repoHandler(t *testing.T, archives map[string][]byte, digest func(string, [
 	t.Helper()
 	index := "apiVersion: v1\nentries:\n  sail-operator:\n"
 	for v, a := range archives {
-		index += fmt.Sprintf("  - version: %s\n    urls: [sail-operator-%s.tgz]\n    digest: %s\n", v, v, digest(v, a))
+		index += fmt.Sprintf("  - name: sail-operator\n    apiVersion: v2\n    version: %s\n    urls: [sail-operator-%s.tgz]\n    digest: %s\n", v, v, digest(v, a))
 	}
 	index += "  - version: not-semver\n    urls: [x.tgz]\n  - version: 9.9.9\n    urls: []\n"
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -78,16 +78,17 @@ func TestFetch(t *testing.T) {
 	archives := map[string][]byte{"1.29.0": tinyChart(t, "1.29.0"), "1.30.1": tinyChart(t, "1.30.1"), "1.31.0-rc.1": tinyChart(t, "1.31.0-rc.1")}
 	srv := repo(t, archives, sha)
 	ctx := context.Background()
+	pinned := func(version string) string { return sha("", archives[version]) }
 
-	ch, err := ChartSource{Repository: srv.URL + "/repo", Name: "sail-operator", InsecureHTTP: true}.Fetch(ctx, srv.Client())
-	require.NoError(t, err)
-	assert.Equal(t, "1.30.1", ch.Metadata.Version, "newest stable, release candidates skipped")
-
-	ch, err = ChartSource{Repository: srv.URL + "/repo/", Name: "sail-operator", Version: "1.29.0", InsecureHTTP: true}.Fetch(ctx, srv.Client())
+	ch, err := ChartSource{Repository: srv.URL + "/repo/", Name: "sail-operator", Version: "1.29.0", Digest: pinned("1.29.0"), InsecureHTTP: true}.Fetch(ctx, srv.Client())
 	require.NoError(t, err)
 	assert.Equal(t, "1.29.0", ch.Metadata.Version)
 
-	ch, err = ChartSource{Repository: srv.URL + "/repo/sail-operator-1.29.0.tgz", Name: "sail-operator", InsecureHTTP: true}.Fetch(ctx, srv.Client())
+	ch, err = ChartSource{Repository: srv.URL + "/repo", Name: "sail-operator", Version: "1.31.0-rc.1", Digest: "sha256:" + pinned("1.31.0-rc.1"), InsecureHTTP: true}.Fetch(ctx, srv.Client())
+	require.NoError(t, err, "a pinned release candidate, digest with its algorithm prefix")
+	assert.Equal(t, "1.31.0-rc.1", ch.Metadata.Version)
+
+	ch, err = ChartSource{Repository: srv.URL + "/repo/sail-operator-1.29.0.tgz", Name: "sail-operator", Version: "1.29.0", Digest: pinned("1.29.0"), InsecureHTTP: true}.Fetch(ctx, srv.Client())
 	require.NoError(t, err, "a .tgz URL is the archive itself")
 	assert.Equal(t, "1.29.0", ch.Metadata.Version)
 
@@ -96,12 +97,13 @@ func TestFetch(t *testing.T) {
 	assert.Equal(t, []string{"istios.sailoperator.io", "peerauthentications.security.istio.io", "ztunnels.sailoperator.io"}, names)
 
 	for name, src := range map[string]ChartSource{
-		"unknown version":    {Repository: srv.URL + "/repo", Name: "sail-operator", Version: "1.28.0"},
-		"unknown chart":      {Repository: srv.URL + "/repo", Name: "istiod"},
-		"no repository":      {Repository: srv.URL + "/nothing", Name: "sail-operator"},
-		"archive mismatch":   {Repository: srv.URL + "/repo/sail-operator-1.29.0.tgz", Name: "sail-operator", Version: "1.30.1"},
-		"not a chart":        {Repository: srv.URL + "/repo/index.yaml.tgz", Name: "sail-operator"},
-		"bad repository url": {Repository: "http://127.0.0.1:1/\x7f", Name: "sail-operator"},
+		"no version (newest is not pinned)": {Repository: srv.URL + "/repo", Name: "sail-operator", Digest: pinned("1.30.1")},
+		"unknown version":                   {Repository: srv.URL + "/repo", Name: "sail-operator", Version: "1.28.0", Digest: pinned("1.29.0")},
+		"unknown chart":                     {Repository: srv.URL + "/repo", Name: "istiod", Version: "1.29.0", Digest: pinned("1.29.0")},
+		"no repository":                     {Repository: srv.URL + "/nothing", Name: "sail-operator", Version: "1.29.0", Digest: pinned("1.29.0")},
+		"archive of another version":        {Repository: srv.URL + "/repo/sail-operator-1.29.0.tgz", Name: "sail-operator", Version: "1.30.1", Digest: pinned("1.29.0")},
+		"not a chart":                       {Repository: srv.URL + "/repo/index.yaml.tgz", Name: "sail-operator", Version: "1.29.0", Digest: pinned("1.29.0")},
+		"bad repository url":                {Repository: "http://127.0.0.1:1/\x7f", Name: "sail-operator", Version: "1.29.0", Digest: pinned("1.29.0")},
 	} {
 		t.Run(name, func(t *testing.T) {
 			src.InsecureHTTP = true
@@ -111,52 +113,23 @@ func TestFetch(t *testing.T) {
 	}
 }
 
-func TestFetchChecksDigest(t *testing.T) {
-	srv := repo(t, map[string][]byte{"1.30.0": tinyChart(t, "1.30.0")}, func(string, []byte) string { return "00" })
-	_, err := ChartSource{Repository: srv.URL + "/repo", Name: "sail-operator", InsecureHTTP: true}.Fetch(context.Background(), srv.Client())
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "does not match the repository index's digest")
-}
-
-// TestFetchRequiresHTTPS: without InsecureHTTP nothing is fetched over plain
-// http, neither the repository, nor an archive an https index points to,
-// nor the target of a redirect.
+// TestFetchRequiresHTTPS: without InsecureHTTP nothing is fetched from a
+// plain http repository or archive URL. (What an index points to is
+// pinned by the digest, and gets no credentials unless on the
+// repository's own scheme and host: TestFetchSendsCredentialsOnlyToTheRepository.)
 func TestFetchRequiresHTTPS(t *testing.T) {
 	ctx := context.Background()
 	archive := tinyChart(t, "1.30.0")
 	plain := repo(t, map[string][]byte{"1.30.0": archive}, sha)
-	_, err := ChartSource{Repository: plain.URL + "/repo", Name: "sail-operator"}.Fetch(ctx, plain.Client())
+	_, err := ChartSource{Repository: plain.URL + "/repo", Name: "sail-operator", Version: "1.30.0", Digest: sha("", archive)}.Fetch(ctx, plain.Client())
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "https")
-	_, err = ChartSource{Repository: plain.URL + "/repo/sail-operator-1.30.0.tgz", Name: "sail-operator"}.Fetch(ctx, plain.Client())
+	_, err = ChartSource{Repository: plain.URL + "/repo/sail-operator-1.30.0.tgz", Name: "sail-operator", Version: "1.30.0", Digest: sha("", archive)}.Fetch(ctx, plain.Client())
 	require.Error(t, err, "an archive URL too")
 
-	// An https index whose chart URL is plain http.
-	var requested []string
-	tlsSrv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		requested = append(requested, r.URL.Path)
-		switch r.URL.Path {
-		case "/repo/index.yaml":
-			_, _ = fmt.Fprintf(w, "apiVersion: v1\nentries:\n  sail-operator:\n  - version: 1.30.0\n    urls: [%s/repo/sail-operator-1.30.0.tgz]\n    digest: %s\n", plain.URL, sha("", archive))
-		case "/redirect/index.yaml":
-			http.Redirect(w, r, plain.URL+"/repo/index.yaml", http.StatusFound)
-		case "/good/index.yaml":
-			_, _ = fmt.Fprintf(w, "apiVersion: v1\nentries:\n  sail-operator:\n  - version: 1.30.0\n    urls: [sail-operator-1.30.0.tgz]\n    digest: %s\n", sha("", archive))
-		case "/good/sail-operator-1.30.0.tgz":
-			_, _ = w.Write(archive)
-		default:
-			http.NotFound(w, r)
-		}
-	}))
+	tlsSrv := httptest.NewTLSServer(repoHandler(t, map[string][]byte{"1.30.0": archive}, sha))
 	t.Cleanup(tlsSrv.Close)
-	_, err = ChartSource{Repository: tlsSrv.URL + "/repo", Name: "sail-operator"}.Fetch(ctx, tlsSrv.Client())
-	require.Error(t, err, "an https index pointing at an http archive")
-	assert.Contains(t, err.Error(), "https")
-	_, err = ChartSource{Repository: tlsSrv.URL + "/redirect", Name: "sail-operator"}.Fetch(ctx, tlsSrv.Client())
-	require.Error(t, err, "a redirect to http")
-	assert.Contains(t, err.Error(), "https")
-
-	ch, err := ChartSource{Repository: tlsSrv.URL + "/good", Name: "sail-operator", Version: "1.30.0"}.Fetch(ctx, tlsSrv.Client())
+	ch, err := ChartSource{Repository: tlsSrv.URL + "/repo", Name: "sail-operator", Version: "1.30.0", Digest: sha("", archive)}.Fetch(ctx, tlsSrv.Client())
 	require.NoError(t, err, "https all the way")
 	assert.Equal(t, "1.30.0", ch.Metadata.Version)
 }

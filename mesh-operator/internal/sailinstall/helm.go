@@ -2,6 +2,8 @@ package sailinstall
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sort"
@@ -25,19 +27,26 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// Helm runs Helm actions for one release. It keeps the release records with
-// the configmap driver in the release namespace: the operator may then do
-// without any access to Secrets beyond its license.
+// Helm runs Helm actions for one release. Its objects go into Namespace;
+// its records are Secrets (Helm's secret driver) in StorageNamespace, the
+// operator's own namespace. Helm diffs every upgrade and rollback against
+// the stored "current" release and deletes what that lists and the new
+// one does not, so whoever may write the records decides what the
+// installer role deletes: the Sail namespace is writable by its editors,
+// the operator's namespace only by its admins.
 type Helm struct {
-	Config      *rest.Config
-	Namespace   string
-	ReleaseName string
-	Log         logr.Logger
+	Config *rest.Config
+	// Namespace is the release's namespace (the Sail namespace).
+	Namespace string
+	// StorageNamespace holds the release records (required).
+	StorageNamespace string
+	ReleaseName      string
+	Log              logr.Logger
 	// Timeout bounds one install or uninstall.
 	Timeout time.Duration
 }
 
-// maxHistory bounds the revisions kept: each is a ConfigMap in the Sail
+// maxHistory bounds the revisions kept: each is a Secret in the operator's
 // namespace, and a few are enough to read what happened and to roll back.
 const maxHistory = 5
 
@@ -61,11 +70,35 @@ type Release struct {
 	// TemplateCRDs, for a release that is not deployed, are the CRDs among
 	// the objects of its templates (not crds/): an uninstall would delete them.
 	TemplateCRDs []string
+	// ManifestDigest is the sha256 (hex) of the revision's manifest: what
+	// an upgrade, rollback or uninstall acts on.
+	ManifestDigest string
+	// Record names where the revision is stored (Kind namespace/name).
+	Record string
 }
 
+// Helm's storage drivers.
+const (
+	driverSecret    = "secret"
+	driverConfigMap = "configmap"
+)
+
 func (h *Helm) configuration() (*action.Configuration, error) {
+	if h.StorageNamespace == "" {
+		return nil, fmt.Errorf("helm: no namespace for the release records of %s/%s", h.Namespace, h.ReleaseName)
+	}
+	return h.configurationIn(h.StorageNamespace, driverSecret)
+}
+
+// legacyConfiguration reads the records an earlier operator version kept:
+// ConfigMaps in the release namespace.
+func (h *Helm) legacyConfiguration() (*action.Configuration, error) {
+	return h.configurationIn(h.Namespace, driverConfigMap)
+}
+
+func (h *Helm) configurationIn(storageNamespace, storageDriver string) (*action.Configuration, error) {
 	cfg := action.NewConfiguration(action.ConfigurationSetLogger(logr.ToSlogHandler(h.Log.WithName("helm"))))
-	if err := cfg.Init(&restGetter{config: h.Config, namespace: h.Namespace}, h.Namespace, "configmap"); err != nil {
+	if err := cfg.Init(&restGetter{config: h.Config, namespace: h.Namespace}, storageNamespace, storageDriver); err != nil {
 		return nil, fmt.Errorf("helm: %w", err)
 	}
 	return cfg, nil
@@ -77,18 +110,35 @@ func (h *Helm) Get() (*Release, error) {
 	if err != nil {
 		return nil, err
 	}
+	return h.get(cfg, "Secret "+h.StorageNamespace)
+}
+
+// GetLegacy returns the newest revision of the release as an earlier
+// operator version stored it (ConfigMaps in the release namespace, which
+// that namespace's editors may write), or nil when there is none. Nothing
+// acts on it before AdoptLegacy has moved it into the operator's storage.
+func (h *Helm) GetLegacy() (*Release, error) {
+	cfg, err := h.legacyConfiguration()
+	if err != nil {
+		return nil, err
+	}
+	return h.get(cfg, "ConfigMap "+h.Namespace)
+}
+
+func (h *Helm) get(cfg *action.Configuration, where string) (*Release, error) {
 	r, err := action.NewGet(cfg).Run(h.ReleaseName)
 	if errors.Is(err, driver.ErrReleaseNotFound) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("helm: reading release %s/%s: %w", h.Namespace, h.ReleaseName, err)
+		return nil, fmt.Errorf("helm: reading release %s/%s (%s): %w", h.Namespace, h.ReleaseName, where, err)
 	}
 	rel, ok := r.(*releasev1.Release)
 	if !ok {
 		return nil, fmt.Errorf("helm: release %s/%s has an unknown format %T", h.Namespace, h.ReleaseName, r)
 	}
-	out := &Release{Revision: rel.Version, Values: rel.Config}
+	out := &Release{Revision: rel.Version, Values: rel.Config, ManifestDigest: Digest([]byte(rel.Manifest)),
+		Record: fmt.Sprintf("%s/%s", where, recordKey(h.ReleaseName, rel.Version))}
 	if rel.Info != nil {
 		out.Status = string(rel.Info.Status)
 		out.Deployed = rel.Info.Status == releasecommon.StatusDeployed
@@ -143,6 +193,82 @@ func templateCRDs(manifest string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// recordKey is the name Helm's drivers give a revision's record.
+func recordKey(name string, revision int) string {
+	return fmt.Sprintf("sh.helm.release.v1.%s.v%d", name, revision)
+}
+
+// Digest is the hex sha256 of data.
+func Digest(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// AdoptLegacy moves revision from the earlier version's ConfigMap storage
+// into the operator's own: it becomes the release's only stored revision
+// (older ones are not carried over, since a rollback to a revision nobody
+// checked would apply its manifest), and the ConfigMap records of that
+// revision and the older ones are deleted. The caller has checked the
+// revision first (see JudgeLegacy).
+func (h *Helm) AdoptLegacy(revision int) error {
+	legacy, err := h.legacyConfiguration()
+	if err != nil {
+		return err
+	}
+	cfg, err := h.configuration()
+	if err != nil {
+		return err
+	}
+	rel, err := legacy.Releases.Get(h.ReleaseName, revision)
+	if err != nil {
+		return fmt.Errorf("helm: reading revision %d of %s/%s to adopt: %w", revision, h.Namespace, h.ReleaseName, err)
+	}
+	if err := cfg.Releases.Create(rel); err != nil && !errors.Is(err, driver.ErrReleaseExists) {
+		return fmt.Errorf("helm: storing revision %d of %s/%s in %s: %w", revision, h.Namespace, h.ReleaseName, h.StorageNamespace, err)
+	}
+	history, err := legacy.Releases.History(h.ReleaseName)
+	if err != nil {
+		return fmt.Errorf("helm: reading the ConfigMap history of %s/%s: %w", h.Namespace, h.ReleaseName, err)
+	}
+	for _, ri := range history {
+		old, ok := ri.(*releasev1.Release)
+		if !ok || old.Version > revision {
+			continue
+		}
+		if _, err := legacy.Releases.Delete(h.ReleaseName, old.Version); err != nil && !errors.Is(err, driver.ErrReleaseNotFound) {
+			return fmt.Errorf("helm: deleting the adopted ConfigMap record %s/%s: %w", h.Namespace, recordKey(h.ReleaseName, old.Version), err)
+		}
+	}
+	return nil
+}
+
+// RenderDigest renders ch with values as an upgrade of the release would
+// (against the API server's capabilities, changing nothing) and returns
+// the digest of the manifest: what a release this operator made of ch and
+// values records, to compare a stored release with.
+func (h *Helm) RenderDigest(ctx context.Context, ch *chart.Chart, values map[string]any) (string, error) {
+	cfg, err := h.configuration()
+	if err != nil {
+		return "", err
+	}
+	in := action.NewInstall(cfg)
+	in.ReleaseName = h.ReleaseName
+	in.Namespace = h.Namespace
+	in.DryRunStrategy = action.DryRunServer
+	// As an upgrade: no check that the objects do not exist yet.
+	in.IsUpgrade = true
+	in.SkipCRDs = true
+	r, err := in.RunWithContext(ctx, ch, values)
+	if err != nil {
+		return "", fmt.Errorf("helm: rendering chart %s %s: %w", ch.Metadata.Name, ch.Metadata.Version, err)
+	}
+	rel, ok := r.(*releasev1.Release)
+	if !ok {
+		return "", fmt.Errorf("helm: rendering chart %s: unknown release format %T", ch.Metadata.Name, r)
+	}
+	return Digest([]byte(rel.Manifest)), nil
 }
 
 // Install installs ch as the release with the user's values. It does not wait for the operator's

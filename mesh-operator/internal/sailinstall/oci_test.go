@@ -80,7 +80,7 @@ func TestFetchFromOCIRegistry(t *testing.T) {
 	_, err = pusher.Push(tinyChart(t, "1.31.0"), host+"/charts/sail-operator:1.31.0")
 	require.NoError(t, err)
 
-	src := ChartSource{Repository: "oci://" + host + "/charts", Name: "sail-operator", Version: "1.30.0", InsecureHTTP: true, Username: user, Password: password}
+	src := ChartSource{Repository: "oci://" + host + "/charts", Name: "sail-operator", Version: "1.30.0", Digest: sha("", archive), InsecureHTTP: true, Username: user, Password: password}
 	ch, err := src.Fetch(context.Background(), &http.Client{Timeout: 30 * time.Second})
 	require.NoError(t, err)
 	assert.Equal(t, "sail-operator", ch.Metadata.Name)
@@ -116,20 +116,26 @@ func TestFetchFromOCIRegistry(t *testing.T) {
 	unpinned := src
 	unpinned.Version = ""
 	_, err = unpinned.Fetch(context.Background(), nil)
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "needs a chart version")
+	require.ErrorIs(t, err, ErrChartNotPinned)
+	assert.Contains(t, err.Error(), "no chart version")
+
+	otherDigest := src
+	otherDigest.Digest = sha("", tinyChart(t, "1.30.0"))
+	_, err = otherDigest.Fetch(context.Background(), nil)
+	require.ErrorIs(t, err, ErrChartNotPinned, "the registry's own digests do not replace the pinned one")
 }
 
 // TestHTTPClientTrustsCAFile: a repository whose certificate a private CA
 // signed (an internal mirror) is trusted with that CA's bundle, and refused
 // without it.
 func TestHTTPClientTrustsCAFile(t *testing.T) {
-	srv := httptest.NewTLSServer(repoHandler(t, map[string][]byte{"1.30.0": tinyChart(t, "1.30.0")}, sha))
+	archive := tinyChart(t, "1.30.0")
+	srv := httptest.NewTLSServer(repoHandler(t, map[string][]byte{"1.30.0": archive}, sha))
 	t.Cleanup(srv.Close)
 	require.True(t, strings.HasPrefix(srv.URL, "https://127.0.0.1:"))
 	caFile := filepath.Join(t.TempDir(), "ca.crt")
 	require.NoError(t, os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600))
-	src := ChartSource{Repository: srv.URL + "/repo", Name: "sail-operator", Version: "1.30.0"}
+	src := ChartSource{Repository: srv.URL + "/repo", Name: "sail-operator", Version: "1.30.0", Digest: sha("", archive)}
 
 	hc, err := HTTPClient(caFile, time.Minute)
 	require.NoError(t, err)

@@ -49,7 +49,7 @@ func (s signer) sign(t *testing.T, archive []byte, filename, version string) []b
 func provRepo(t *testing.T, archive, prov []byte) *httptest.Server {
 	t.Helper()
 	sum := sha256.Sum256(archive)
-	index := fmt.Sprintf("apiVersion: v1\nentries:\n  sail-operator:\n  - version: 1.30.0\n    urls: [sail-operator-1.30.0.tgz]\n    digest: %s\n", hex.EncodeToString(sum[:]))
+	index := fmt.Sprintf("apiVersion: v1\nentries:\n  sail-operator:\n  - name: sail-operator\n    apiVersion: v2\n    version: 1.30.0\n    urls: [sail-operator-1.30.0.tgz]\n    digest: %s\n", hex.EncodeToString(sum[:]))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/index.yaml":
@@ -78,7 +78,7 @@ func TestFetchVerifiesProvenance(t *testing.T) {
 	vendor, other := newSigner(t, "vendor"), newSigner(t, "other")
 	const file = "sail-operator-1.30.0.tgz"
 	fetch := func(srv *httptest.Server, keyring string) error {
-		src := ChartSource{Repository: srv.URL, Name: "sail-operator", Version: "1.30.0", InsecureHTTP: true, Keyring: keyring}
+		src := ChartSource{Repository: srv.URL, Name: "sail-operator", Version: "1.30.0", Digest: sha("", archive), InsecureHTTP: true, Keyring: keyring}
 		_, err := src.Fetch(context.Background(), srv.Client())
 		return err
 	}

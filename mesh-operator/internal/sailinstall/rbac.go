@@ -2,9 +2,13 @@ package sailinstall
 
 // What installing and uninstalling the Sail Operator takes, and nothing
 // else needs: Helm applying the chart (its Deployment, ServiceAccount,
-// Service, NetworkPolicy, RBAC and CRDs; release records as ConfigMaps in
-// the Sail namespace), the holders record, and deleting the CRDs the install
-// created. Granting the chart's ClusterRoles needs escalate and bind.
+// Service, NetworkPolicy, RBAC and CRDs), the holders record, the
+// operator's own release record and an earlier version's ConfigMap release
+// records (read to adopt them), and deleting the CRDs the install created.
+// Granting the chart's ClusterRoles needs escalate and bind. Helm's release
+// records are Secrets in the operator's own namespace: that Role is written
+// by hand in the chart (charts/mesh-operator/templates/rbac.yaml), as a
+// marker here would name a fixed namespace.
 //
 // `make manifests` generates these markers into their own ClusterRole
 // (mesh-operator/config/rbac/sail-installer/role.yaml); the chart binds it
