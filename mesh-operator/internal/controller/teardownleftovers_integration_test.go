@@ -96,12 +96,13 @@ func TestTeardownKeepsIstioCRDsOfAForeignControlPlane(t *testing.T) {
 	log := &eventLog{r: events.NewFakeRecorder(500)}
 	b := startSailBed(t, log.r, true)
 	ctx, admin := context.Background(), b.admin
-	repo := serveChart(t, packageChart(t, b.root))
+	archive := packageChart(t, b.root)
+	repo := serveChart(t, archive)
 	b.r.HTTP = repo.Client()
-	b.r.Helm = &sailinstall.Helm{Config: b.asOperator, Namespace: "sail-operator", ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}
+	b.r.Helm = &sailinstall.Helm{Config: b.asOperator, StorageNamespace: "mesh-system", Namespace: "sail-operator", ReleaseName: SailReleaseName, Log: ctrl.Log, Timeout: time.Minute}
 	b.r.Config.SailInstall = true
 	b.r.Config.HelmTimeout = time.Minute
-	b.r.Config.SailChart = sailinstall.ChartSource{Repository: repo.URL, Name: DefaultSailChartName, Version: DefaultSailChartVersion, InsecureHTTP: true}
+	b.r.Config.SailChart = pinnedChart(repo.URL, DefaultSailChartVersion, map[string][]byte{DefaultSailChartVersion: archive})
 	fake := fakeSail{t: t, c: admin}
 
 	require.NoError(t, admin.Create(ctx, &v1alpha1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: "cluster"},
