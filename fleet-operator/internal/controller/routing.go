@@ -71,6 +71,20 @@ func (r *FleetReconciler) reconcileRouting(ctx context.Context, fleet *v1alpha1.
 			"The Gateway API HTTPRoute CRD (gateway.networking.k8s.io/v1) is not installed: install the Gateway API standard CRDs and a Gateway controller.%s The fleet itself is not affected.", held)
 	}
 
+	var route client.Object
+	var refusedAnnotations []string
+	switch mode {
+	case routing.Gateway:
+		route = routing.HTTPRoute(fleet)
+	case routing.Ingress:
+		route, refusedAnnotations = routing.IngressObject(fleet, routing.AnnotationPolicy(r.Config.AllowedIngressAnnotations))
+	}
+	rejected := func(obj client.Object, err error) (routingOutcome, error) {
+		return not(metav1.ConditionFalse, v1alpha1.ReasonRouteRejected,
+			"The API server refused %s %s/%s: %s. Fix spec.routing, or the admission policy that refused it; the last accepted route, if any, stays in place. The members are not affected.",
+			obj.GetObjectKind().GroupVersionKind().Kind, fleet.Namespace, obj.GetName(), statusMessage(err))
+	}
+
 	// The old route goes first: switching modes, or removing routing. Whether
 	// there is one is read from the owned objects (the cache), never from
 	// status: a status lost to a failed reconcile or restored from a copy
@@ -87,6 +101,23 @@ func (r *FleetReconciler) reconcileRouting(ctx context.Context, fleet *v1alpha1.
 	for _, gvk := range old {
 		if gvk == routing.HTTPRouteGVK && !gatewayAPI {
 			continue
+		}
+		if route != nil {
+			// A switch: the old route is deleted only once the API server
+			// would admit the new one (schema, webhooks, admission
+			// policies), asked with a dry run; a refused switch keeps the
+			// working route.
+			owned, err := r.ownedRoute(ctx, fleet, gvk)
+			if err != nil {
+				return routingOutcome{}, err
+			}
+			if owned {
+				if err := r.admits(ctx, fleet, route); refused(err) {
+					return rejected(route, err)
+				} else if err != nil {
+					return routingOutcome{}, err
+				}
+			}
 		}
 		waiting, err := r.removeOwned(ctx, fleet, gvk, names.Routing(fleet.Name))
 		if err != nil {
@@ -108,13 +139,6 @@ func (r *FleetReconciler) reconcileRouting(ctx context.Context, fleet *v1alpha1.
 		return routingOutcome{}, nil
 	}
 
-	var route client.Object
-	var refusedAnnotations []string
-	if mode == routing.Gateway {
-		route = routing.HTTPRoute(fleet)
-	} else {
-		route, refusedAnnotations = routing.IngressObject(fleet, routing.AnnotationPolicy(r.Config.AllowedIngressAnnotations))
-	}
 	for _, obj := range []client.Object{route, routing.NetworkPolicy(fleet, hboneOpen(obs))} {
 		if err := r.apply(ctx, fleet, obj); err != nil {
 			var conflict *apply.ConflictError
@@ -125,9 +149,7 @@ func (r *FleetReconciler) reconcileRouting(ctx context.Context, fleet *v1alpha1.
 				// The schema, an admission webhook or an admission policy
 				// said no. Retrying the same object cannot help; the last
 				// accepted route (if any) stays as it is.
-				return not(metav1.ConditionFalse, v1alpha1.ReasonRouteRejected,
-					"The API server refused %s %s/%s: %s. Fix spec.routing, or the admission policy that refused it; the last accepted route, if any, stays in place. The members are not affected.",
-					obj.GetObjectKind().GroupVersionKind().Kind, fleet.Namespace, obj.GetName(), statusMessage(err))
+				return rejected(obj, err)
 			}
 			return routingOutcome{}, err
 		}
@@ -153,6 +175,25 @@ func (r *FleetReconciler) reconcileRouting(ctx context.Context, fleet *v1alpha1.
 		readiness = routing.IngressReadiness(ing, refusedAnnotations)
 	}
 	return routingOutcome{readiness: &readiness}, nil
+}
+
+// admits asks the API server, with a dry-run create, whether it would
+// admit the fleet's new route: nothing is stored. An object that already
+// holds the name is not the dry run's to judge (apply reports it).
+func (r *FleetReconciler) admits(ctx context.Context, fleet *v1alpha1.CelldFleet, route client.Object) error {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(route)
+	if err != nil {
+		return err
+	}
+	// Unstructured: the client's scheme need not know the route's kind.
+	probe := &unstructured.Unstructured{Object: m}
+	probe.SetGroupVersionKind(route.GetObjectKind().GroupVersionKind())
+	probe.SetOwnerReferences([]metav1.OwnerReference{*metav1.NewControllerRef(fleet, v1alpha1.GroupVersion.WithKind("CelldFleet"))})
+	err = r.Client.Create(ctx, probe, client.DryRunAll, client.FieldOwner(names.Operator))
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
 }
 
 // refused reports an API server answer that judges the object itself:

@@ -5,18 +5,21 @@ package controller
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/fleet-operator/internal/routing"
 	"github.com/ericdev/fleetmesh/shared/testenv"
 )
 
@@ -117,4 +120,45 @@ func TestIngressAnnotationsOutsideTheAllowedPatterns(t *testing.T) {
 	assert.Contains(t, c.Message, "cert-manager.io/cluster-issuer")
 	require.NoError(t, h.get(ing, "annotated", "shop-routing"))
 	assert.NotContains(t, ing.Annotations, "cert-manager.io/cluster-issuer")
+}
+
+// TestRoutingSwitchRefusedByAdmissionKeepsTheIngress (issue 42 item 7): with
+// the Gateway API served, a policy engine refuses the fleet operator's
+// HTTPRoutes. Switching the fleet from Ingress to Gateway must keep the
+// working Ingress (and the policy that admits its traffic) and report the
+// refusal; once the policy is gone the switch completes.
+func TestRoutingSwitchRefusedByAdmissionKeepsTheIngress(t *testing.T) {
+	env := testenv.Start(t, newScheme(t), "fleet-operator/config/crd/bases")
+	env.InstallCRDs(t, testenv.ModuleFile(t, "sigs.k8s.io/gateway-api", "v1.6.3", "config/crd/standard"))
+	ctx := context.Background()
+	createNamespace(t, env.Client, "refroute")
+	h := newHarness(t, env, true)
+	h.actAsOperator()
+
+	f := routingFleet("refroute", "sw", ingressRouting())
+	require.NoError(t, env.Client.Create(ctx, f))
+	assertRouting(t, routingCondition(t, h, f), metav1.ConditionUnknown, v1alpha1.ReasonAwaitingAddress)
+	require.NoError(t, h.get(&networkingv1.Ingress{}, "refroute", "sw-routing"))
+
+	msg, allow := denyOperatorWrites(t, env, "refroute", "no-httproutes", "gateway.networking.k8s.io", "httproutes", "true", func(c client.Client) error {
+		probe := policy(routing.HTTPRouteGVK)
+		probe.SetNamespace("refroute")
+		probe.SetName("probe")
+		return c.Create(ctx, probe, client.DryRunAll)
+	})
+	require.NoError(t, env.Client.Patch(ctx, f, client.RawPatch(types.MergePatchType,
+		[]byte(`{"spec":{"routing":{"ingress":null,"gateway":{"name":"public","namespace":"edge"}}}}`))))
+	c := routingCondition(t, h, f)
+	assertRouting(t, c, metav1.ConditionFalse, v1alpha1.ReasonRouteRejected)
+	assert.Contains(t, c.Message, msg, "the API server's answer is quoted")
+	require.NoError(t, h.get(&networkingv1.Ingress{}, "refroute", "sw-routing"), "the working route stays until the new one can be written")
+	require.NoError(t, h.get(&networkingv1.NetworkPolicy{}, "refroute", "sw-routing"), "and so does the policy that admits its traffic")
+
+	allow()
+	require.Eventually(t, func() bool {
+		c := routingCondition(t, h, f)
+		return c != nil && c.Reason == string(v1alpha1.ReasonAwaitingGateway)
+	}, 30*time.Second, time.Second, "the switch completes once the HTTPRoute is admitted")
+	require.NoError(t, h.get(policy(routing.HTTPRouteGVK), "refroute", "sw-routing"))
+	assert.True(t, apierrors.IsNotFound(h.get(&networkingv1.Ingress{}, "refroute", "sw-routing")), "the old route is gone")
 }

@@ -409,7 +409,14 @@ func setMeshCondition(fleet *v1alpha1.CelldFleet, obs *observed, set conditionSe
 		set(v1alpha1.ConditionMeshReady, metav1.ConditionFalse, v1alpha1.ReasonLeavingMesh, "Members are rolling out of the mesh with injection disabled. Until no member runs a proxy, "+
 			"port 8081 stays PERMISSIVE, the peer-port rule admits any source the NetworkPolicy admits, and istiod stays reachable.")
 	case mesh.Left:
-		set(v1alpha1.ConditionMeshReady, metav1.ConditionFalse, v1alpha1.ReasonLeftMesh, "The fleet left the mesh: its Istio policies are deleted, istiod egress is closed and its Pods opt out of injection.")
+		msg := "The fleet left the mesh: its Istio policies are deleted, istiod egress is closed and its Pods opt out of injection."
+		if st.Standby {
+			// mesh.Decide keeps the ambient policy, relaxed, where the
+			// namespace asks for a mesh: the message must not say deleted.
+			msg = "The fleet left the mesh: istiod egress is closed and its Pods opt out of injection. A mesh enrollment is in effect in its namespace, so AuthorizationPolicy " +
+				mesh.PolicyName(fleet.Name) + " and the PeerAuthentication holding port 8081 PERMISSIVE stand by, covering members ztunnel may capture."
+		}
+		set(v1alpha1.ConditionMeshReady, metav1.ConditionFalse, v1alpha1.ReasonLeftMesh, msg)
 	}
 	return st.Phase != mesh.NotMeshed
 }

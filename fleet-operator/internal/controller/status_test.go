@@ -531,3 +531,28 @@ func TestStartingMembersWaitForTheirReport(t *testing.T) {
 	f.Generation++
 	assert.True(t, step("generation 3"), "a new spec is reported at once")
 }
+
+// TestLeftMeshSaysWhatStandsBy: a fleet that left the mesh where an
+// enrollment is in effect keeps its ambient policies in standby
+// (mesh.Decide); LeftMesh must not say they are deleted.
+func TestLeftMeshSaysWhatStandsBy(t *testing.T) {
+	for _, tc := range []struct {
+		standby bool
+		want    string
+	}{
+		{false, "its Istio policies are deleted"},
+		{true, "stand by"},
+	} {
+		fleet := &v1alpha1.CelldFleet{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"}}
+		obs := &observed{mesh: mesh.State{Phase: mesh.Left, Standby: tc.standby, Relaxed: tc.standby}}
+		var reason v1alpha1.ConditionReason
+		var msg string
+		setMeshCondition(fleet, obs, func(_ v1alpha1.ConditionType, _ metav1.ConditionStatus, r v1alpha1.ConditionReason, m string) { reason, msg = r, m })
+		assert.Equal(t, v1alpha1.ReasonLeftMesh, reason)
+		assert.Contains(t, msg, tc.want, "standby %v", tc.standby)
+		if tc.standby {
+			assert.NotContains(t, msg, "deleted")
+			assert.Contains(t, msg, "orders-mesh")
+		}
+	}
+}
