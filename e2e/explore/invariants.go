@@ -48,7 +48,11 @@ type judgement struct {
 	lastAllowed map[string]verdict
 	pvcUIDs     map[string]types.UID
 	// readyOnce: member Pods (by UID) seen running.
-	readyOnce  map[types.UID]bool
+	readyOnce map[types.UID]bool
+	// hadPolicy: fleets (UID) whose NetworkPolicy has existed; policyGone:
+	// since when it has been missing after that (checkPolicy).
+	hadPolicy  map[types.UID]bool
+	policyGone map[types.UID]goneSince
 	violations []string
 	seen       map[string]bool
 	// wasStrict: namespaces whose mesh-mtls was STRICT in the previous state.
@@ -65,7 +69,8 @@ type judgement struct {
 }
 
 func newJudgement(w world) *judgement {
-	return &judgement{w: w, established: map[string]bool{}, pvcUIDs: map[string]types.UID{}, readyOnce: map[types.UID]bool{}, seen: map[string]bool{}}
+	return &judgement{w: w, established: map[string]bool{}, pvcUIDs: map[string]types.UID{}, readyOnce: map[types.UID]bool{},
+		hadPolicy: map[types.UID]bool{}, policyGone: map[types.UID]goneSince{}, seen: map[string]bool{}}
 }
 
 func (j *judgement) fail(key, format string, args ...any) {
@@ -111,7 +116,7 @@ func (j *judgement) check(s *snapshot, step int) {
 			continue
 		}
 		members := j.members(s, f)
-		_, hasPolicy := s.objs[gvrNetpols][j.w.app+"/"+f.Name]
+		grace := j.checkPolicy(s, f, len(members) > 0, step)
 		var rows []row
 		if c, ok := podAs(j.w.app, clientPod(f.Name)); ok {
 			// applicationAccess Policies leaves 8080 to the user's own
@@ -158,15 +163,16 @@ func (j *judgement) check(s *snapshot, step int) {
 					} else if j.established[key] {
 						j.fail("lost "+key, "step %d, after %s: required connection LOST (%s): %s -> %s:%d: %s", step, s.last, r.why, r.src, dst.Name, r.port, v.why)
 					}
-				case v.allowed && hasPolicy && (j.atRest || !s.istioPoliciesMissing()) && (r.why != "labelled client on 8080"):
-					// Without the fleet's NetworkPolicy (deleted by hand) the
-					// members are open until the operator restores it; that
-					// window is the editor's doing, not the operator's. With
-					// Istio's CRDs removed every Istio policy is gone with
-					// them, and a captured member is as open as its
-					// NetworkPolicy's HBONE rule (docs/development.md,
-					// "Explorer limitations"). The labelled client's 8080 is
-					// never forbidden, only not required under Policies.
+				case v.allowed && !grace && (j.atRest || !s.istioPoliciesMissing()) && (r.why != "labelled client on 8080"):
+					// Within handEditGrace of a hand deletion of the fleet's
+					// NetworkPolicy the members are open until the operator
+					// restores it; that window is the editor's doing, not the
+					// operator's (checkPolicy bounds it). With Istio's CRDs
+					// removed every Istio policy is gone with them, and a
+					// captured member is as open as its NetworkPolicy's HBONE
+					// rule (docs/development.md, "Known limitations"). The
+					// labelled client's 8080 is never forbidden, only not
+					// required under Policies.
 					j.fail("opened "+key, "step %d, after %s: forbidden connection OPEN (%s): %s -> %s:%d: %s", step, s.last, r.why, r.src, dst.Name, r.port, v.why)
 				}
 			}
@@ -193,6 +199,58 @@ func (j *judgement) members(s *snapshot, f fleetv1.CelldFleet) []corev1.Pod {
 		}
 	}
 	return out
+}
+
+// handEditGrace bounds how long a fleet may be without its NetworkPolicy
+// after it was deleted (env.handedit): the operator watches the policies
+// it owns and puts one back on the reconcile the deletion triggers. Within
+// it forbidden connections are not reported (the editor opened them);
+// beyond it the missing policy is itself a violation and forbidden
+// connections are judged as always. At rest a fleet without its policy is a
+// violation, and a fleet whose policy never existed gets no grace at all
+// (the operator applies it before the StatefulSet).
+const handEditGrace = 15 * time.Second
+
+// goneSince: when and after which event a fleet's policy went missing.
+type goneSince struct {
+	at   time.Time
+	step int
+	by   string
+}
+
+// checkPolicy judges the presence of fleet f's NetworkPolicy and reports
+// whether the state is within handEditGrace of its deletion (forbidden
+// connections excused).
+func (j *judgement) checkPolicy(s *snapshot, f fleetv1.CelldFleet, members bool, step int) bool {
+	_, has := s.objs[gvrNetpols][j.w.app+"/"+f.Name]
+	gone, wasGone := j.policyGone[f.UID]
+	key := "nopolicy " + string(f.UID)
+	switch {
+	case has:
+		if wasGone && s.at.Sub(gone.at) > handEditGrace {
+			j.fail(key, "step %d, after %s: fleet %s's NetworkPolicy came back only %s after it went missing (step %d, after %s), beyond the %s grace",
+				step, s.last, f.Name, s.at.Sub(gone.at).Round(time.Second), gone.step, gone.by, handEditGrace)
+		}
+		delete(j.policyGone, f.UID)
+		j.hadPolicy[f.UID] = true
+		return false
+	case j.atRest:
+		j.fail(key, "at rest, fleet %s has no NetworkPolicy %s/%s", f.Name, j.w.app, f.Name)
+		return false
+	case !j.hadPolicy[f.UID]:
+		return false // never had one: its members are judged as they are
+	case !wasGone:
+		gone = goneSince{at: s.at, step: step, by: s.last}
+		j.policyGone[f.UID] = gone
+	}
+	if s.at.Sub(gone.at) <= handEditGrace {
+		return true
+	}
+	if members {
+		j.fail(key, "step %d, after %s: fleet %s has run without its NetworkPolicy for more than %s (missing since step %d, after %s)",
+			step, s.last, f.Name, handEditGrace, gone.step, gone.by)
+	}
+	return false
 }
 
 // checkAvailability: at most one member the fleet wants (ordinal below

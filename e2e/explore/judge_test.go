@@ -1,0 +1,102 @@
+package explore
+
+import (
+	"strings"
+	"testing"
+
+	networkingv1 "k8s.io/api/networking/v1"
+)
+
+// The judge's own tests: for every invariant a world that passes and one
+// that must fail, built by hand (no API server). TestHonestAtRest and
+// TestReleasedWhileHeld (invariants_test.go) cover honestAtRest and
+// checkHeld.
+
+// wantViolation fails unless got holds a violation containing each of want
+// (want empty: unless got is empty).
+func wantViolation(t *testing.T, got []string, want ...string) {
+	t.Helper()
+	if len(want) == 0 {
+		if len(got) > 0 {
+			t.Fatalf("want no violation, got:\n%s", strings.Join(got, "\n"))
+		}
+		return
+	}
+	for _, w := range want {
+		found := false
+		for _, g := range got {
+			found = found || strings.Contains(g, w)
+		}
+		if !found {
+			t.Fatalf("want a violation containing %q, got:\n%s", w, strings.Join(got, "\n"))
+		}
+	}
+}
+
+// base is a fleet of two with its policy, a labelled client and an
+// unlabelled Pod: every required connection holds, no forbidden one is
+// open; extra objects are added.
+func base(extra ...typed) []typed {
+	return objs([]typed{fleet("a", 2), member("a", 0), member("a", 1), fleetPolicy("a")}, callers(), extra)
+}
+
+// without is objs without the object of gvr named name.
+func without(in []typed, name string) []typed {
+	var out []typed
+	for _, o := range in {
+		if n, ok := o.obj.(interface{ GetName() string }); ok && n.GetName() == name && o.gvr == gvrNetpols {
+			continue
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+func TestJudgeAccessTable(t *testing.T) {
+	t.Run("the operator's policy: clean", func(t *testing.T) {
+		wantViolation(t, judgeStates(state(t, 0, "ADDED", base()...), state(t, 5, "MODIFIED", base()...)))
+	})
+	t.Run("a policy open to the namespace on 8080: forbidden OPEN", func(t *testing.T) {
+		open := append(without(base(), "a"), fleetPolicy("a", ruleOn(8080, true)))
+		wantViolation(t, judgeStates(state(t, 0, "ADDED", open...)),
+			"step 1, after ADDED: forbidden connection OPEN (unlabelled Pod of the namespace): x1-app/bystander -> a-0:8080")
+	})
+	t.Run("clients cut off after they reached the fleet: required LOST", func(t *testing.T) {
+		np := fleetPolicy("a")
+		np.obj.(*networkingv1.NetworkPolicy).Spec.Ingress = np.obj.(*networkingv1.NetworkPolicy).Spec.Ingress[1:]
+		wantViolation(t, judgeStates(state(t, 0, "ADDED", base()...), state(t, 5, "MODIFIED networkpolicies x1-app/a", append(without(base(), "a"), np)...)),
+			"step 2, after MODIFIED networkpolicies x1-app/a: required connection LOST (labelled client on 8080): x1-app/client-a -> a-0:8080",
+			"at rest, required connection missing: x1-app/a x1-app/client-a -> a-0(uid-a-0):8080")
+	})
+}
+
+// TestJudgePolicyPresence: a fleet without its NetworkPolicy is judged
+// (issue 43): at rest it is a violation, during a sequence the grace after
+// a deletion is handEditGrace, and a fleet whose policy never existed has
+// none.
+func TestJudgePolicyPresence(t *testing.T) {
+	gone := without(base(), "a")
+	t.Run("deleted by hand, restored within the grace", func(t *testing.T) {
+		wantViolation(t, judgeStates(state(t, 0, "ADDED", base()...), state(t, 10, "DELETED networkpolicies x1-app/a", gone...),
+			state(t, 12, "MODIFIED pods x1-app/a-0", gone...), state(t, 24, "ADDED networkpolicies x1-app/a", base()...)))
+	})
+	t.Run("deleted by hand, still missing after the grace", func(t *testing.T) {
+		wantViolation(t, judgeStates(state(t, 0, "ADDED", base()...), state(t, 10, "DELETED networkpolicies x1-app/a", gone...),
+			state(t, 30, "MODIFIED pods x1-app/a-0", gone...), state(t, 31, "ADDED networkpolicies x1-app/a", base()...)),
+			"step 3, after MODIFIED pods x1-app/a-0: fleet a has run without its NetworkPolicy for more than 15s (missing since step 2, after DELETED networkpolicies x1-app/a)",
+			"step 3, after MODIFIED pods x1-app/a-0: forbidden connection OPEN (unlabelled Pod of the namespace): x1-app/bystander -> a-0:8080")
+	})
+	t.Run("restored after the grace, nothing seen in between", func(t *testing.T) {
+		wantViolation(t, judgeStates(state(t, 0, "ADDED", base()...), state(t, 10, "DELETED networkpolicies x1-app/a", gone...),
+			state(t, 40, "ADDED networkpolicies x1-app/a", base()...)),
+			"step 3, after ADDED networkpolicies x1-app/a: fleet a's NetworkPolicy came back only 30s after it went missing (step 2, after DELETED networkpolicies x1-app/a), beyond the 15s grace")
+	})
+	t.Run("missing at rest", func(t *testing.T) {
+		wantViolation(t, judgeStates(state(t, 0, "ADDED", base()...), state(t, 10, "DELETED networkpolicies x1-app/a", gone...)),
+			"at rest, fleet a has no NetworkPolicy x1-app/a")
+	})
+	t.Run("never created: no grace", func(t *testing.T) {
+		got := judgeStates(state(t, 0, "ADDED pods x1-app/a-1", gone...), state(t, 3, "ADDED networkpolicies x1-app/a", base()...))
+		wantViolation(t, got, "step 1, after ADDED pods x1-app/a-1: forbidden connection OPEN (unlabelled Pod of the namespace): x1-app/bystander -> a-0:8080")
+	})
+}
