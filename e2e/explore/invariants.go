@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -47,8 +47,9 @@ type judgement struct {
 	// lastAllowed: the required connections of the latest state, allowed or not.
 	lastAllowed map[string]verdict
 	pvcUIDs     map[string]types.UID
-	// readyOnce: member Pods (by UID) seen running.
-	readyOnce map[types.UID]bool
+	// upOnce: per fleet (UID), the member ordinals seen up (checkAvailability)
+	// since they were last outside spec.replicas.
+	upOnce map[types.UID]map[int]bool
 	// hadPolicy: fleets (UID) whose NetworkPolicy has existed; policyGone:
 	// since when it has been missing after that (checkPolicy).
 	hadPolicy  map[types.UID]bool
@@ -69,7 +70,7 @@ type judgement struct {
 }
 
 func newJudgement(w world) *judgement {
-	return &judgement{w: w, established: map[string]bool{}, pvcUIDs: map[string]types.UID{}, readyOnce: map[types.UID]bool{},
+	return &judgement{w: w, established: map[string]bool{}, pvcUIDs: map[string]types.UID{}, upOnce: map[types.UID]map[int]bool{},
 		hadPolicy: map[types.UID]bool{}, policyGone: map[types.UID]goneSince{}, seen: map[string]bool{}}
 }
 
@@ -177,7 +178,7 @@ func (j *judgement) check(s *snapshot, step int) {
 				}
 			}
 		}
-		j.checkAvailability(s, f, members, step)
+		j.checkAvailability(s, f, step)
 	}
 	for k := range j.established {
 		if !required[k] {
@@ -253,40 +254,67 @@ func (j *judgement) checkPolicy(s *snapshot, f fleetv1.CelldFleet, members bool,
 	return false
 }
 
-// checkAvailability: at most one member the fleet wants (ordinal below
-// spec.replicas) is missing after having run, except while the fleet is
-// being deleted.
-func (j *judgement) checkAvailability(s *snapshot, f fleetv1.CelldFleet, running []corev1.Pod, step int) {
-	want := int32(1)
+// checkAvailability: at most one member the fleet wants is down. Members
+// are counted by ordinal below spec.replicas: a member is down when its Pod
+// is missing, terminating, not running with an address, or not Ready. An
+// ordinal counts once it has been up (a fleet being created or scaled up is
+// not failed for members it never had) and is forgotten while it is outside
+// spec.replicas; a fleet being deleted is not judged (check skips it).
+func (j *judgement) checkAvailability(s *snapshot, f fleetv1.CelldFleet, step int) {
+	want := 1
 	if f.Spec.Replicas != nil {
-		want = *f.Spec.Replicas
+		want = int(*f.Spec.Replicas)
 	}
-	up := map[int]bool{}
-	for _, p := range running {
-		j.readyOnce[p.UID] = true
-		if o, err := strconv.Atoi(p.Name[strings.LastIndex(p.Name, "-")+1:]); err == nil {
-			up[o] = true
+	seen := j.upOnce[f.UID]
+	if seen == nil {
+		seen = map[int]bool{}
+		j.upOnce[f.UID] = seen
+	}
+	for o := range seen {
+		if o >= want {
+			delete(seen, o)
 		}
 	}
-	// Ordinals that ran before in this sequence.
-	ranBefore := map[int]bool{}
-	for _, u := range s.in(gvrPods, j.w.app) {
-		if u.GetLabels()[labels.Instance] != f.Name {
-			continue
-		}
-		if o, err := strconv.Atoi(u.GetName()[strings.LastIndex(u.GetName(), "-")+1:]); err == nil && j.readyOnce[u.GetUID()] {
-			ranBefore[o] = true
-		}
-	}
-	down := 0
-	for o := 0; o < int(want); o++ {
-		if ranBefore[o] && !up[o] {
-			down++
+	var down []string
+	for o := range want {
+		name := fmt.Sprintf("%s-%d", f.Name, o)
+		why := memberDown(s.objs[gvrPods][j.w.app+"/"+name], f.Name)
+		if why == "" {
+			seen[o] = true
+		} else if seen[o] {
+			down = append(down, name+" ("+why+")")
 		}
 	}
-	if down > 1 {
-		j.fail(fmt.Sprintf("down %s %d", f.Name, step), "step %d, after %s: %d members of fleet %s unavailable at once", step, s.last, down, f.Name)
+	if len(down) > 1 {
+		j.fail(fmt.Sprintf("down %s %d", f.Name, step), "step %d, after %s: %d members of fleet %s unavailable at once: %s",
+			step, s.last, len(down), f.Name, strings.Join(down, ", "))
 	}
+}
+
+// memberDown says why the member Pod u of fleet is down ("" when it is up).
+func memberDown(u *unstructured.Unstructured, fleet string) string {
+	if u == nil || u.GetLabels()[labels.Instance] != fleet {
+		return "missing"
+	}
+	p := corev1.Pod{}
+	if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p) != nil {
+		return "unreadable"
+	}
+	switch {
+	case p.DeletionTimestamp != nil:
+		return "terminating"
+	case p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "":
+		return "not running: " + string(p.Status.Phase)
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			if c.Status == corev1.ConditionTrue {
+				return ""
+			}
+			return "not Ready"
+		}
+	}
+	return "not Ready"
 }
 
 // checkStrict: STRICT never precedes meshed workloads. When a namespace's

@@ -5,6 +5,9 @@ import (
 	"testing"
 
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	fleetv1 "github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 )
 
 // The judge's own tests: for every invariant a world that passes and one
@@ -98,5 +101,77 @@ func TestJudgePolicyPresence(t *testing.T) {
 	t.Run("never created: no grace", func(t *testing.T) {
 		got := judgeStates(state(t, 0, "ADDED pods x1-app/a-1", gone...), state(t, 3, "ADDED networkpolicies x1-app/a", base()...))
 		wantViolation(t, got, "step 1, after ADDED pods x1-app/a-1: forbidden connection OPEN (unlabelled Pod of the namespace): x1-app/bystander -> a-0:8080")
+	})
+}
+
+// TestJudgeAvailability: members are counted by ordinal against
+// spec.replicas; a deleted Pod, a Pending or not Ready replacement are down
+// (issue 43: a roll that does not wait for readiness passed before).
+func TestJudgeAvailability(t *testing.T) {
+	up := func(replicas int32, ms ...typed) []typed { return append([]typed{fleet("a", replicas)}, ms...) }
+	for _, tc := range []struct {
+		name   string
+		states [][]typed
+		want   string
+	}{
+		{"a roll, one member at a time", [][]typed{
+			up(2, member("a", 0), member("a", 1)),
+			up(2, member("a", 0), member("a", 1, terminating)),
+			up(2, member("a", 0)),
+			up(2, member("a", 0), member("a", 1, uid("new-1"), pending)),
+			up(2, member("a", 0), member("a", 1, uid("new-1"), notReady)),
+			up(2, member("a", 0, terminating), member("a", 1, uid("new-1"))),
+			up(2, member("a", 1, uid("new-1"))),
+		}, ""},
+		{"the next member deleted while the replacement is Pending", [][]typed{
+			up(2, member("a", 0), member("a", 1)),
+			up(2, member("a", 0, terminating), member("a", 1, uid("new-1"), pending)),
+		}, "2 members of fleet a unavailable at once: a-0 (terminating), a-1 (not running: Pending)"},
+		{"a deleted Pod and a Pending one", [][]typed{
+			up(2, member("a", 0), member("a", 1)),
+			up(2, member("a", 1, uid("new-1"), pending)),
+		}, "2 members of fleet a unavailable at once: a-0 (missing), a-1 (not running: Pending)"},
+		{"two members not Ready", [][]typed{
+			up(2, member("a", 0), member("a", 1)),
+			up(2, member("a", 0, notReady), member("a", 1, notReady)),
+		}, "a-0 (not Ready), a-1 (not Ready)"},
+		{"a fleet being created", [][]typed{
+			up(2),
+			up(2, member("a", 0, pending)),
+			up(2, member("a", 0), member("a", 1, pending)),
+			up(2, member("a", 0), member("a", 1)),
+		}, ""},
+		{"scaled up during a roll", [][]typed{
+			up(2, member("a", 0), member("a", 1)),
+			up(3, member("a", 0), member("a", 1, terminating), member("a", 2, pending)),
+		}, ""},
+		{"scaled down, then up again during a roll", [][]typed{
+			up(3, member("a", 0), member("a", 1), member("a", 2)),
+			up(2, member("a", 0), member("a", 1), member("a", 2, terminating)),
+			up(2, member("a", 0), member("a", 1)),
+			up(3, member("a", 0), member("a", 1, terminating), member("a", 2, uid("new-2"), pending)),
+		}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := newJudgement(testWorld())
+			for i, objs := range tc.states {
+				s := state(t, i, "MODIFIED pods", objs...)
+				for _, f := range s.fleets(j.w.app) {
+					j.checkAvailability(s, f, i+1)
+				}
+			}
+			if tc.want == "" {
+				wantViolation(t, j.violations)
+			} else {
+				wantViolation(t, j.violations, tc.want)
+			}
+		})
+	}
+	t.Run("a fleet being deleted is not judged", func(t *testing.T) {
+		deleting := fleet("a", 2)
+		deleting.obj.(*fleetv1.CelldFleet).DeletionTimestamp = &metav1.Time{Time: t0}
+		wantViolation(t, judgeStates(state(t, 0, "ADDED", base()...),
+			state(t, 1, "MODIFIED celldfleets x1-app/a", append(callers(), deleting, member("a", 0, terminating), member("a", 1, terminating))...),
+			state(t, 2, "DELETED pods x1-app/a-1", append(callers(), deleting)...)))
 	})
 }
