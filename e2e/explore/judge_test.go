@@ -3,9 +3,13 @@ package explore
 import (
 	"strings"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	fleetv1 "github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 )
@@ -173,5 +177,45 @@ func TestJudgeAvailability(t *testing.T) {
 		wantViolation(t, judgeStates(state(t, 0, "ADDED", base()...),
 			state(t, 1, "MODIFIED celldfleets x1-app/a", append(callers(), deleting, member("a", 0, terminating), member("a", 1, terminating))...),
 			state(t, 2, "DELETED pods x1-app/a-1", append(callers(), deleting)...)))
+	})
+}
+
+// TestJudgeIstioGrace: while Istio's API is absent, only a connection the
+// NetworkPolicies admit as HBONE (a meshed caller to a captured member) is
+// excused, the documented limitation; one they admit on the port itself is
+// a NetworkPolicy leak and is reported.
+func TestJudgeIstioGrace(t *testing.T) {
+	ambient := func(np typed, callerMutate ...func(*corev1.Pod)) *snapshot {
+		zt := &unstructured.Unstructured{}
+		zt.SetName("default")
+		s := state(t, 10, "LOST authorizationpolicies /", objs([]typed{fleet("a", 2), member("a", 0, captured), member("a", 1, captured), np,
+			{gvrZTunnels, zt}}, callers(callerMutate...))...)
+		s.absent[gvrAPs], s.absent[gvrPAs] = true, true
+		return s
+	}
+	hbone := ruleOn(hbonePort, false)
+	t.Run("meshed callers through HBONE: excused", func(t *testing.T) {
+		j := newJudgement(testWorld())
+		j.check(ambient(fleetPolicy("a", hbone), captured), 1)
+		wantViolation(t, j.violations)
+	})
+	t.Run("the same at rest: reported", func(t *testing.T) {
+		j := newJudgement(testWorld())
+		j.atRest = true
+		j.check(ambient(fleetPolicy("a", hbone), captured), 1)
+		wantViolation(t, j.violations, "forbidden connection OPEN (unlabelled Pod of the namespace): x1-app/bystander -> a-0:8080: NetworkPolicy admits :15008")
+	})
+	t.Run("a NetworkPolicy leak to plaintext callers: reported", func(t *testing.T) {
+		j := newJudgement(testWorld())
+		j.check(ambient(fleetPolicy("a", hbone, ruleOn(8080, true))), 1)
+		wantViolation(t, j.violations, "step 1, after LOST authorizationpolicies /: forbidden connection OPEN (unlabelled Pod of the namespace): x1-app/bystander -> a-0:8080: NetworkPolicy admits :8080")
+	})
+	t.Run("within istioGrace after it is back", func(t *testing.T) {
+		s := ambient(fleetPolicy("a", hbone, ruleOn(8080, true)))
+		s.absent = map[schema.GroupVersionResource]bool{}
+		s.restored[gvrAPs] = s.at.Add(-5 * time.Second)
+		j := newJudgement(testWorld())
+		j.check(s, 1)
+		wantViolation(t, j.violations, "forbidden connection OPEN (unlabelled Pod of the namespace): x1-app/bystander -> a-0:8080: NetworkPolicy admits :8080")
 	})
 }
