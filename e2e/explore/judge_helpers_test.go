@@ -149,7 +149,7 @@ func judgeStates(states ...*snapshot) []string {
 	}
 	j.atRest = true
 	j.check(states[len(states)-1], len(states)+1)
-	return append(append(append(j.violations, j.missing()...), j.strictAtRest(j.last)...), j.honestAtRest(j.last)...)
+	return append(append(append(append(j.violations, j.missing()...), j.strictAtRest(j.last)...), j.honestAtRest(j.last)...), j.membersAtRest(j.last)...)
 }
 
 func objs(groups ...[]typed) []typed {

@@ -17,7 +17,7 @@ import (
 // The judge's own tests: for every invariant a world that passes and one
 // that must fail, built by hand (no API server). TestHonestAtRest and
 // TestReleasedWhileHeld (invariants_test.go) cover honestAtRest and
-// checkHeld.
+// checkHeld, TestStuckAtRest (rest_test.go) the conditions at rest.
 
 // wantViolation fails unless got holds a violation containing each of want
 // (want empty: unless got is empty).
@@ -218,4 +218,15 @@ func TestJudgeIstioGrace(t *testing.T) {
 		j.check(s, 1)
 		wantViolation(t, j.violations, "forbidden connection OPEN (unlabelled Pod of the namespace): x1-app/bystander -> a-0:8080: NetworkPolicy admits :8080")
 	})
+}
+
+// TestJudgeMembersAtRest: at rest a fleet that wants members runs some,
+// unless paused.
+func TestJudgeMembersAtRest(t *testing.T) {
+	paused := fleet("a", 2)
+	paused.obj.(*fleetv1.CelldFleet).Spec.Maintenance.Paused = true
+	j := newJudgement(testWorld())
+	wantViolation(t, j.membersAtRest(state(t, 0, "", base()...)))
+	wantViolation(t, j.membersAtRest(state(t, 0, "", paused)))
+	wantViolation(t, j.membersAtRest(state(t, 0, "", fleet("a", 2), member("a", 0, pending))), "at rest, fleet a wants 2 member(s) and runs none")
 }
