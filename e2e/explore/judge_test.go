@@ -10,8 +10,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 
 	fleetv1 "github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/podmesh"
 )
 
 // The judge's own tests: for every invariant a world that passes and one
@@ -218,6 +221,73 @@ func TestJudgeIstioGrace(t *testing.T) {
 		j.check(s, 1)
 		wantViolation(t, j.violations, "forbidden connection OPEN (unlabelled Pod of the namespace): x1-app/bystander -> a-0:8080: NetworkPolicy admits :8080")
 	})
+}
+
+// TestJudgeStrict: a namespace turns STRICT only over meshed Pods
+// (checkStrict); at rest a STRICT namespace's later edges are accepted or
+// meshed (strictAtRest).
+func TestJudgeStrict(t *testing.T) {
+	sidecar := func(p *corev1.Pod) {
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: podmesh.ProxyContainer})
+	}
+	strict := func(annotations map[string]string) typed {
+		pa := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"mtls": map[string]any{"mode": "STRICT"}}}}
+		pa.SetNamespace("x1-app")
+		pa.SetName(meshMTLSPolicy)
+		pa.SetAnnotations(annotations)
+		return typed{gvrPAs, pa}
+	}
+	ns := func(l map[string]string) typed {
+		u := &unstructured.Unstructured{}
+		u.SetName("x1-app")
+		u.SetLabels(l)
+		return typed{gvrNamespaces, u}
+	}
+	check := func(states ...*snapshot) []string {
+		j := newJudgement(testWorld())
+		for i, s := range states {
+			j.checkStrict(s, i+1, false)
+		}
+		return j.violations
+	}
+	t.Run("turned STRICT over meshed Pods", func(t *testing.T) {
+		wantViolation(t, check(state(t, 0, "ADDED", callers(sidecar)...), state(t, 1, "ADDED peerauthentications", append(callers(sidecar), strict(nil))...)))
+	})
+	t.Run("turned STRICT over a plaintext Pod", func(t *testing.T) {
+		wantViolation(t, check(state(t, 0, "ADDED", callers()...), state(t, 1, "ADDED peerauthentications", append(callers(), strict(nil))...)),
+			"step 2, after ADDED peerauthentications: namespace x1-app turned STRICT while Pod x1-app/bystander is not meshed")
+	})
+	edge := ns(map[string]string{labels.AllowFromPrefix + "x1-edge": "true"})
+	plainEdge := running("x1-edge", edgePod, map[string]string{"app": edgeApp})
+	t.Run("at rest, an edge accepted at the cutover", func(t *testing.T) {
+		s := state(t, 0, "", edge, strict(map[string]string{labels.MeshStrictEdges: "x1-edge"}), plainEdge)
+		wantViolation(t, newJudgement(testWorld()).strictAtRest(s))
+	})
+	t.Run("at rest, an edge declared later with a plaintext Pod", func(t *testing.T) {
+		s := state(t, 0, "", edge, strict(nil), plainEdge)
+		wantViolation(t, newJudgement(testWorld()).strictAtRest(s),
+			"at rest, namespace x1-app is STRICT although its edge x1-edge, declared after the cutover, runs the plaintext Pod edge-proxy")
+	})
+}
+
+// TestJudgeDisks: a member's claim keeps its UID.
+func TestJudgeDisks(t *testing.T) {
+	claim := func(u string) typed {
+		c := &unstructured.Unstructured{}
+		c.SetNamespace("x1-app")
+		c.SetName("data-a-0")
+		c.SetUID(types.UID(u))
+		return typed{gvrPVCs, c}
+	}
+	check := func(uids ...string) []string {
+		j := newJudgement(testWorld())
+		for i, u := range uids {
+			j.checkDisks(state(t, i, "MODIFIED persistentvolumeclaims x1-app/data-a-0", claim(u)), i+1)
+		}
+		return j.violations
+	}
+	wantViolation(t, check("c1", "c1", "c1"))
+	wantViolation(t, check("c1", "c2"), "step 2, after MODIFIED persistentvolumeclaims x1-app/data-a-0: claim data-a-0 was replaced (uid c1 -> c2)")
 }
 
 // TestJudgeMembersAtRest: at rest a fleet that wants members runs some,
