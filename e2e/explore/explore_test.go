@@ -84,6 +84,10 @@ func runSequence(t *testing.T, r *Runner, seq []Action) Result {
 	res, err := r.Run(context.Background(), seq)
 	require.NoError(t, err)
 	t.Logf("%d actions, %d observed states, %s", len(seq), res.States, res.Took.Round(time.Second))
+	// Every action of a sequence changes something the recorder watches
+	// (the populated world alone is one state): fewer states than that
+	// means the recorder saw nothing and the judge judged nothing.
+	require.Greater(t, res.States, len(seq), "the recorder observed fewer states than the sequence has actions")
 	return res
 }
 
@@ -107,8 +111,10 @@ func TestExplore(t *testing.T) {
 	// by hand to reach every action) run alike.
 	files, err := filepath.Glob(filepath.Join("testdata", "regressions", "*.json"))
 	require.NoError(t, err)
+	require.NotEmpty(t, files, "no regression sequence under testdata/regressions")
 	scenarios, err := filepath.Glob(filepath.Join("testdata", "scenarios", "*.json"))
 	require.NoError(t, err)
+	require.NotEmpty(t, scenarios, "no scenario under testdata/scenarios")
 	files = append(files, scenarios...)
 	// EXPLORE_FILES=0 skips them, for a long random run right after a
 	// make test that ran them.
