@@ -198,10 +198,13 @@ func TestPlantedDefect(t *testing.T) {
 	// them all: a NetworkPolicy leak while Istio's API is absent (the
 	// Istio grace excused every forbidden row then), a deleted fleet
 	// NetworkPolicy never put back (forbidden rows were judged only while
-	// the policy existed), a roll that does not wait for its replacement
-	// to be Ready (a deleted Pod and its Pending replacement were not
-	// counted down), and Ready never True (any documented reason passed
-	// at rest).
+	// the policy existed), a roll that replaces the next member as soon as
+	// the last one is gone, without waiting for its replacement to exist
+	// or be Ready (a deleted Pod and its Pending replacement were not
+	// counted down; kwok makes a Pod Ready at once, so a roll that only
+	// skips the readiness wait is caught only when the operator is
+	// quicker than kwok), and Ready never True (any documented reason
+	// passed at rest).
 	t.Run("judge", func(t *testing.T) {
 		tree := plantedTreeFiles(t,
 			plantIn{"fleet-operator/internal/controller/fleet_controller.go",
@@ -214,9 +217,26 @@ func TestPlantedDefect(t *testing.T) {
 		objs = append(objs, np) // planted defect: a deleted NetworkPolicy is never put back
 	}
 	for _, obj := range objs {`},
-			plantIn{"fleet-operator/internal/roll/roll.go",
-				"\tcase len(unavailable) == 0:",
-				"\tcase true: // planted defect: the roll does not wait for readiness"},
+			plantIn{"fleet-operator/internal/controller/fleet_controller.go",
+				"\tr.deleted[key] = uid\n\tr.mu.Unlock()\n",
+				`	r.deleted[key] = uid
+	r.mu.Unlock()
+	// planted defect: the roll does not wait for the replacement to be
+	// Ready (nor to exist): once the member is gone, the next goes.
+	for i := 0; i < 500; i++ {
+		p := &corev1.Pod{}
+		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(pod), p); apierrors.IsNotFound(err) || (err == nil && p.UID != uid) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, next := range obs.pods {
+		if next.Name != pod.Name && next.Labels[revisionLabel] != in.TargetRevision {
+			_ = r.Client.Delete(ctx, &next)
+			break
+		}
+	}
+`},
 			plantIn{"fleet-operator/internal/controller/status.go",
 				"\tcase allAvailable(fleet, obs) && !obs.decision.Rolling() && !obs.stsSettling:",
 				"\tcase false: // planted defect: Ready never turns True"},
