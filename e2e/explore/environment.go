@@ -266,7 +266,8 @@ func (r *Runner) createGateway(ctx context.Context, w world) error {
 
 // playGateway is the Gateway controller: every 500 ms it answers each
 // HTTPRoute attached to a world's Gateway for the route's generation,
-// Accepted or NotAllowedByListeners as env.gateway last said.
+// Accepted or NotAllowedByListeners as env.gateway last said, and
+// ResolvedRefs.
 func (r *Runner) playGateway(ctx context.Context) {
 	for ctx.Err() == nil {
 		routes := &unstructured.UnstructuredList{}
@@ -301,22 +302,33 @@ func (r *Runner) answerRoute(ctx context.Context, route *unstructured.Unstructur
 		if m["name"] != gatewayName {
 			continue
 		}
-		cond := map[string]any{"type": "Accepted", "status": status, "reason": reason, "message": msg,
-			"observedGeneration": route.GetGeneration(), "lastTransitionTime": time.Now().UTC().Format(time.RFC3339)}
-		same := false
-		for _, p := range old {
-			pm, _ := p.(map[string]any)
-			conds, _, _ := unstructured.NestedSlice(pm, "conditions")
-			for _, c := range conds {
-				cm, _ := c.(map[string]any)
-				if cm["type"] == "Accepted" && cm["status"] == status && fmt.Sprint(cm["observedGeneration"]) == fmt.Sprint(route.GetGeneration()) {
-					same = true
-					cond = cm
+		// Both conditions a Gateway controller must report on a route:
+		// Accepted as env.gateway says, ResolvedRefs True (the backend is
+		// the fleet's Service).
+		now := time.Now().UTC().Format(time.RFC3339)
+		want := []map[string]any{
+			{"type": "Accepted", "status": status, "reason": reason, "message": msg, "observedGeneration": route.GetGeneration(), "lastTransitionTime": now},
+			{"type": "ResolvedRefs", "status": "True", "reason": "ResolvedRefs", "message": "resolved by the explorer's Gateway controller",
+				"observedGeneration": route.GetGeneration(), "lastTransitionTime": now},
+		}
+		var conds []any
+		for _, cond := range want {
+			same := false
+			for _, p := range old {
+				pm, _ := p.(map[string]any)
+				had, _, _ := unstructured.NestedSlice(pm, "conditions")
+				for _, c := range had {
+					cm, _ := c.(map[string]any)
+					if cm["type"] == cond["type"] && cm["status"] == cond["status"] && fmt.Sprint(cm["observedGeneration"]) == fmt.Sprint(route.GetGeneration()) {
+						same = true
+						cond = cm
+					}
 				}
 			}
+			changed = changed || !same
+			conds = append(conds, cond)
 		}
-		changed = changed || !same
-		parents = append(parents, map[string]any{"parentRef": m, "controllerName": gatewayController, "conditions": []any{cond}})
+		parents = append(parents, map[string]any{"parentRef": m, "controllerName": gatewayController, "conditions": conds})
 	}
 	if !changed || len(parents) == 0 {
 		return

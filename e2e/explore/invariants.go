@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -47,8 +47,13 @@ type judgement struct {
 	// lastAllowed: the required connections of the latest state, allowed or not.
 	lastAllowed map[string]verdict
 	pvcUIDs     map[string]types.UID
-	// readyOnce: member Pods (by UID) seen running.
-	readyOnce  map[types.UID]bool
+	// upOnce: per fleet (UID), the member ordinals seen up (checkAvailability)
+	// since they were last outside spec.replicas.
+	upOnce map[types.UID]map[int]bool
+	// hadPolicy: fleets (UID) whose NetworkPolicy has existed; policyGone:
+	// since when it has been missing after that (checkPolicy).
+	hadPolicy  map[types.UID]bool
+	policyGone map[types.UID]goneSince
 	violations []string
 	seen       map[string]bool
 	// wasStrict: namespaces whose mesh-mtls was STRICT in the previous state.
@@ -65,7 +70,8 @@ type judgement struct {
 }
 
 func newJudgement(w world) *judgement {
-	return &judgement{w: w, established: map[string]bool{}, pvcUIDs: map[string]types.UID{}, readyOnce: map[types.UID]bool{}, seen: map[string]bool{}}
+	return &judgement{w: w, established: map[string]bool{}, pvcUIDs: map[string]types.UID{}, upOnce: map[types.UID]map[int]bool{},
+		hadPolicy: map[types.UID]bool{}, policyGone: map[types.UID]goneSince{}, seen: map[string]bool{}}
 }
 
 func (j *judgement) fail(key, format string, args ...any) {
@@ -111,7 +117,7 @@ func (j *judgement) check(s *snapshot, step int) {
 			continue
 		}
 		members := j.members(s, f)
-		_, hasPolicy := s.objs[gvrNetpols][j.w.app+"/"+f.Name]
+		grace := j.checkPolicy(s, f, len(members) > 0, step)
 		var rows []row
 		if c, ok := podAs(j.w.app, clientPod(f.Name)); ok {
 			// applicationAccess Policies leaves 8080 to the user's own
@@ -158,20 +164,24 @@ func (j *judgement) check(s *snapshot, step int) {
 					} else if j.established[key] {
 						j.fail("lost "+key, "step %d, after %s: required connection LOST (%s): %s -> %s:%d: %s", step, s.last, r.why, r.src, dst.Name, r.port, v.why)
 					}
-				case v.allowed && hasPolicy && (j.atRest || !s.istioPoliciesMissing()) && (r.why != "labelled client on 8080"):
-					// Without the fleet's NetworkPolicy (deleted by hand) the
-					// members are open until the operator restores it; that
-					// window is the editor's doing, not the operator's. With
-					// Istio's CRDs removed every Istio policy is gone with
-					// them, and a captured member is as open as its
-					// NetworkPolicy's HBONE rule (docs/development.md,
-					// "Explorer limitations"). The labelled client's 8080 is
+				case v.allowed && !grace && !(v.hbone && !j.atRest && s.istioPoliciesMissing()) && (r.why != "labelled client on 8080"):
+					// Within handEditGrace of a hand deletion of the fleet's
+					// NetworkPolicy the members are open until the operator
+					// restores it; that window is the editor's doing, not the
+					// operator's (checkPolicy bounds it). With Istio's CRDs
+					// removed every Istio policy is gone with them, and a
+					// captured member is as open as its NetworkPolicy's HBONE
+					// rule, which cannot see the port inside the tunnel
+					// (docs/development.md, "Known limitations"): only a
+					// connection the NetworkPolicy admitted as HBONE is
+					// excused then; one it admitted on the port itself is a
+					// NetworkPolicy leak. The labelled client's 8080 is
 					// never forbidden, only not required under Policies.
 					j.fail("opened "+key, "step %d, after %s: forbidden connection OPEN (%s): %s -> %s:%d: %s", step, s.last, r.why, r.src, dst.Name, r.port, v.why)
 				}
 			}
 		}
-		j.checkAvailability(s, f, members, step)
+		j.checkAvailability(s, f, step)
 	}
 	for k := range j.established {
 		if !required[k] {
@@ -195,40 +205,119 @@ func (j *judgement) members(s *snapshot, f fleetv1.CelldFleet) []corev1.Pod {
 	return out
 }
 
-// checkAvailability: at most one member the fleet wants (ordinal below
-// spec.replicas) is missing after having run, except while the fleet is
-// being deleted.
-func (j *judgement) checkAvailability(s *snapshot, f fleetv1.CelldFleet, running []corev1.Pod, step int) {
-	want := int32(1)
+// handEditGrace bounds how long a fleet may be without its NetworkPolicy
+// after it was deleted (env.handedit): the operator watches the policies
+// it owns and puts one back on the reconcile the deletion triggers. Within
+// it forbidden connections are not reported (the editor opened them);
+// beyond it the missing policy is itself a violation and forbidden
+// connections are judged as always. At rest a fleet without its policy is a
+// violation, and a fleet whose policy never existed gets no grace at all
+// (the operator applies it before the StatefulSet).
+const handEditGrace = 15 * time.Second
+
+// goneSince: when and after which event a fleet's policy went missing.
+type goneSince struct {
+	at   time.Time
+	step int
+	by   string
+}
+
+// checkPolicy judges the presence of fleet f's NetworkPolicy and reports
+// whether the state is within handEditGrace of its deletion (forbidden
+// connections excused).
+func (j *judgement) checkPolicy(s *snapshot, f fleetv1.CelldFleet, members bool, step int) bool {
+	_, has := s.objs[gvrNetpols][j.w.app+"/"+f.Name]
+	gone, wasGone := j.policyGone[f.UID]
+	key := "nopolicy " + string(f.UID)
+	switch {
+	case has:
+		if wasGone && s.at.Sub(gone.at) > handEditGrace {
+			j.fail(key, "step %d, after %s: fleet %s's NetworkPolicy came back only %s after it went missing (step %d, after %s), beyond the %s grace",
+				step, s.last, f.Name, s.at.Sub(gone.at).Round(time.Second), gone.step, gone.by, handEditGrace)
+		}
+		delete(j.policyGone, f.UID)
+		j.hadPolicy[f.UID] = true
+		return false
+	case j.atRest:
+		j.fail(key, "at rest, fleet %s has no NetworkPolicy %s/%s", f.Name, j.w.app, f.Name)
+		return false
+	case !j.hadPolicy[f.UID]:
+		return false // never had one: its members are judged as they are
+	case !wasGone:
+		gone = goneSince{at: s.at, step: step, by: s.last}
+		j.policyGone[f.UID] = gone
+	}
+	if s.at.Sub(gone.at) <= handEditGrace {
+		return true
+	}
+	if members {
+		j.fail(key, "step %d, after %s: fleet %s has run without its NetworkPolicy for more than %s (missing since step %d, after %s)",
+			step, s.last, f.Name, handEditGrace, gone.step, gone.by)
+	}
+	return false
+}
+
+// checkAvailability: at most one member the fleet wants is down. Members
+// are counted by ordinal below spec.replicas: a member is down when its Pod
+// is missing, terminating, not running with an address, or not Ready. An
+// ordinal counts once it has been up (a fleet being created or scaled up is
+// not failed for members it never had) and is forgotten while it is outside
+// spec.replicas; a fleet being deleted is not judged (check skips it).
+func (j *judgement) checkAvailability(s *snapshot, f fleetv1.CelldFleet, step int) {
+	want := 1
 	if f.Spec.Replicas != nil {
-		want = *f.Spec.Replicas
+		want = int(*f.Spec.Replicas)
 	}
-	up := map[int]bool{}
-	for _, p := range running {
-		j.readyOnce[p.UID] = true
-		if o, err := strconv.Atoi(p.Name[strings.LastIndex(p.Name, "-")+1:]); err == nil {
-			up[o] = true
+	seen := j.upOnce[f.UID]
+	if seen == nil {
+		seen = map[int]bool{}
+		j.upOnce[f.UID] = seen
+	}
+	for o := range seen {
+		if o >= want {
+			delete(seen, o)
 		}
 	}
-	// Ordinals that ran before in this sequence.
-	ranBefore := map[int]bool{}
-	for _, u := range s.in(gvrPods, j.w.app) {
-		if u.GetLabels()[labels.Instance] != f.Name {
-			continue
-		}
-		if o, err := strconv.Atoi(u.GetName()[strings.LastIndex(u.GetName(), "-")+1:]); err == nil && j.readyOnce[u.GetUID()] {
-			ranBefore[o] = true
-		}
-	}
-	down := 0
-	for o := 0; o < int(want); o++ {
-		if ranBefore[o] && !up[o] {
-			down++
+	var down []string
+	for o := range want {
+		name := fmt.Sprintf("%s-%d", f.Name, o)
+		why := memberDown(s.objs[gvrPods][j.w.app+"/"+name], f.Name)
+		if why == "" {
+			seen[o] = true
+		} else if seen[o] {
+			down = append(down, name+" ("+why+")")
 		}
 	}
-	if down > 1 {
-		j.fail(fmt.Sprintf("down %s %d", f.Name, step), "step %d, after %s: %d members of fleet %s unavailable at once", step, s.last, down, f.Name)
+	if len(down) > 1 {
+		j.fail(fmt.Sprintf("down %s %d", f.Name, step), "step %d, after %s: %d members of fleet %s unavailable at once: %s",
+			step, s.last, len(down), f.Name, strings.Join(down, ", "))
 	}
+}
+
+// memberDown says why the member Pod u of fleet is down ("" when it is up).
+func memberDown(u *unstructured.Unstructured, fleet string) string {
+	if u == nil || u.GetLabels()[labels.Instance] != fleet {
+		return "missing"
+	}
+	p := corev1.Pod{}
+	if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p) != nil {
+		return "unreadable"
+	}
+	switch {
+	case p.DeletionTimestamp != nil:
+		return "terminating"
+	case p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "":
+		return "not running: " + string(p.Status.Phase)
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			if c.Status == corev1.ConditionTrue {
+				return ""
+			}
+			return "not Ready"
+		}
+	}
+	return "not Ready"
 }
 
 // checkStrict: STRICT never precedes meshed workloads. When a namespace's

@@ -14,7 +14,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -115,7 +114,7 @@ func (r *Runner) Run(ctx context.Context, seq []Action) (Result, error) {
 		}
 		problems = append(problems, fmt.Sprintf("no quiescence within %s after the last action%s", r.Settle, why))
 	}
-	problems = append(problems, r.stuck(ctx, w)...)
+	problems = append(problems, r.stuck(ctx, w, seq)...)
 	if settled {
 		problems = append(problems, r.quiet(ctx, rec)...)
 	}
@@ -144,7 +143,7 @@ func (r *Runner) Run(ctx context.Context, seq []Action) (Result, error) {
 		j.atRest = true
 		j.check(j.last, len(seq)+1)
 	}
-	problems = append(append(append(append(j.violations, j.missing()...), j.strictAtRest(j.last)...), j.honestAtRest(j.last)...), problems...)
+	problems = append(append(append(append(append(j.violations, j.missing()...), j.strictAtRest(j.last)...), j.honestAtRest(j.last)...), j.membersAtRest(j.last)...), problems...)
 	return Result{Violations: problems, Trace: trace, States: states, Took: time.Since(start)}, nil
 }
 
@@ -429,43 +428,26 @@ func (r *Runner) settle(ctx context.Context, rec *recorder) bool {
 }
 
 // stuck: at rest, every fleet is Ready or says why with a reason that
-// docs/troubleshooting.md explains; the ServiceMesh likewise.
-func (r *Runner) stuck(ctx context.Context, w world) []string {
+// docs/troubleshooting.md explains and the sequence accounts for
+// (stuckAtRest); the ServiceMesh likewise.
+func (r *Runner) stuck(ctx context.Context, w world, seq []Action) []string {
 	doc, err := os.ReadFile(filepath.Join(r.Root, "docs", "troubleshooting.md"))
 	if err != nil {
 		return []string{err.Error()}
 	}
 	documented := func(reason string) bool { return strings.Contains(string(doc), "`"+reason+"`") }
-	var out []string
 	list := &fleetv1.CelldFleetList{}
 	if err := r.K8s.List(ctx, list, client.InNamespace(w.app)); err != nil {
 		return []string{err.Error()}
 	}
-	for _, f := range list.Items {
-		c := meta.FindStatusCondition(f.Status.Conditions, "Ready")
-		switch {
-		case c == nil:
-			out = append(out, fmt.Sprintf("at rest, fleet %s has no Ready condition", f.Name))
-		case c.Status != metav1.ConditionTrue && !documented(c.Reason):
-			out = append(out, fmt.Sprintf("at rest, fleet %s is Ready=%s with reason %q, which docs/troubleshooting.md does not explain: %s", f.Name, c.Status, c.Reason, c.Message))
-		}
-		// Routing is reported separately from Ready: a route's trouble
-		// never makes the fleet un-Ready.
-		if rc := meta.FindStatusCondition(f.Status.Conditions, "RoutingReady"); c != nil && rc != nil && c.Status != metav1.ConditionTrue && rc.Status != metav1.ConditionTrue && c.Reason == rc.Reason {
-			out = append(out, fmt.Sprintf("at rest, fleet %s is Ready=%s for its route (%s): routing must stay separate from Ready", f.Name, c.Status, c.Reason))
-		}
-		if rc := meta.FindStatusCondition(f.Status.Conditions, "RoutingReady"); rc != nil && rc.Status != metav1.ConditionTrue && !documented(rc.Reason) {
-			out = append(out, fmt.Sprintf("at rest, fleet %s is RoutingReady=%s with reason %q, which docs/troubleshooting.md does not explain: %s", f.Name, rc.Status, rc.Reason, rc.Message))
-		}
-	}
+	var mesh *meshv1.ServiceMesh
 	sm := &meshv1.ServiceMesh{}
 	if err := r.K8s.Get(ctx, client.ObjectKey{Name: "cluster"}, sm); err == nil {
-		c := meta.FindStatusCondition(sm.Status.Conditions, "Ready")
-		if c != nil && c.Status != metav1.ConditionTrue && !documented(c.Reason) {
-			out = append(out, fmt.Sprintf("at rest, the ServiceMesh is Ready=%s with reason %q, which docs/troubleshooting.md does not explain: %s", c.Status, c.Reason, c.Message))
-		}
+		mesh = sm
+	} else if !apierrors.IsNotFound(err) {
+		return []string{err.Error()}
 	}
-	return out
+	return stuckAtRest(list.Items, mesh, seq, documented)
 }
 
 // quiet: at rest, neither operator writes (12 s, the API server's counts);

@@ -399,6 +399,9 @@ func podCaller(p *corev1.Pod, ambient bool) caller {
 type verdict struct {
 	allowed bool
 	why     string
+	// hbone: the NetworkPolicies decided on HBONE (15008), the tunnel of a
+	// meshed caller to a captured member, not on the port itself.
+	hbone bool
 }
 
 // judge decides a TCP connection from src to port of the live Pod dst.
@@ -431,11 +434,12 @@ func (s *snapshot) judge(src caller, dst *corev1.Pod, port int, ambient bool) ve
 		ResolvedPort: wirePort,
 		Protocol:     corev1.ProtocolTCP,
 	})
+	hbone := wirePort == hbonePort
 	if !np.IsAllowed() {
-		return verdict{false, fmt.Sprintf("NetworkPolicy denies :%d", wirePort)}
+		return verdict{false, fmt.Sprintf("NetworkPolicy denies :%d", wirePort), hbone}
 	}
 	if !dstMeshed {
-		return verdict{true, fmt.Sprintf("NetworkPolicy admits :%d; destination not meshed", wirePort)}
+		return verdict{true, fmt.Sprintf("NetworkPolicy admits :%d; destination not meshed", wirePort), hbone}
 	}
 	var aps []authzeval.Policy
 	for _, ap := range s.in(gvrAPs, dst.Namespace) {
@@ -447,7 +451,7 @@ func (s *snapshot) judge(src caller, dst *corev1.Pod, port int, ambient bool) ve
 	}
 	mode := authzeval.MTLSMode(s.in(gvrPAs, dst.Namespace), dst.Labels, port)
 	d := authzeval.Evaluate(mode, aps, req)
-	return verdict{d.Allowed, fmt.Sprintf("NetworkPolicy admits :%d; istio (%s) %s", wirePort, mode, d.Why)}
+	return verdict{d.Allowed, fmt.Sprintf("NetworkPolicy admits :%d; istio (%s) %s", wirePort, mode, d.Why), hbone}
 }
 
 func uniq(values ...string) []string {
