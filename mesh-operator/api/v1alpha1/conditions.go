@@ -128,6 +128,11 @@ const (
 	ReasonSailOperatorMissing   ConditionReason = "SailOperatorMissing"
 	ReasonForeignSailResource   ConditionReason = "ForeignSailResource"
 	ReasonIstioAPIMissing       ConditionReason = "IstioAPIMissing"
+	// ReasonAmbiguousControlPlane: more than one namespace holds a
+	// control plane the operator trusts (a Sail Istio, an istiod behind an
+	// Istio sidecar-injector webhook) and spec.controlPlaneNamespace names
+	// none of them; nothing is picked until it does.
+	ReasonAmbiguousControlPlane ConditionReason = "AmbiguousControlPlane"
 )
 
 // Reasons of Ready (and Stalled) when a step failed.

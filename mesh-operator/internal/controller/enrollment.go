@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/mesh-operator/internal/detect"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/enroll"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/sail"
 	"github.com/ericdev/fleetmesh/shared/apply"
@@ -304,13 +305,13 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 		cp = mesh.Status.ControlPlane
 	}
 	if cp == nil || cp.Namespace == "" {
-		// mode external: the control plane is not visible; Istio's
-		// conventional namespace stands for it.
+		// mode external: the control plane is not visible; the namespace
+		// the spec names (Istio's conventional one by default) stands for it.
 		c := v1alpha1.ControlPlaneStatus{}
 		if cp != nil {
 			c = *cp
 		}
-		c.Namespace = sail.IstioNamespace
+		c.Namespace = detect.ControlPlaneNamespace(mesh.Spec)
 		cp = &c
 	}
 	nsList := &corev1.NamespaceList{}
