@@ -72,7 +72,15 @@ type State struct {
 	// Joining: the mesh operator announces an ambient enrollment it holds
 	// until the namespace's NetworkPolicies admit capture (mesh-state=joining).
 	Joining bool
+	// IstioOptOut is an admin's Istio opt-out label on the namespace
+	// ("istio-injection=disabled", "istio.io/dataplane-mode=none"; see
+	// IstioOptOut): it keeps the namespace out as Request disabled does.
+	IstioOptOut string
 }
+
+// OptedOut: an admin keeps the namespace out of the mesh
+// (core.navique.com/mesh=disabled, or an Istio opt-out label).
+func (s State) OptedOut() bool { return s.Request == RequestDisabled || s.IstioOptOut != "" }
 
 // Problem is a label whose value this contract does not know; the state is
 // read as not enrolled rather than guessed.
@@ -105,6 +113,7 @@ func Parse(nsLabels map[string]string) (State, []Problem) {
 	}
 	sort.Strings(s.Edges)
 	s.AmbientLabelled = nsLabels[labels.IstioDataPlaneMode] == string(Ambient)
+	s.IstioOptOut = IstioOptOut(nsLabels)
 	s.Joining = nsLabels[labels.MeshState] == labels.MeshStateJoining
 	if nsLabels[labels.MeshState] != labels.MeshStateEnrolled {
 		if v, ok := nsLabels[labels.MeshState]; ok && !s.Joining {

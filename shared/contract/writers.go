@@ -136,13 +136,52 @@ type Outcome struct {
 // because the namespace says disabled.
 func (o Outcome) OptedOut() bool { return o.Withheld[labels.Mesh] == labels.MeshDisabled }
 
+// IstioOptOut values: Istio's own labels that keep a namespace out of the
+// mesh. No writer of this contract writes them (the table has no row for
+// them), so where one stands an admin (or another tool) put it there.
+const (
+	IstioInjectionDisabled = "disabled"
+	IstioDataPlaneModeNone = "none"
+)
+
+// IstioOptOut is the Istio opt-out label on a namespace, as "key=value"
+// ("" when there is none): istio-injection=disabled or
+// istio.io/dataplane-mode=none, whichever data plane the mesh runs (the
+// admin's "no Istio here" is not second-guessed). It counts as the admin's
+// core.navique.com/mesh=disabled does: the namespace is never enrolled,
+// and no writer adds a label there it does not already hold.
+func IstioOptOut(nsLabels map[string]string) string {
+	switch {
+	case nsLabels[labels.IstioInjection] == IstioInjectionDisabled:
+		return labels.IstioInjection + "=" + IstioInjectionDisabled
+	case nsLabels[labels.IstioDataPlaneMode] == IstioDataPlaneModeNone:
+		return labels.IstioDataPlaneMode + "=" + IstioDataPlaneModeNone
+	}
+	return ""
+}
+
+// OptedOut reports whether an admin opted the namespace out of the mesh:
+// core.navique.com/mesh=disabled or an Istio opt-out (IstioOptOut).
+func OptedOut(nsLabels map[string]string) bool {
+	return nsLabels[labels.Mesh] == labels.MeshDisabled || IstioOptOut(nsLabels) != ""
+}
+
+// istioKeys are Istio's own namespace labels the contract lets the mesh
+// operator write.
+var istioKeys = []string{labels.IstioInjection, labels.IstioDataPlaneMode, labels.IstioRevision}
+
 // Withhold drops from want what the writer may not put in place of what
 // stands, given the label keys it already holds:
 //
 //   - an enrollment request never replaces another value of the request
 //     label: an admin's disabled wins over every request, and an unknown
 //     value is an admin's to fix;
-//   - on a namespace labelled disabled a writer adds no key it does not
+//   - a value of Istio's own labels (istio-injection,
+//     istio.io/dataplane-mode, istio.io/rev) that the writer does not hold
+//     is someone else's and is never replaced (it would take the label
+//     over, and leaving would then delete it);
+//   - on a namespace an admin opted out (core.navique.com/mesh=disabled, or
+//     an Istio opt-out: IstioOptOut) a writer adds no key it does not
 //     already hold: whatever it decided from an earlier read (enrollment,
 //     state, edges of an enrolled namespace) no longer applies, and the
 //     namespace only sheds labels from then on. Keys it holds it may keep
@@ -161,7 +200,14 @@ func Withhold(current map[string]string, held []string, want map[string]string) 
 			withheld[labels.Mesh] = have
 		}
 	}
-	if current[labels.Mesh] == labels.MeshDisabled {
+	for _, k := range istioKeys {
+		v, ok := want[k]
+		if have, present := current[k]; ok && present && have != v && !slices.Contains(held, k) {
+			delete(out, k)
+			withheld[k] = have
+		}
+	}
+	if OptedOut(current) {
 		for k := range out {
 			if !slices.Contains(held, k) {
 				delete(out, k)

@@ -104,6 +104,11 @@ func TestWithhold(t *testing.T) {
 			map[string]string{labels.AllowFromPrefix + "fleet-system": "true"}, map[string]string{labels.Mesh: labels.MeshDisabled}},
 		{"an unknown value is the admin's to fix", map[string]string{labels.Mesh: "yes"}, nil,
 			map[string]string{labels.AllowFromPrefix + "fleet-system": "true"}, map[string]string{labels.Mesh: "yes"}},
+		{"istio-injection=disabled opts out as disabled does", map[string]string{labels.IstioInjection: "disabled"}, nil,
+			map[string]string{}, map[string]string{labels.Mesh: "", labels.AllowFromPrefix + "fleet-system": ""}},
+		{"istio.io/dataplane-mode=none opts out as disabled does", map[string]string{labels.IstioDataPlaneMode: "none", labels.Mesh: labels.MeshEnabled},
+			[]string{labels.AllowFromPrefix + "fleet-system"},
+			map[string]string{labels.AllowFromPrefix + "fleet-system": "true"}, map[string]string{labels.Mesh: labels.MeshEnabled}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -132,4 +137,44 @@ func TestLabelOwnership(t *testing.T) {
 	assert.Equal(t, map[string]bool{"a": true, "b": true}, LabelsAppliedBy(ns, "mesh-operator"))
 	assert.Equal(t, map[string]bool{"b": true, "c": true, "d": true}, LabelsHeldByOthers(ns, "mesh-operator"))
 	assert.Empty(t, LabelsAppliedBy(ns, "nobody"))
+}
+
+// TestWithholdIstioLabels (issue 41 item 5): a value of Istio's own labels
+// the writer does not hold is never replaced; one it holds is its own to
+// change; an opt-out value keeps out every key not already held.
+func TestWithholdIstioLabels(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		current     map[string]string
+		held        []string
+		want, apply map[string]string
+		withheld    map[string]string
+	}{
+		{"an admin's disabled stays", map[string]string{labels.IstioInjection: "disabled", labels.Mesh: labels.MeshEnabled}, nil,
+			map[string]string{labels.IstioInjection: "enabled", labels.MeshState: "enrolled"}, map[string]string{},
+			map[string]string{labels.IstioInjection: "disabled", labels.MeshState: ""}},
+		{"an admin's none stays", map[string]string{labels.IstioDataPlaneMode: "none"}, nil,
+			map[string]string{labels.IstioDataPlaneMode: "ambient"}, map[string]string{},
+			map[string]string{labels.IstioDataPlaneMode: "none"}},
+		{"someone else's revision is not replaced", map[string]string{labels.IstioRevision: "canary"}, nil,
+			map[string]string{labels.IstioRevision: "stable"}, map[string]string{},
+			map[string]string{labels.IstioRevision: "canary"}},
+		{"the same value is shared", map[string]string{labels.IstioInjection: "enabled"}, nil,
+			map[string]string{labels.IstioInjection: "enabled"}, map[string]string{labels.IstioInjection: "enabled"}, map[string]string{}},
+		{"a held value is the writer's to change", map[string]string{labels.IstioRevision: "canary"}, []string{labels.IstioRevision},
+			map[string]string{labels.IstioRevision: "stable"}, map[string]string{labels.IstioRevision: "stable"}, map[string]string{}},
+		{"absent: written", map[string]string{}, nil,
+			map[string]string{labels.IstioDataPlaneMode: "ambient"}, map[string]string{labels.IstioDataPlaneMode: "ambient"}, map[string]string{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			apply, withheld := Withhold(tc.current, tc.held, tc.want)
+			assert.Equal(t, tc.apply, apply)
+			assert.Equal(t, tc.withheld, withheld)
+		})
+	}
+	assert.Equal(t, "istio-injection=disabled", IstioOptOut(map[string]string{labels.IstioInjection: "disabled"}))
+	assert.Equal(t, "istio.io/dataplane-mode=none", IstioOptOut(map[string]string{labels.IstioDataPlaneMode: "none"}))
+	assert.Empty(t, IstioOptOut(map[string]string{labels.IstioInjection: "enabled", labels.IstioDataPlaneMode: "ambient"}))
+	st, _ := Parse(map[string]string{labels.IstioDataPlaneMode: "none"})
+	assert.True(t, st.OptedOut())
 }

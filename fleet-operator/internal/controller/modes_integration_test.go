@@ -32,6 +32,43 @@ func TestMeshModes(t *testing.T) {
 	t.Run("auto requests enrollment and reports nothing while no mesh answers", func(t *testing.T) { testAutoRequests(t, env) })
 	t.Run("a fleet that existed before the ServiceMesh joins: ambient without a roll, sidecar one member at a time", func(t *testing.T) { testExistingFleetJoins(t, env) })
 	t.Run("an admin's disabled wins over auto and enabled fleets, set before or after them", func(t *testing.T) { testAdminDisabledWins(t, env) })
+	t.Run("an admin's Istio opt-out counts as disabled, and the fleet says its namespace is opted out", func(t *testing.T) { testAdminIstioOptOut(t, env) })
+}
+
+// testAdminIstioOptOut (issue 41 item 5): Istio's own opt-out labels on the
+// fleet's namespace, set by an admin (istio-injection=disabled,
+// istio.io/dataplane-mode=none), keep it out as core.navique.com/mesh=disabled
+// does: the fleet asks for nothing there, and its status says the
+// namespace is opted out, naming the label.
+func testAdminIstioOptOut(t *testing.T, env *testenv.Env) {
+	ctx := context.Background()
+	h := newHarness(t, env, true)
+	for _, tc := range []struct{ ns, key, value string }{
+		{"no-inject", labels.IstioInjection, "disabled"},
+		{"no-ambient", labels.IstioDataPlaneMode, "none"},
+	} {
+		createNamespace(t, env.Client, tc.ns)
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, tc.key, tc.value)
+		require.NoError(t, env.Client.Patch(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tc.ns}},
+			client.RawPatch(types.MergePatchType, []byte(patch)), client.FieldOwner("kubectl-label")))
+		auto, enabled := fleet(tc.ns, "auto"), fleet(tc.ns, "enabled")
+		enabled.Spec.Mesh = &v1alpha1.Mesh{Mode: v1alpha1.MeshEnabled}
+		for _, f := range []*v1alpha1.CelldFleet{auto, enabled} {
+			require.NoError(t, env.Client.Create(ctx, f))
+			h.reconcile(f)
+			h.reconcile(f)
+			l := namespaceLabels(t, h, tc.ns)
+			assert.Equal(t, tc.value, l[tc.key], "%s: the admin's label stands", f.Name)
+			assert.Empty(t, l[labels.Mesh], "%s: no enrollment request on an opted-out namespace", f.Name)
+			c := condition(t, h, f, v1alpha1.ConditionMeshReady)
+			if !assert.NotNil(t, c, "%s says why it is not meshed", f.Name) {
+				continue
+			}
+			assert.Equal(t, metav1.ConditionFalse, c.Status)
+			assert.Equal(t, string(v1alpha1.ReasonNamespaceOptedOut), c.Reason, "%s: %s", f.Name, c.Message)
+			assert.Contains(t, c.Message, tc.key+"="+tc.value)
+		}
+	}
 }
 
 func testAutoRequests(t *testing.T, env *testenv.Env) {

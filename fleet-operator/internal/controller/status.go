@@ -341,11 +341,17 @@ func setMeshCondition(fleet *v1alpha1.CelldFleet, obs *observed, set conditionSe
 	st := obs.mesh
 	enabled := fleet.Spec.Mesh != nil && fleet.Spec.Mesh.Mode == v1alpha1.MeshEnabled
 	outside := !obs.namespace.state.Enrolled && !obs.intent.Sidecar && !obs.intent.Disabled
-	if outside && st.Phase == mesh.NotMeshed && obs.namespace.state.Request == contract.RequestDisabled {
-		// An admin's opt-out wins over the fleet's request (auto or
-		// enabled); the fleet says so rather than looking merely unmeshed.
-		msg := fmt.Sprintf("Namespace %s is labelled %s=%s by an admin: it is never enrolled, and the fleet does not replace that label. "+
-			"Members run outside the mesh.", fleet.Namespace, labels.Mesh, labels.MeshDisabled)
+	if ns := obs.namespace.state; outside && st.Phase == mesh.NotMeshed && ns.OptedOut() {
+		// An admin's opt-out (core.navique.com/mesh=disabled, or Istio's
+		// own istio-injection=disabled / istio.io/dataplane-mode=none)
+		// wins over the fleet's request (auto or enabled); the fleet says
+		// so rather than looking merely unmeshed.
+		label := labels.Mesh + "=" + labels.MeshDisabled
+		if ns.Request != contract.RequestDisabled {
+			label = ns.IstioOptOut
+		}
+		msg := fmt.Sprintf("Namespace %s is labelled %s by an admin: it is never enrolled, and neither the fleet nor the mesh operator replaces that label. "+
+			"Members run outside the mesh.", fleet.Namespace, label)
 		if enabled {
 			msg = "spec.mesh.mode is enabled, but the fleet cannot join: " + msg + " Remove the namespace label to let it join, or set spec.mesh.mode: auto or disabled."
 		}

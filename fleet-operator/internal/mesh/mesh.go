@@ -323,8 +323,10 @@ type Intent struct {
 	Ambient bool
 	// Disabled: spec.mesh.mode disabled; members opt out explicitly.
 	Disabled bool
-	// OptedOut: an admin labelled the namespace core.navique.com/mesh=disabled;
-	// it is never enrolled, whatever the fleet asks.
+	// OptedOut: an admin labelled the namespace core.navique.com/mesh=disabled,
+	// or with Istio's own opt-out (istio-injection=disabled,
+	// istio.io/dataplane-mode=none: contract.IstioOptOut); it is never
+	// enrolled, whatever the fleet asks.
 	OptedOut bool
 	// Strict: the namespace is enrolled with STRICT mTLS in force.
 	Strict bool
@@ -353,7 +355,7 @@ func IntentFor(f *v1alpha1.CelldFleet, ns contract.State) Intent {
 	if ns.ControlPlane != "" {
 		in.ControlPlane = ns.ControlPlane
 	}
-	in.OptedOut = ns.Request == contract.RequestDisabled
+	in.OptedOut = ns.OptedOut()
 	in.Strict = ns.Enrolled && ns.MTLS == contract.MTLSStrict
 	in.SidecarNamespace = ns.Enrolled && ns.DataPlane == contract.Sidecar
 	in.EnrollmentInEffect = ns.Enrolled || ns.AmbientLabelled || ns.Joining

@@ -171,6 +171,9 @@ func TestIntentModeAndControlPlane(t *testing.T) {
 	optedOut := IntentFor(plain, contract.State{Request: contract.RequestDisabled})
 	assert.True(t, optedOut.OptedOut)
 	assert.False(t, optedOut.AsksForMesh(), "an admin's disabled namespace: no HBONE, no standby policy")
+	istioOut := IntentFor(plain, contract.State{Request: contract.RequestEnabled, IstioOptOut: "istio-injection=disabled"})
+	assert.True(t, istioOut.OptedOut, "Istio's own opt-out counts as disabled (issue 41 item 5)")
+	assert.False(t, istioOut.AsksForMesh())
 	assert.True(t, IntentFor(plain, contract.State{}).AsksForMesh(), "auto asks")
 	assert.False(t, IntentFor(plain, contract.State{Request: contract.RequestEnabled}).StandsBy(),
 		"auto without an enrollment in effect: no standby policy, no HBONE (a no-op, as the mesh seed has it)")

@@ -73,6 +73,13 @@ const (
 	// be read; the message names the namespaces and policies. Such a
 	// namespace is not enrolled; one already enrolled stays enrolled.
 	ConditionAmbientNetworkPolicy ConditionType = "AmbientNetworkPolicy"
+	// ConditionNamespaceOptOut is True while some namespace asked for
+	// (labelled for enrollment, or in spec.enrollNamespaces) carries an
+	// admin's opt-out: core.navique.com/mesh=disabled, istio-injection=disabled
+	// or istio.io/dataplane-mode=none. The operator never writes, replaces
+	// or deletes those labels; such a namespace is not enrolled (one that
+	// was leaves). Absent while there is none.
+	ConditionNamespaceOptOut ConditionType = "NamespaceOptOut"
 )
 
 // Reasons of Refused, PreviewLocked and Ready on a mesh that changes nothing.
@@ -128,6 +135,11 @@ const (
 	ReasonSailOperatorMissing   ConditionReason = "SailOperatorMissing"
 	ReasonForeignSailResource   ConditionReason = "ForeignSailResource"
 	ReasonIstioAPIMissing       ConditionReason = "IstioAPIMissing"
+	// ReasonAmbiguousControlPlane: more than one namespace holds a
+	// control plane the operator trusts (a Sail Istio, an istiod behind an
+	// Istio sidecar-injector webhook) and spec.controlPlaneNamespace names
+	// none of them; nothing is picked until it does.
+	ReasonAmbiguousControlPlane ConditionReason = "AmbiguousControlPlane"
 )
 
 // Reasons of Ready (and Stalled) when a step failed.
@@ -278,4 +290,12 @@ const (
 	ReasonNetworkPolicyUnreadable ConditionReason = "NetworkPolicyUnreadable"
 	// ReasonNetworkPoliciesAdmitAmbient: False, nothing stands in the way.
 	ReasonNetworkPoliciesAdmitAmbient ConditionReason = "NetworkPoliciesAdmitAmbient"
+)
+
+// Reasons of NamespaceOptOut.
+const (
+	// ReasonNamespaceOptedOut: a namespace asked for is opted out by an
+	// admin's label, which stands; also the reason of the Warning event
+	// naming it.
+	ReasonNamespaceOptedOut ConditionReason = "NamespaceOptedOut"
 )

@@ -99,6 +99,21 @@ type ServiceMeshSpec struct {
 	// +kubebuilder:default=namespace
 	// +optional
 	Isolation Isolation `json:"isolation,omitempty"`
+	// ControlPlaneNamespace is the namespace whose istiod the mesh may
+	// adopt or observe (modes adopt and external, and managed before its
+	// own Istio exists). An istiod Deployment counts as a control plane
+	// only where a tenant cannot fake one: in this namespace, in the
+	// namespace of a Sail Istio, or in a namespace an Istio
+	// sidecar-injector MutatingWebhookConfiguration points at (both
+	// cluster-scoped, an admin's to create). When several namespaces hold
+	// such a control plane, this one is chosen if it is among them;
+	// otherwise the mesh is Blocked with AmbiguousControlPlane. The
+	// operator's own Istio (mode managed) runs in istio-system.
+	// +kubebuilder:default=istio-system
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +optional
+	ControlPlaneNamespace string `json:"controlPlaneNamespace,omitempty"`
 	// EnrollNamespaces are enrolled in addition to every namespace labelled
 	// for enrollment.
 	// +kubebuilder:validation:MaxItems=1000
@@ -194,6 +209,14 @@ type DetectedEnvironment struct {
 	// +listType=atomic
 	// +optional
 	Istiods []string `json:"istiods,omitempty"`
+	// IgnoredIstiods are the istiod Deployments found in namespaces that
+	// no admin-only object names as a control plane's (not
+	// spec.controlPlaneNamespace, no Sail Istio, no Istio sidecar-injector
+	// webhook points there): anyone who may create a Deployment there
+	// could have made them, so they are never chosen.
+	// +listType=atomic
+	// +optional
+	IgnoredIstiods []string `json:"ignoredIstiods,omitempty"`
 }
 
 // Management says how much of the control plane's lifecycle the operator owns.

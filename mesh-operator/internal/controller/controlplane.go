@@ -66,6 +66,12 @@ func (r *ServiceMeshReconciler) reconcileControlPlane(ctx context.Context, mesh 
 	log.V(1).Info("detected plan", "action", plan.Action, "provider", plan.Provider, "management", plan.Management,
 		"deferred", plan.Deferred, "blocked", plan.BlockedReason, "precondition", plan.PreconditionReason, "maintainSail", plan.MaintainSail)
 	env := o.facts.Environment()
+	if _, ignored := detect.TrustedIstiods(mesh.Spec, o.facts); len(ignored) > 0 {
+		for _, d := range ignored {
+			env.IgnoredIstiods = append(env.IgnoredIstiods, d.ID())
+		}
+		slices.Sort(env.IgnoredIstiods)
+	}
 	st.next.Detected = &env
 	st.next.Provider = plan.Provider
 
@@ -866,7 +872,8 @@ func pickIstiod(ds []detect.Istiod) detect.Istiod {
 		return s
 	}
 	for _, d := range ds[1:] {
-		if score(d) > score(best) {
+		// Ties go to the first by name, not to the list's order.
+		if score(d) > score(best) || (score(d) == score(best) && d.Name < best.Name) {
 			best = d
 		}
 	}

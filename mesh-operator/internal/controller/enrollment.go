@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/mesh-operator/internal/detect"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/enroll"
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/sail"
 	"github.com/ericdev/fleetmesh/shared/apply"
@@ -304,13 +305,13 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 		cp = mesh.Status.ControlPlane
 	}
 	if cp == nil || cp.Namespace == "" {
-		// mode external: the control plane is not visible; Istio's
-		// conventional namespace stands for it.
+		// mode external: the control plane is not visible; the namespace
+		// the spec names (Istio's conventional one by default) stands for it.
 		c := v1alpha1.ControlPlaneStatus{}
 		if cp != nil {
 			c = *cp
 		}
-		c.Namespace = sail.IstioNamespace
+		c.Namespace = detect.ControlPlaneNamespace(mesh.Spec)
 		cp = &c
 	}
 	nsList := &corev1.NamespaceList{}
@@ -340,6 +341,7 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 			leaving = append(leaving, ns)
 		}
 	}
+	r.reportOptOuts(mesh, st, nsList.Items, decisions)
 	leavingNames := make([]string, 0, len(leaving))
 	for _, ns := range leaving {
 		leavingNames = append(leavingNames, ns.Name)
@@ -545,6 +547,42 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 		return wait, err
 	}
 	return wait, nil
+}
+
+// reportOptOuts sets NamespaceOptOut from the namespaces asked for that an
+// admin's label keeps out, and raises a Warning event for each one when it
+// is first reported.
+func (r *ServiceMeshReconciler) reportOptOuts(mesh *v1alpha1.ServiceMesh, st *status, nss []corev1.Namespace, decisions map[string]enroll.Decision) {
+	var out []string
+	prev := meta.FindStatusCondition(mesh.Status.Conditions, string(v1alpha1.ConditionNamespaceOptOut))
+	for i := range nss {
+		ns := &nss[i]
+		d := decisions[ns.Name]
+		if ns.DeletionTimestamp != nil || d.OptedOut == "" || !d.Asked {
+			continue
+		}
+		entry := fmt.Sprintf("%s (%s)", ns.Name, d.OptedOut)
+		out = append(out, entry)
+		if prev == nil || !strings.Contains(prev.Message, entry) {
+			r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, string(v1alpha1.ReasonNamespaceOptedOut), "Reconcile",
+				"Namespace %s is asked for but an admin opted it out with %s: it is not enrolled (an enrolled one leaves), and the operator never replaces or deletes that label. "+
+					"Remove the label to enroll it, or stop asking for it.", ns.Name, d.OptedOut)
+		}
+	}
+	setOptOutCondition(st, out)
+}
+
+// setOptOutCondition: NamespaceOptOut True naming the opted-out
+// namespaces asked for ("ns (label)"), absent when there is none.
+func setOptOutCondition(st *status, optedOut []string) {
+	if len(optedOut) == 0 {
+		meta.RemoveStatusCondition(&st.next.Conditions, string(v1alpha1.ConditionNamespaceOptOut))
+		return
+	}
+	slices.Sort(optedOut)
+	st.set(v1alpha1.ConditionNamespaceOptOut, metav1.ConditionTrue, v1alpha1.ReasonNamespaceOptedOut, fmt.Sprintf(
+		"These namespaces are asked for but an admin opted them out; they are not enrolled and their labels stand (the operator never replaces or deletes them): %s.",
+		strings.Join(truncated(optedOut, 10), ", ")))
 }
 
 // enrollmentTally is what one pass over the namespaces found, as the
@@ -1370,6 +1408,7 @@ func (r *ServiceMeshReconciler) teardownEnrollment(ctx context.Context, mesh *v1
 	meta.RemoveStatusCondition(&st.next.Conditions, string(v1alpha1.ConditionEnrollmentConflict))
 	meta.RemoveStatusCondition(&st.next.Conditions, string(v1alpha1.ConditionDataPlaneMigration))
 	meta.RemoveStatusCondition(&st.next.Conditions, string(v1alpha1.ConditionAmbientNetworkPolicy))
+	meta.RemoveStatusCondition(&st.next.Conditions, string(v1alpha1.ConditionNamespaceOptOut))
 	if err := apply.RemoveFinalizer(ctx, r.Client, mesh, EnrollFinalizer); !apierrors.IsNotFound(err) {
 		return err
 	}

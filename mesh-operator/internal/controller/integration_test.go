@@ -565,7 +565,8 @@ func TestIntegration(t *testing.T) {
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "discovery", Image: "docker.io/istio/pilot:1.29.2"}}}}}}
 		require.NoError(t, admin.Create(ctx, dep))
 		require.NoError(t, admin.Create(ctx, &v1alpha1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: "cluster"},
-			Spec: v1alpha1.ServiceMeshSpec{Mode: v1alpha1.ModeAdopt, Provider: v1alpha1.ProviderIstio, DataPlane: v1alpha1.DataPlaneSidecar}}))
+			Spec: v1alpha1.ServiceMeshSpec{Mode: v1alpha1.ModeAdopt, Provider: v1alpha1.ProviderIstio, DataPlane: v1alpha1.DataPlaneSidecar,
+				ControlPlaneNamespace: "istio-plain"}}))
 		m := reconcile("cluster")
 		assert.Equal(t, string(v1alpha1.ReasonIstiodUnavailable), cond(m, v1alpha1.ConditionControlPlaneReady).Reason)
 		assert.Equal(t, []string{"istio-plain/istiod-canary@canary"}, m.Status.Detected.Istiods)

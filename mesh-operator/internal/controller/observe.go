@@ -3,9 +3,11 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -30,6 +32,10 @@ const (
 	istiodAppValue   = "istiod"
 	istiodContainer  = "discovery"
 	defaultIstioNSes = sail.IstioNamespace
+	// istioInjectorWebhook ends the name of every sidecar-injector webhook
+	// Istio registers (namespace.sidecar-injector.istio.io,
+	// rev.object.sidecar-injector.istio.io, ...).
+	istioInjectorWebhook = "sidecar-injector.istio.io"
 )
 
 // maistraVersions are the versions ServiceMeshControlPlane was served in
@@ -37,6 +43,7 @@ const (
 var maistraVersions = []string{"v2", "v1"}
 
 // +kubebuilder:rbac:groups=maistra.io,resources=servicemeshcontrolplanes,verbs=list
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=list
 
 // observed is what one reconcile read: the facts detection decides on, plus
 // the live objects readiness is judged from.
@@ -69,6 +76,14 @@ func (r *ServiceMeshReconciler) observe(ctx context.Context, mesh *v1alpha1.Serv
 		o.facts.Istiods = append(o.facts.Istiods, istiodOf(&deps.Items[i]))
 	}
 	o.istiods = o.facts.Istiods
+
+	// The sidecar-injector webhooks say, where no tenant can, which
+	// namespaces run a control plane (detect.TrustedNamespaces).
+	hooks := &admissionregistrationv1.MutatingWebhookConfigurationList{}
+	if err := r.Reader.List(ctx, hooks); err != nil {
+		return nil, fmt.Errorf("listing MutatingWebhookConfigurations (Istio's sidecar injectors): %w", err)
+	}
+	o.facts.InjectorNamespaces = injectorNamespaces(hooks.Items)
 
 	ds := &appsv1.DaemonSet{}
 	switch err := r.Reader.Get(ctx, types.NamespacedName{Namespace: ciliumNamespace, Name: ciliumDaemonSet}, ds); {
@@ -145,6 +160,23 @@ func (r *ServiceMeshReconciler) observe(ctx context.Context, mesh *v1alpha1.Serv
 		}
 	}
 	return o, nil
+}
+
+// injectorNamespaces are the namespaces of the services Istio's
+// sidecar-injector webhooks call (webhook names ending in
+// sidecar-injector.istio.io, as every Istio revision registers them),
+// sorted and without duplicates.
+func injectorNamespaces(hooks []admissionregistrationv1.MutatingWebhookConfiguration) []string {
+	var out []string
+	for _, h := range hooks {
+		for _, w := range h.Webhooks {
+			if strings.HasSuffix(w.Name, istioInjectorWebhook) && w.ClientConfig.Service != nil && !slices.Contains(out, w.ClientConfig.Service.Namespace) {
+				out = append(out, w.ClientConfig.Service.Namespace)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 func istiodOf(d *appsv1.Deployment) detect.Istiod {

@@ -71,15 +71,17 @@ func TestReconcilePausedIntegration(t *testing.T) {
 	})
 
 	t.Run("a paused namespace keeps hand edits of the labels the operator owns, and is listed", func(t *testing.T) {
-		patch(appNS, `{"metadata":{"annotations":{"`+labels.ReconcilePaused+`":"true"},"labels":{"`+labels.IstioInjection+`":"disabled"}}}`)
+		// (Not istio-injection=disabled: that is an admin's opt-out, which
+		// the operator never replaces, paused or not.)
+		patch(appNS, `{"metadata":{"annotations":{"`+labels.ReconcilePaused+`":"true"},"labels":{"`+labels.MeshIsolation+`":"off"}}}`)
 		fake.sync(sail.KindIstio)
 		_, m := b.reconcile(t)
-		assert.Equal(t, "disabled", nsLabels()[labels.IstioInjection], "a paused namespace keeps the hand edit")
+		assert.Equal(t, "off", nsLabels()[labels.MeshIsolation], "a paused namespace keeps the hand edit")
 		assert.Contains(t, m.Status.PausedObjects, "Namespace/paused-app")
 
 		patch(appNS, `{"metadata":{"annotations":{"`+labels.ReconcilePaused+`":null}}}`)
 		_, m = b.reconcile(t)
-		assert.Equal(t, "enabled", nsLabels()[labels.IstioInjection], "handed back: reverted")
+		assert.Equal(t, "namespace", nsLabels()[labels.MeshIsolation], "handed back: reverted")
 		assert.NotContains(t, m.Status.PausedObjects, "Namespace/paused-app")
 	})
 

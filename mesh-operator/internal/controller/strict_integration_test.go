@@ -163,7 +163,7 @@ func TestStrictIsolationIntegration(t *testing.T) {
 
 	require.NoError(t, admin.Create(ctx, &v1alpha1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: "cluster"},
 		Spec: v1alpha1.ServiceMeshSpec{Mode: v1alpha1.ModeAdopt, Provider: v1alpha1.ProviderIstio, DataPlane: v1alpha1.DataPlaneSidecar,
-			Isolation: v1alpha1.IsolationStrict, EnrollNamespaces: []string{"rev-app"}}}))
+			ControlPlaneNamespace: "istio-canary", Isolation: v1alpha1.IsolationStrict, EnrollNamespaces: []string{"rev-app"}}}))
 
 	t.Run("strict: the baseline appears only once the namespace is STRICT", func(t *testing.T) {
 		_, m := reconcile()

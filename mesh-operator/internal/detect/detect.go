@@ -6,6 +6,7 @@ package detect
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -72,8 +73,15 @@ type SailIstio struct {
 type Facts struct {
 	// Resources maps each served API group to the resources it serves (any version).
 	Resources map[string][]string
-	// Istiods are the app=istiod Deployments in all namespaces.
+	// Istiods are the app=istiod Deployments in all namespaces. Any
+	// namespace editor can create one: only those in a trusted namespace
+	// (TrustedNamespaces) are ever taken for a control plane.
 	Istiods []Istiod
+	// InjectorNamespaces are the namespaces whose service an Istio
+	// sidecar-injector webhook (a MutatingWebhookConfiguration webhook
+	// named *sidecar-injector.istio.io) calls, sorted: the configuration
+	// is cluster-scoped, so only a cluster admin put it there.
+	InjectorNamespaces []string
 	// Istios are the sailoperator.io Istio CRs (empty without the Sail API).
 	Istios []SailIstio
 	// MaistraControlPlanes are the ServiceMeshControlPlanes
@@ -144,6 +152,103 @@ func (f Facts) Environment() v1alpha1.DetectedEnvironment {
 	return env
 }
 
+// DefaultControlPlaneNamespace is spec.controlPlaneNamespace when unset.
+const DefaultControlPlaneNamespace = "istio-system"
+
+// ControlPlaneNamespace is the namespace the spec names for the control plane.
+func ControlPlaneNamespace(spec v1alpha1.ServiceMeshSpec) string {
+	if spec.ControlPlaneNamespace == "" {
+		return DefaultControlPlaneNamespace
+	}
+	return spec.ControlPlaneNamespace
+}
+
+// TrustedNamespaces are the namespaces where an istiod Deployment counts as
+// a control plane, each with why: only objects a tenant cannot create say
+// so. The namespace the spec names (an admin's ServiceMesh), the namespace
+// of any Sail Istio (cluster-scoped), and the namespaces an Istio
+// sidecar-injector webhook calls (cluster-scoped). A Deployment's labels
+// are never enough: whoever may edit a namespace can label a Deployment
+// app=istiod.
+func TrustedNamespaces(spec v1alpha1.ServiceMeshSpec, f Facts) map[string]string {
+	out := map[string]string{}
+	for _, ns := range f.InjectorNamespaces {
+		out[ns] = "an Istio sidecar-injector webhook calls it"
+	}
+	for _, i := range f.Istios {
+		out[i.Namespace] = "Sail Istio " + i.Name + " runs its istiod there"
+	}
+	out[ControlPlaneNamespace(spec)] = "spec.controlPlaneNamespace names it"
+	return out
+}
+
+// TrustedIstiods splits the istiods found into those in a trusted namespace
+// and those ignored (never chosen, listed in status).
+func TrustedIstiods(spec v1alpha1.ServiceMeshSpec, f Facts) (trusted, ignored []Istiod) {
+	ns := TrustedNamespaces(spec, f)
+	for _, d := range f.Istiods {
+		if _, ok := ns[d.Namespace]; ok {
+			trusted = append(trusted, d)
+		} else {
+			ignored = append(ignored, d)
+		}
+	}
+	return trusted, ignored
+}
+
+// choose narrows the trusted control planes (someone else's Sail Istios,
+// istiods) to one namespace. The provider says which kind counts: istio
+// counts istiods (a Sail Istio only where none runs), sail and openshift
+// count Sail Istios, auto both. One namespace: it. Several: the one the
+// spec names, if it is among them; otherwise none is picked and the
+// namespaces are returned for AmbiguousControlPlane.
+func choose(spec v1alpha1.ServiceMeshSpec, foreign []SailIstio, istiods []Istiod) ([]SailIstio, []Istiod, []string) {
+	countIstios, countIstiods := true, true
+	switch spec.Provider {
+	case v1alpha1.ProviderIstio:
+		countIstios = len(istiods) == 0
+	case v1alpha1.ProviderSail, v1alpha1.ProviderOpenShift:
+		countIstiods = false
+	}
+	seen := map[string]bool{}
+	if countIstios {
+		for _, i := range foreign {
+			seen[i.Namespace] = true
+		}
+	}
+	if countIstiods {
+		for _, d := range istiods {
+			seen[d.Namespace] = true
+		}
+	}
+	if len(seen) <= 1 {
+		return foreign, istiods, nil
+	}
+	want := ControlPlaneNamespace(spec)
+	if !seen[want] {
+		return nil, nil, slices.Sorted(maps.Keys(seen))
+	}
+	var f []SailIstio
+	for _, i := range foreign {
+		if i.Namespace == want {
+			f = append(f, i)
+		}
+	}
+	var d []Istiod
+	for _, i := range istiods {
+		if i.Namespace == want {
+			d = append(d, i)
+		}
+	}
+	return f, d, nil
+}
+
+func ambiguous(p Plan, spec v1alpha1.ServiceMeshSpec, namespaces []string) Plan {
+	return blocked(p, v1alpha1.ReasonAmbiguousControlPlane, fmt.Sprintf("More than one namespace runs an Istio control plane the operator trusts (%s), "+
+		"and spec.controlPlaneNamespace (%s) is none of them: the operator does not pick one. "+
+		"Set spec.controlPlaneNamespace to the namespace of the control plane this mesh uses.", strings.Join(namespaces, ", "), ControlPlaneNamespace(spec)))
+}
+
 // Action is what the reconciler does with the control plane.
 type Action string
 
@@ -199,7 +304,9 @@ func Decide(spec v1alpha1.ServiceMeshSpec, f Facts, opt Options) Plan {
 	p := Plan{}
 	openshift := f.OpenShift()
 	ours, foreign := splitIstios(f.Istios)
-	istiods := foreignIstiods(f.Istiods, ours)
+	// Only istiods in a namespace no tenant can make a control plane's.
+	trusted, _ := TrustedIstiods(spec, f)
+	istiods := foreignIstiods(trusted, ours)
 
 	p.PreconditionReason, p.PreconditionMessage = preconditions(spec, f)
 
@@ -210,9 +317,13 @@ func Decide(spec v1alpha1.ServiceMeshSpec, f Facts, opt Options) Plan {
 
 	if spec.Mode == v1alpha1.ModeExternal {
 		// Never touch the control plane; readiness is observed where visible.
+		cf, ci, amb := choose(spec, foreign, istiods)
+		if amb != nil {
+			return ambiguous(p, spec, amb)
+		}
 		p.Action, p.Management = ActionObserve, v1alpha1.ManagementExternal
-		p.AdoptedIstio = firstReady(foreign, ours)
-		p.AdoptedIstiod = istiods
+		p.AdoptedIstio = firstReady(cf, ours)
+		p.AdoptedIstiod = ci
 		p.Provider = providerOf(p, f, openshift)
 		return p
 	}
@@ -257,15 +368,20 @@ func Decide(spec v1alpha1.ServiceMeshSpec, f Facts, opt Options) Plan {
 	}
 	if spec.Mode == v1alpha1.ModeAdopt || (len(ours) == 0 && existing) {
 		if !existing {
-			return blocked(p, v1alpha1.ReasonNoMeshFound, "spec.mode is adopt but no Istio control plane was found (no sailoperator.io Istio, no istiod Deployment labelled app=istiod). "+
+			return blocked(p, v1alpha1.ReasonNoMeshFound, "spec.mode is adopt but no Istio control plane was found (no sailoperator.io Istio, and no istiod Deployment labelled app=istiod in spec.controlPlaneNamespace "+
+				"or in a namespace an Istio sidecar-injector webhook calls; status.detected.ignoredIstiods lists those found elsewhere). "+
 				"Install Istio (or OpenShift Service Mesh 3) first, or use mode managed to have the operator install it.")
 		}
+		cf, ci, amb := choose(spec, foreign, istiods)
+		if amb != nil {
+			return ambiguous(p, spec, amb)
+		}
 		p.Action, p.Management = ActionObserve, v1alpha1.ManagementAdopted
-		if spec.Provider != v1alpha1.ProviderIstio || len(istiods) == 0 {
-			p.AdoptedIstio = firstReady(foreign, nil)
+		if spec.Provider != v1alpha1.ProviderIstio || len(ci) == 0 {
+			p.AdoptedIstio = firstReady(cf, nil)
 		}
 		if p.AdoptedIstio == nil {
-			p.AdoptedIstiod = istiods
+			p.AdoptedIstiod = ci
 		}
 		p.Provider = providerOf(p, f, openshift)
 		return p

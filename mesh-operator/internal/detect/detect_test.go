@@ -90,7 +90,7 @@ func TestDecide(t *testing.T) {
 			action: ActionHold, mgmt: v1alpha1.ManagementManaged, provider: "sail", blocked: v1alpha1.ReasonProviderCannotInstall},
 		"provider istio managed with istiod: adopt": {spec: spec(v1alpha1.ModeManaged, v1alpha1.ProviderIstio, v1alpha1.DataPlaneSidecar), facts: Facts{Istiods: []Istiod{istiod}}, opt: install,
 			action: ActionObserve, mgmt: v1alpha1.ManagementAdopted, provider: "istio", istiods: 1},
-		"provider istio prefers istiod over a Sail Istio": {spec: spec(v1alpha1.ModeAdopt, v1alpha1.ProviderIstio, v1alpha1.DataPlaneSidecar), facts: Facts{Resources: groups(GroupSail), Istios: []SailIstio{otherIstio}, Istiods: []Istiod{{Namespace: "mesh", Name: "istiod"}}},
+		"provider istio prefers istiod over a Sail Istio": {spec: spec(v1alpha1.ModeAdopt, v1alpha1.ProviderIstio, v1alpha1.DataPlaneSidecar), facts: Facts{Resources: groups(GroupSail), Istios: []SailIstio{otherIstio}, Istiods: []Istiod{{Namespace: "mesh", Name: "istiod"}}, InjectorNamespaces: []string{"mesh"}},
 			action: ActionObserve, mgmt: v1alpha1.ManagementAdopted, provider: "istio", istiods: 1},
 		"adopt without a mesh": {spec: adopt, facts: Facts{Resources: groups(GroupSail)},
 			action: ActionHold, blocked: v1alpha1.ReasonNoMeshFound},
@@ -229,4 +229,112 @@ func TestDecideMaintainSail(t *testing.T) {
 			assert.Equal(t, tc.want, p.MaintainSail)
 		})
 	}
+}
+
+// TestDecideTrustedControlPlanes (issue 41 item 1): an istiod counts as a
+// control plane only in a namespace no tenant can make one's: the one the
+// spec names, a Sail Istio's, or one an Istio sidecar-injector webhook
+// calls. Several trusted ones are reported, never picked between, unless
+// the spec names one of them.
+func TestDecideTrustedControlPlanes(t *testing.T) {
+	install := Options{SailInstallEnabled: true}
+	fake := Istiod{Namespace: "acme", Name: "istiod", Version: "1.30.1", Available: true}
+	revisioned := Istiod{Namespace: "istio-system", Name: "istiod-1-30", Revision: "1-30", Version: "1.30.1"}
+	meshA := Istiod{Namespace: "mesh-a", Name: "istiod", Available: true}
+	meshB := Istiod{Namespace: "mesh-b", Name: "istiod", Available: true}
+	named := func(s v1alpha1.ServiceMeshSpec, ns string) v1alpha1.ServiceMeshSpec {
+		s.ControlPlaneNamespace = ns
+		return s
+	}
+	adoptIstio := spec(v1alpha1.ModeAdopt, v1alpha1.ProviderIstio, v1alpha1.DataPlaneSidecar)
+	istioA := SailIstio{Name: "a", Namespace: "mesh-a", Revision: "a"}
+	istioB := SailIstio{Name: "b", Namespace: "mesh-b", Revision: "b"}
+	for name, tc := range map[string]struct {
+		spec    v1alpha1.ServiceMeshSpec
+		facts   Facts
+		opt     Options
+		action  Action
+		mgmt    v1alpha1.Management
+		blocked v1alpha1.ConditionReason
+		istio   string   // the adopted Sail Istio's name
+		istiods []string // the adopted istiods' namespaces
+	}{
+		"managed: a tenant's istiod is not adopted, the Sail Operator is installed": {spec: sidecar, facts: Facts{Istiods: []Istiod{fake}}, opt: install,
+			action: ActionInstallSail, mgmt: v1alpha1.ManagementManaged},
+		"managed with the Sail API: our own Istio is applied beside a tenant's istiod": {spec: sidecar, facts: Facts{Resources: groups(GroupSail), Istiods: []Istiod{fake}}, opt: install,
+			action: ActionApply, mgmt: v1alpha1.ManagementManaged},
+		"provider sail: a tenant's istiod is no mismatch": {spec: spec(v1alpha1.ModeManaged, v1alpha1.ProviderSail, v1alpha1.DataPlaneSidecar), facts: Facts{Istiods: []Istiod{fake}}, opt: install,
+			action: ActionInstallSail, mgmt: v1alpha1.ManagementManaged},
+		"managed auto-adopts the istiod in istio-system, not the tenant's": {spec: sidecar, facts: Facts{Istiods: []Istiod{fake, istiod}}, opt: install,
+			action: ActionObserve, mgmt: v1alpha1.ManagementAdopted, istiods: []string{"istio-system"}},
+		"adopt: a revisioned istiod in istio-system beats an available fake that lists first": {spec: adoptIstio, facts: Facts{Istiods: []Istiod{fake, revisioned}},
+			action: ActionObserve, mgmt: v1alpha1.ManagementAdopted, istiods: []string{"istio-system"}},
+		"adopt: only a tenant's istiod is no mesh": {spec: adoptIstio, facts: Facts{Istiods: []Istiod{fake}},
+			action: ActionHold, blocked: v1alpha1.ReasonNoMeshFound},
+		"adopt: an istiod behind an injector webhook is trusted": {spec: adoptIstio, facts: Facts{Istiods: []Istiod{fake, meshA}, InjectorNamespaces: []string{"mesh-a"}},
+			action: ActionObserve, mgmt: v1alpha1.ManagementAdopted, istiods: []string{"mesh-a"}},
+		"adopt: the namespace the spec names is trusted": {spec: named(adoptIstio, "mesh-b"), facts: Facts{Istiods: []Istiod{fake, meshB}},
+			action: ActionObserve, mgmt: v1alpha1.ManagementAdopted, istiods: []string{"mesh-b"}},
+		"adopt: two trusted istiods: ambiguous": {spec: adoptIstio, facts: Facts{Istiods: []Istiod{meshA, meshB}, InjectorNamespaces: []string{"mesh-a", "mesh-b"}},
+			action: ActionHold, blocked: v1alpha1.ReasonAmbiguousControlPlane},
+		"adopt: two trusted istiods, the spec names one": {spec: named(adoptIstio, "mesh-b"), facts: Facts{Istiods: []Istiod{meshA, meshB}, InjectorNamespaces: []string{"mesh-a", "mesh-b"}},
+			action: ActionObserve, mgmt: v1alpha1.ManagementAdopted, istiods: []string{"mesh-b"}},
+		"adopt: two trusted istiods, one in istio-system (the default the spec names)": {spec: adoptIstio, facts: Facts{Istiods: []Istiod{meshA, istiod}, InjectorNamespaces: []string{"mesh-a"}},
+			action: ActionObserve, mgmt: v1alpha1.ManagementAdopted, istiods: []string{"istio-system"}},
+		"managed: two trusted istiods, none ours: ambiguous, nothing installed": {spec: sidecar, facts: Facts{Istiods: []Istiod{meshA, meshB}, InjectorNamespaces: []string{"mesh-a", "mesh-b"}}, opt: install,
+			action: ActionHold, blocked: v1alpha1.ReasonAmbiguousControlPlane},
+		"managed: our own Istio stays ours beside another trusted istiod": {spec: sidecar, facts: Facts{Resources: groups(GroupSail), Istios: []SailIstio{ourIstio}, Istiods: []Istiod{istiod, meshA}, InjectorNamespaces: []string{"mesh-a"}}, opt: install,
+			action: ActionApply, mgmt: v1alpha1.ManagementManaged},
+		"adopt auto: a Sail Istio and an istiod elsewhere: ambiguous": {spec: adopt, facts: Facts{Resources: groups(GroupSail), Istios: []SailIstio{istioA}, Istiods: []Istiod{meshB}, InjectorNamespaces: []string{"mesh-b"}},
+			action: ActionHold, blocked: v1alpha1.ReasonAmbiguousControlPlane},
+		"adopt auto: a Sail Istio and its own istiod are one control plane": {spec: adopt, facts: Facts{Resources: groups(GroupSail), Istios: []SailIstio{istioA}, Istiods: []Istiod{meshA}, InjectorNamespaces: []string{"mesh-a"}},
+			action: ActionObserve, mgmt: v1alpha1.ManagementAdopted, istio: "a"},
+		"adopt sail: two Sail Istios in two namespaces: ambiguous": {spec: spec(v1alpha1.ModeAdopt, v1alpha1.ProviderSail, v1alpha1.DataPlaneSidecar), facts: Facts{Resources: groups(GroupSail), Istios: []SailIstio{istioA, istioB}},
+			action: ActionHold, blocked: v1alpha1.ReasonAmbiguousControlPlane},
+		"adopt sail: two Sail Istios, the spec names one": {spec: named(spec(v1alpha1.ModeAdopt, v1alpha1.ProviderSail, v1alpha1.DataPlaneSidecar), "mesh-b"), facts: Facts{Resources: groups(GroupSail), Istios: []SailIstio{istioA, istioB}},
+			action: ActionObserve, mgmt: v1alpha1.ManagementAdopted, istio: "b"},
+		"external: a tenant's istiod is not observed": {spec: external, facts: Facts{Istiods: []Istiod{fake}},
+			action: ActionObserve, mgmt: v1alpha1.ManagementExternal},
+		"external: two trusted istiods: ambiguous": {spec: external, facts: Facts{Istiods: []Istiod{meshA, meshB}, InjectorNamespaces: []string{"mesh-a", "mesh-b"}},
+			action: ActionHold, blocked: v1alpha1.ReasonAmbiguousControlPlane},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := Decide(tc.spec, tc.facts, tc.opt)
+			assert.Equal(t, tc.action, p.Action, "action")
+			assert.Equal(t, tc.blocked, p.BlockedReason, "blocked: %s", p.BlockedMessage)
+			if tc.blocked == "" {
+				assert.Equal(t, tc.mgmt, p.Management, "management")
+			}
+			if tc.blocked == v1alpha1.ReasonAmbiguousControlPlane {
+				assert.Contains(t, p.BlockedMessage, "spec.controlPlaneNamespace")
+				assert.Nil(t, p.AdoptedIstio)
+			}
+			var got []string
+			for _, d := range p.AdoptedIstiod {
+				got = append(got, d.Namespace)
+				assert.NotEqual(t, "acme", d.Namespace, "a tenant's istiod is never adopted")
+			}
+			assert.Equal(t, tc.istiods, got, "adopted istiods")
+			if tc.istio != "" {
+				if assert.NotNil(t, p.AdoptedIstio) {
+					assert.Equal(t, tc.istio, p.AdoptedIstio.Name)
+				}
+			} else {
+				assert.Nil(t, p.AdoptedIstio)
+			}
+		})
+	}
+}
+
+func TestTrustedIstiods(t *testing.T) {
+	f := Facts{Istiods: []Istiod{{Namespace: "acme", Name: "istiod"}, {Namespace: "istio-system", Name: "istiod"}, {Namespace: "mesh-a", Name: "istiod"}, {Namespace: "sailed", Name: "istiod"}},
+		InjectorNamespaces: []string{"mesh-a"}, Istios: []SailIstio{{Name: "default", Namespace: "sailed"}}}
+	trusted, ignored := TrustedIstiods(spec(v1alpha1.ModeAdopt, v1alpha1.ProviderAuto, v1alpha1.DataPlaneSidecar), f)
+	assert.Equal(t, []Istiod{{Namespace: "acme", Name: "istiod"}}, ignored)
+	assert.Len(t, trusted, 3)
+	s := spec(v1alpha1.ModeAdopt, v1alpha1.ProviderAuto, v1alpha1.DataPlaneSidecar)
+	s.ControlPlaneNamespace = "acme"
+	trusted, ignored = TrustedIstiods(s, f)
+	assert.Len(t, trusted, 3, "istio-system is trusted only while the spec names it")
+	assert.Equal(t, []Istiod{{Namespace: "istio-system", Name: "istiod"}}, ignored)
 }

@@ -54,19 +54,34 @@ type Decision struct {
 	// (the namespace is in spec.enrollNamespaces and nothing forbids it).
 	WriteRequest bool
 	Reason       string
+	// OptedOut is the admin's label that keeps the namespace out
+	// ("core.navique.com/mesh=disabled", "istio-injection=disabled",
+	// "istio.io/dataplane-mode=none"); "" when none does.
+	OptedOut string
+	// Asked: the namespace is asked for (labelled for enrollment by
+	// someone, or listed in spec.enrollNamespaces) although it is opted
+	// out, which the ServiceMesh reports.
+	Asked bool
 }
 
 // Decide enrolls a namespace that asks for it by label or is listed in
-// spec.enrollNamespaces. core.navique.com/mesh=disabled wins over both, and
-// protected namespaces (system, control plane, the operators') are never
-// enrolled.
+// spec.enrollNamespaces. An admin's opt-out wins over both:
+// core.navique.com/mesh=disabled, or Istio's own opt-out labels
+// (contract.IstioOptOut: istio-injection=disabled,
+// istio.io/dataplane-mode=none), which the operator never writes and so
+// never replaces. Protected namespaces (system, control plane, the
+// operators') are never enrolled.
 func Decide(name string, nsLabels map[string]string, listed bool, protected []string) Decision {
 	if slices.Contains(protected, name) {
 		return Decision{Reason: "protected"}
 	}
+	if nsLabels[labels.Mesh] == labels.MeshDisabled {
+		return Decision{Reason: "disabled", OptedOut: labels.Mesh + "=" + labels.MeshDisabled, Asked: listed}
+	}
+	if o := contract.IstioOptOut(nsLabels); o != "" {
+		return Decision{Reason: "opted out by " + o, OptedOut: o, Asked: listed || nsLabels[labels.Mesh] == labels.MeshEnabled}
+	}
 	switch nsLabels[labels.Mesh] {
-	case labels.MeshDisabled:
-		return Decision{Reason: "disabled"}
 	case labels.MeshEnabled:
 		return Decision{Enroll: true, WriteRequest: listed, Reason: "label"}
 	}
