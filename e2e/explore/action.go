@@ -63,6 +63,12 @@ const (
 	License         = "env.license"      // Arg: delete/restore/expiring (valid 20 s more)/renew (deleted, created again 2 s later)
 	LicenseRead     = "env.licenseread"  // Arg: deny/allow (the mesh operator's RBAC to get its license Secret)
 	CRDs            = "env.crds"         // Arg: istio-off/istio-on/gateway-off/gateway-on (remove or restore the CRDs)
+	// Tenants act as the user explore-tenant, who may edit the world's
+	// other namespace only (tenantUser); admins as cluster-admin under the
+	// field manager explore-admin.
+	TenantIstiod   = "tenant.istiod"   // Arg: on/off (a Deployment dressed as istiod in the tenant's namespace)
+	TenantPeerAuth = "tenant.peerauth" // Arg: permissive/disable/off (the tenant's namespace-wide PeerAuthentication)
+	AdminOptOut    = "admin.optout"    // Arg: injection/dataplane/clear (Istio's own opt-out labels on the fleets' namespace)
 )
 
 var fleetNames = []string{"a", "b"}
@@ -99,6 +105,9 @@ var alphabet = []struct {
 	{License, false, []string{"delete", "restore", "expiring", "renew"}, 1},
 	{LicenseRead, false, []string{"deny", "allow"}, 1},
 	{CRDs, false, []string{"istio-off", "istio-on", "gateway-off", "gateway-on"}, 1},
+	{TenantIstiod, false, []string{"on", "off"}, 1},
+	{TenantPeerAuth, false, []string{"permissive", "disable", "off"}, 1},
+	{AdminOptOut, false, []string{"injection", "dataplane", "clear"}, 1},
 }
 
 // Generate is the sequence of n actions for seed: the same seed always

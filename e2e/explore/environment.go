@@ -76,6 +76,10 @@ type environment struct {
 	// holds: the sequence's spans in which a valid license could not be
 	// read or was missing for a moment, and nothing may be released.
 	holds []hold
+	// adminLabels: the labels the admin (admin.optout) holds on the fleets'
+	// namespace now; optOuts: each one's span (checkTenants).
+	adminLabels map[string]string
+	optOuts     []optOut
 }
 
 // hold is a span in which the operator cannot know the license, which was

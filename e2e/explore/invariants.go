@@ -15,6 +15,7 @@ import (
 
 	fleetv1 "github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 	meshv1 "github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/shared/authzeval"
 	"github.com/ericdev/fleetmesh/shared/contract"
 	"github.com/ericdev/fleetmesh/shared/labels"
 	"github.com/ericdev/fleetmesh/shared/podmesh"
@@ -67,6 +68,9 @@ type judgement struct {
 	holds []hold
 	// before: the mesh part of the state judged before (snapshot.meshPart).
 	before *snapshot
+	// optOuts: the Istio opt-out labels an admin set during the sequence
+	// (checkTenants).
+	optOuts []optOut
 }
 
 func newJudgement(w world) *judgement {
@@ -191,6 +195,7 @@ func (j *judgement) check(s *snapshot, step int) {
 	j.checkStrict(s, step, ambient)
 	j.checkDisks(s, step)
 	j.checkHeld(s, step)
+	j.checkTenants(s, step)
 	j.last = s
 }
 
@@ -538,13 +543,14 @@ const (
 	meshIsolationPolicy = "mesh-isolation"
 )
 
-// optedOut: the namespace is not asking to be enrolled: the admin's label
-// says disabled, or neither the label nor spec.enrollNamespaces asks.
+// optedOut: the namespace is not asking to be enrolled: an opt-out label
+// (the admin's core.navique.com/mesh=disabled or Istio's own, isOptOut),
+// or neither the label nor spec.enrollNamespaces asks.
 func optedOut(mesh *meshv1.ServiceMesh, ns *unstructured.Unstructured) bool {
-	switch ns.GetLabels()[labels.Mesh] {
-	case labels.MeshDisabled:
+	if optedOutByLabel(ns.GetLabels()) {
 		return true
-	case labels.MeshEnabled:
+	}
+	if ns.GetLabels()[labels.Mesh] == labels.MeshEnabled {
 		return false
 	}
 	return !slices.Contains(mesh.Spec.EnrollNamespaces, ns.GetName())
@@ -566,4 +572,159 @@ func mtlsMode(pa *unstructured.Unstructured) string {
 	}
 	mode, _, _ := unstructured.NestedString(pa.Object, "spec", "mtls", "mode")
 	return mode
+}
+
+// optOut is an Istio opt-out label an admin set on a namespace (admin.optout,
+// field manager explore-admin), from the resourceVersion the admin's write
+// returned until the one of the write that took it away (0: it stands to
+// the end of the sequence).
+type optOut struct {
+	namespace, key, value string
+	from, until           int64
+}
+
+// stands: the admin's label is in force in the state at resourceVersion rv.
+func (o optOut) stands(rv int64) bool {
+	return rv >= o.from && (o.until == 0 || rv < o.until)
+}
+
+// istioOptOuts are Istio's own namespace opt-outs: the label and the value
+// that keeps the namespace's workloads out of the mesh.
+var istioOptOuts = map[string]string{
+	labels.IstioInjection:     "disabled",
+	labels.IstioDataPlaneMode: "none",
+}
+
+// isOptOut: the label key=value keeps a namespace out of the mesh, by
+// Istio's own labels or the admin's core.navique.com/mesh=disabled.
+func isOptOut(key, value string) bool {
+	if key == labels.Mesh {
+		return value == labels.MeshDisabled
+	}
+	v, ok := istioOptOuts[key]
+	return ok && v == value
+}
+
+// optedOutByLabel: one of the namespace's labels opts it out (isOptOut).
+func optedOutByLabel(l map[string]string) bool {
+	for k, v := range l {
+		if isOptOut(k, v) {
+			return true
+		}
+	}
+	return false
+}
+
+// tenantPrincipal is a workload identity of the tenant's namespace.
+func tenantPrincipal(ns string) string { return "cluster.local/ns/" + ns + "/sa/default" }
+
+// checkTenants: what a tenant (the world's other namespace, edited by a
+// user with namespace-edit rights only) does never reaches past its
+// namespace, and no admin's opt-out label is taken:
+//   - the tenant's namespace is never taken as the control plane: not the
+//     ServiceMesh's status.controlPlane.namespace, not any namespace's
+//     mesh-control-plane label, not a fleet's istio-control-plane
+//     annotation (a Deployment labelled app=istiod is all a tenant can
+//     make; a control plane is recognised where a tenant cannot fake it);
+//   - another namespace's access does not change for the tenant: its
+//     mesh-isolation DENY still refuses a meshed caller of the tenant's
+//     namespace (shared/authzeval), none of its NetworkPolicies or other
+//     AuthorizationPolicies names the tenant's namespace (an istiod egress,
+//     an allowed source), and it declares no edge from it (the access
+//     table's look-alike rows judge the connections themselves);
+//   - an admin's Istio opt-out label reads exactly as the admin set it
+//     while it stands: not overwritten, not deleted.
+func (j *judgement) checkTenants(s *snapshot, step int) {
+	tenant := j.w.other
+	if tenant == "" {
+		return
+	}
+	if m := s.serviceMesh(); m != nil && m.Status.ControlPlane != nil && m.Status.ControlPlane.Namespace == tenant {
+		j.fail("tenant cp status", "step %d, after %s: the tenant's namespace %s is taken as the control plane: ServiceMesh status.controlPlane.namespace=%s (%s)",
+			step, s.last, tenant, tenant, m.Status.ControlPlane.Management)
+	}
+	var names []string
+	for k := range s.objs[gvrNamespaces] {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		ns := s.objs[gvrNamespaces][k]
+		if ns.GetLabels()[labels.MeshControlPlane] == tenant {
+			j.fail("tenant cp label "+ns.GetName(), "step %d, after %s: the tenant's namespace %s is taken as the control plane: namespace %s has %s=%s",
+				step, s.last, tenant, ns.GetName(), labels.MeshControlPlane, tenant)
+		}
+	}
+	for _, f := range s.fleets(j.w.app) {
+		if f.Annotations[labels.IstioControlPlane] == tenant {
+			j.fail("tenant cp fleet "+f.Name, "step %d, after %s: the tenant's namespace %s is taken as the control plane: fleet %s/%s has %s=%s",
+				step, s.last, tenant, j.w.app, f.Name, labels.IstioControlPlane, tenant)
+		}
+	}
+	for _, ns := range []string{j.w.app, j.w.edge} {
+		if _, ok := s.nsLabels(ns)[labels.AllowFromPrefix+tenant]; ok {
+			j.fail("tenant edge "+ns, "step %d, after %s: namespace %s declares the tenant's namespace %s as an edge (%s%s)",
+				step, s.last, ns, tenant, labels.AllowFromPrefix, tenant)
+		}
+		for _, ap := range s.in(gvrAPs, ns) {
+			if ap.GetName() == meshIsolationPolicy {
+				d := authzeval.Evaluate("PERMISSIVE", []authzeval.Policy{authzeval.FromUnstructured(&ap, nil)},
+					authzeval.Request{MTLS: true, Principal: tenantPrincipal(tenant), Namespace: tenant, Port: 8080})
+				if d.Allowed {
+					j.fail("tenant isolation "+ns, "step %d, after %s: the mesh-isolation of namespace %s lets the tenant's namespace %s in: %s",
+						step, s.last, ns, tenant, d.Why)
+				}
+				continue
+			}
+			if namesNamespace(ap.Object["spec"], tenant) {
+				j.fail("tenant ap "+ns+"/"+ap.GetName(), "step %d, after %s: AuthorizationPolicy %s/%s names the tenant's namespace %s",
+					step, s.last, ns, ap.GetName(), tenant)
+			}
+		}
+		for _, np := range s.in(gvrNetpols, ns) {
+			if namesNamespace(np.Object["spec"], tenant) {
+				j.fail("tenant np "+ns+"/"+np.GetName(), "step %d, after %s: NetworkPolicy %s/%s names the tenant's namespace %s",
+					step, s.last, ns, np.GetName(), tenant)
+			}
+		}
+	}
+	for i, o := range j.optOuts {
+		ns := s.objs[gvrNamespaces]["/"+o.namespace]
+		if !o.stands(s.rv) || ns == nil || ns.GetDeletionTimestamp() != nil {
+			continue
+		}
+		got, ok := ns.GetLabels()[o.key]
+		switch {
+		case !ok:
+			j.fail(fmt.Sprintf("optout %d", i), "step %d, after %s: the admin's %s=%s on namespace %s was deleted",
+				step, s.last, o.key, o.value, o.namespace)
+		case got != o.value:
+			j.fail(fmt.Sprintf("optout %d", i), "step %d, after %s: the admin's %s=%s on namespace %s was overwritten: it reads %q",
+				step, s.last, o.key, o.value, o.namespace, got)
+		}
+	}
+}
+
+// namesNamespace: somewhere in a policy's spec, the namespace ns is named:
+// as a value (a namespaceSelector's kubernetes.io/metadata.name, an
+// AuthorizationPolicy's namespaces) or inside a principal
+// (cluster.local/ns/<ns>/sa/...).
+func namesNamespace(v any, ns string) bool {
+	switch t := v.(type) {
+	case map[string]any:
+		for _, x := range t {
+			if namesNamespace(x, ns) {
+				return true
+			}
+		}
+	case []any:
+		for _, x := range t {
+			if namesNamespace(x, ns) {
+				return true
+			}
+		}
+	case string:
+		return t == ns || strings.Contains(t, "/ns/"+ns+"/")
+	}
+	return false
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	fleetv1 "github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 	meshv1 "github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/shared/labels"
 	"github.com/ericdev/fleetmesh/shared/podmesh"
@@ -244,5 +245,184 @@ func TestReleasedWhileHeld(t *testing.T) {
 				t.Fatalf("violation %q does not say when and why", j.violations[0])
 			}
 		})
+	}
+}
+
+// TestCheckTenants: each way a tenant's object can reach past its
+// namespace, and each way an admin's opt-out can be taken, is caught; a
+// world where the control plane is where it belongs and the admin's label
+// stands passes.
+func TestCheckTenants(t *testing.T) {
+	w := world{app: "x1-app", edge: "x1-edge", other: "x1-other"}
+	const cp = "istio-system"
+	toU := func(obj any) *unstructured.Unstructured {
+		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &unstructured.Unstructured{Object: m}
+	}
+	named := func(ns, name string, spec map[string]any) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+		u.SetNamespace(ns)
+		u.SetName(name)
+		return u
+	}
+	isolation := func(allowed ...string) *unstructured.Unstructured {
+		var not []any
+		for _, a := range allowed {
+			not = append(not, a)
+		}
+		return named(w.app, meshIsolationPolicy, map[string]any{"action": "DENY", "rules": []any{map[string]any{
+			"from": []any{map[string]any{"source": map[string]any{"principals": []any{"*"}, "notNamespaces": not}}}}}})
+	}
+	istiodEgress := func(ns string) *unstructured.Unstructured {
+		return named(w.app, "a", map[string]any{"podSelector": map[string]any{}, "egress": []any{map[string]any{
+			"to":    []any{map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{labels.NamespaceName: ns}}}},
+			"ports": []any{map[string]any{"port": int64(15012), "protocol": "TCP"}}}}})
+	}
+	appLabels := map[string]string{labels.MeshControlPlane: cp, labels.IstioInjection: "disabled"}
+	// world builds a state: the clean world, changed by edit.
+	state := func(rv int64, edit func(s *snapshot)) *snapshot {
+		ns := func(name string, l map[string]string) *unstructured.Unstructured {
+			u := &unstructured.Unstructured{}
+			u.SetName(name)
+			u.SetLabels(maps.Clone(l))
+			return u
+		}
+		mesh := &meshv1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: meshv1.SingletonName},
+			Status: meshv1.ServiceMeshStatus{ControlPlane: &meshv1.ControlPlaneStatus{Management: meshv1.ManagementManaged, Namespace: cp}}}
+		fleet := &fleetv1.CelldFleet{ObjectMeta: metav1.ObjectMeta{Namespace: w.app, Name: "a", Annotations: map[string]string{labels.IstioControlPlane: cp}}}
+		s := &snapshot{rv: rv, last: "MODIFIED namespaces /x1-app", objs: map[schema.GroupVersionResource]map[string]*unstructured.Unstructured{
+			gvrNamespaces: {"/" + w.app: ns(w.app, appLabels), "/" + w.edge: ns(w.edge, nil), "/" + w.other: ns(w.other, nil)},
+			gvrMeshes:     {"/" + meshv1.SingletonName: toU(mesh)},
+			gvrFleets:     {w.app + "/a": toU(fleet)},
+			gvrAPs:        {w.app + "/" + meshIsolationPolicy: isolation(w.app, cp)},
+			gvrNetpols:    {w.app + "/a": istiodEgress(cp)},
+			// The tenant's own objects, in its own namespace, are its business.
+			gvrPAs: {w.other + "/" + tenantPeerAuth: named(w.other, tenantPeerAuth, map[string]any{"mtls": map[string]any{"mode": "DISABLE"}})},
+		}}
+		if edit != nil {
+			edit(s)
+		}
+		return s
+	}
+	setLabel := func(ns, k, v string) func(*snapshot) {
+		return func(s *snapshot) {
+			u := s.objs[gvrNamespaces]["/"+ns]
+			l := u.GetLabels()
+			if l == nil {
+				l = map[string]string{}
+			}
+			if v == "" {
+				delete(l, k)
+			} else {
+				l[k] = v
+			}
+			u.SetLabels(l)
+		}
+	}
+	// The admin set istio-injection=disabled at rv 10; it stands until rv 50.
+	optOuts := []optOut{{namespace: w.app, key: labels.IstioInjection, value: "disabled", from: 10, until: 50}}
+	for _, tc := range []struct {
+		name string
+		s    *snapshot
+		want string // "" for none
+	}{
+		{"clean", state(20, nil), ""},
+		{"before the admin's label", state(5, setLabel(w.app, labels.IstioInjection, "")), ""},
+		{"after the admin cleared it", state(50, setLabel(w.app, labels.IstioInjection, "enabled")), ""},
+		{"status names the tenant", state(20, func(s *snapshot) {
+			m := s.serviceMesh()
+			m.Status.ControlPlane.Namespace, m.Status.ControlPlane.Management = w.other, meshv1.ManagementAdopted
+			s.objs[gvrMeshes]["/"+meshv1.SingletonName] = toU(m)
+		}), "the tenant's namespace x1-other is taken as the control plane: ServiceMesh status.controlPlane.namespace=x1-other (Adopted)"},
+		{"label names the tenant", state(20, setLabel(w.edge, labels.MeshControlPlane, w.other)),
+			"the tenant's namespace x1-other is taken as the control plane: namespace x1-edge has core.navique.com/mesh-control-plane=x1-other"},
+		{"fleet annotation names the tenant", state(20, func(s *snapshot) {
+			s.objs[gvrFleets][w.app+"/a"].SetAnnotations(map[string]string{labels.IstioControlPlane: w.other})
+		}), "fleet x1-app/a has celld.eric.dev/istio-control-plane=x1-other"},
+		{"isolation exempts the tenant", state(20, func(s *snapshot) {
+			s.objs[gvrAPs][w.app+"/"+meshIsolationPolicy] = isolation(w.app, cp, w.other)
+		}), "the mesh-isolation of namespace x1-app lets the tenant's namespace x1-other in: no ALLOW policy applies"},
+		{"istiod egress to the tenant", state(20, func(s *snapshot) {
+			s.objs[gvrNetpols][w.app+"/a"] = istiodEgress(w.other)
+		}), "NetworkPolicy x1-app/a names the tenant's namespace x1-other"},
+		{"an ALLOW for the tenant's principal", state(20, func(s *snapshot) {
+			s.objs[gvrAPs][w.app+"/a"] = named(w.app, "a", map[string]any{"rules": []any{map[string]any{
+				"from": []any{map[string]any{"source": map[string]any{"principals": []any{"cluster.local/ns/x1-other/sa/default"}}}}}}})
+		}), "AuthorizationPolicy x1-app/a names the tenant's namespace x1-other"},
+		{"an edge from the tenant", state(20, setLabel(w.app, labels.AllowFromPrefix+w.other, "true")),
+			"namespace x1-app declares the tenant's namespace x1-other as an edge"},
+		{"the admin's label overwritten", state(20, setLabel(w.app, labels.IstioInjection, "enabled")),
+			`the admin's istio-injection=disabled on namespace x1-app was overwritten: it reads "enabled"`},
+		{"the admin's label deleted", state(49, setLabel(w.app, labels.IstioInjection, "")),
+			"the admin's istio-injection=disabled on namespace x1-app was deleted"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := newJudgement(w)
+			j.optOuts = optOuts
+			j.checkTenants(tc.s, 3)
+			switch {
+			case tc.want == "" && len(j.violations) > 0:
+				t.Fatalf("violations %q, want none", j.violations)
+			case tc.want != "" && len(j.violations) != 1:
+				t.Fatalf("violations %q, want one saying %q", j.violations, tc.want)
+			case tc.want != "" && (!strings.Contains(j.violations[0], tc.want) || !strings.HasPrefix(j.violations[0], "step 3, after MODIFIED namespaces /x1-app: ")):
+				t.Fatalf("violation %q does not say when and %q", j.violations[0], tc.want)
+			}
+		})
+	}
+	// check runs it at every state.
+	t.Run("judged by check", func(t *testing.T) {
+		j := newJudgement(w)
+		j.optOuts = optOuts
+		j.check(state(20, setLabel(w.app, labels.IstioInjection, "enabled")), 4)
+		if len(j.violations) != 1 || !strings.Contains(j.violations[0], "was overwritten") {
+			t.Fatalf("check: violations %q, want the overwritten opt-out", j.violations)
+		}
+	})
+}
+
+// TestIsOptOut: Istio's own opt-outs and the admin's mesh label, and
+// nothing else.
+func TestIsOptOut(t *testing.T) {
+	for _, tc := range []struct {
+		k, v string
+		want bool
+	}{
+		{labels.IstioInjection, "disabled", true},
+		{labels.IstioInjection, "enabled", false},
+		{labels.IstioDataPlaneMode, "none", true},
+		{labels.IstioDataPlaneMode, "ambient", false},
+		{labels.Mesh, labels.MeshDisabled, true},
+		{labels.Mesh, labels.MeshEnabled, false},
+		{labels.IstioRevision, "none", false},
+	} {
+		if got := isOptOut(tc.k, tc.v); got != tc.want {
+			t.Errorf("isOptOut(%s=%s) = %t, want %t", tc.k, tc.v, got, tc.want)
+		}
+	}
+}
+
+// TestAdminOptOutSpans: each admin label stands from the write that set it
+// until the write that changed or removed it.
+func TestAdminOptOutSpans(t *testing.T) {
+	e := &environment{}
+	e.setAdminLabels("x1-app", map[string]string{labels.IstioInjection: "disabled"}, 10)
+	e.setAdminLabels("x1-app", map[string]string{labels.IstioInjection: "disabled", labels.IstioDataPlaneMode: "none"}, 20)
+	e.setAdminLabels("x1-app", map[string]string{}, 30)
+	e.setAdminLabels("x1-app", map[string]string{labels.IstioDataPlaneMode: "none"}, 40)
+	got := e.takeOptOuts()
+	want := []optOut{
+		{namespace: "x1-app", key: labels.IstioInjection, value: "disabled", from: 10, until: 30},
+		{namespace: "x1-app", key: labels.IstioDataPlaneMode, value: "none", from: 20, until: 30},
+		{namespace: "x1-app", key: labels.IstioDataPlaneMode, value: "none", from: 40},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("spans %+v, want %+v", got, want)
+	}
+	if e.takeOptOuts() != nil || e.adminLabels != nil {
+		t.Fatal("takeOptOuts must forget the sequence's labels")
 	}
 }

@@ -82,6 +82,7 @@ func (r *Runner) Run(ctx context.Context, seq []Action) (Result, error) {
 		return Result{}, fmt.Errorf("reset before the sequence: %w", err)
 	}
 	r.env.takeHolds() // the reset's own
+	r.env.takeOptOuts()
 	if err := r.populate(ctx, w); err != nil {
 		return Result{}, err
 	}
@@ -127,6 +128,7 @@ func (r *Runner) Run(ctx context.Context, seq []Action) (Result, error) {
 	}
 	j := newJudgement(w)
 	j.holds = r.env.takeHolds()
+	j.optOuts = r.env.takeOptOuts()
 	var recent, trace []string
 	states := rec.replay(func(s *snapshot) {
 		clean := len(j.violations) == 0
@@ -210,6 +212,9 @@ func (r *Runner) populate(ctx context.Context, w world) error {
 		}
 	}
 	if err := r.createGateway(ctx, w); err != nil {
+		return err
+	}
+	if err := r.grantTenant(ctx, w); err != nil {
 		return err
 	}
 	return waitUntil(ctx, time.Minute, func() (bool, string) {
@@ -393,6 +398,12 @@ func (r *Runner) do(ctx context.Context, w world, a Action) error {
 			r.inj = nil
 		}
 		return nil
+	case TenantIstiod:
+		return r.tenantIstiodOn(ctx, w, a.Arg == "on")
+	case TenantPeerAuth:
+		return r.tenantPeerAuthMode(ctx, w, map[string]string{"permissive": "PERMISSIVE", "disable": "DISABLE"}[a.Arg])
+	case AdminOptOut:
+		return r.adminOptOut(ctx, w, a.Arg)
 	case HandEdit:
 		np := &unstructured.Unstructured{}
 		np.SetAPIVersion("networking.k8s.io/v1")
