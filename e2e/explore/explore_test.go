@@ -45,8 +45,14 @@ func startRunner(t *testing.T, tree string) *Runner {
 	root, err := cluster.RepoRoot()
 	require.NoError(t, err)
 	ctx := context.Background()
+	// EXPLORE_WORKDIR keeps the bed's files (the operators' logs among them)
+	// after the test, for reading a failure.
+	work := os.Getenv("EXPLORE_WORKDIR")
+	if work == "" {
+		work = t.TempDir()
+	}
 	bed, err := harness.StartBed(ctx, harness.BedOptions{
-		Root: root, Source: tree, WorkDir: t.TempDir(), Nodes: 2, Operators: true, NetworkPolicyEnforced: true,
+		Root: root, Source: tree, WorkDir: work, Nodes: 2, Operators: true, NetworkPolicyEnforced: true,
 		StandinStartupDelay: time.Second, Log: os.Stderr,
 	})
 	require.NoError(t, err)

@@ -61,6 +61,12 @@ func explainedAtRest(seq []Action, fleet string) map[string]bool {
 		last[k] = a
 	}
 	out := map[string]bool{}
+	// Without the played injector (never on, or off last) no Pod gets a
+	// proxy: any fleet that joins a sidecar mesh (mode auto in an enrolled
+	// namespace, not only fleet.istio) reports its members ProxyMissing.
+	if inj, ok := last[subject(Action{Kind: Injector})]; !ok || inj.Arg != "on" {
+		out[string(fleetv1.ReasonProxyMissing)] = true
+	}
 	for _, k := range order {
 		a := last[k]
 		if a.Fleet != "" && a.Fleet != fleet {

@@ -35,6 +35,11 @@ func TestStuckAtRest(t *testing.T) {
 		want   string
 	}{
 		{"Ready", []fleetv1.CelldFleet{fl("a", ready)}, sm(cond("Ready", "True", "ControlPlaneReady")), seq(create), ""},
+		{"ProxyMissing without an injector", []fleetv1.CelldFleet{fl("a", cond("Ready", "False", "ProxyMissing"))}, nil,
+			seq(Action{Kind: MeshCreate, Arg: "sidecar"}, create, Action{Kind: Injector, Arg: "on"}, Action{Kind: Injector, Arg: "off"}), ""},
+		{"ProxyMissing with the injector on", []fleetv1.CelldFleet{fl("a", cond("Ready", "False", "ProxyMissing"))}, nil,
+			seq(Action{Kind: Injector, Arg: "on"}, Action{Kind: MeshCreate, Arg: "sidecar"}, create),
+			`at rest, fleet a is Ready=False with reason "ProxyMissing", which no action of the sequence explains: says ProxyMissing`},
 		{"no Ready condition", []fleetv1.CelldFleet{fl("a")}, nil, seq(create), "at rest, fleet a has no Ready condition"},
 		{"MembersNotReady, nothing explains it", []fleetv1.CelldFleet{fl("a", cond("Ready", "False", "MembersNotReady"))}, nil, seq(create),
 			`at rest, fleet a is Ready=False with reason "MembersNotReady", which no action of the sequence explains: says MembersNotReady`},
