@@ -69,6 +69,7 @@ const (
 	TenantIstiod   = "tenant.istiod"   // Arg: on/off (a Deployment dressed as istiod in the tenant's namespace)
 	TenantPeerAuth = "tenant.peerauth" // Arg: permissive/disable/off (the tenant's namespace-wide PeerAuthentication)
 	AdminOptOut    = "admin.optout"    // Arg: injection/dataplane/clear (Istio's own opt-out labels on the fleets' namespace)
+	TenantRelease  = "tenant.release"  // Arg: forge/off (a forged Helm release record of the Sail Operator, tenantRelease)
 )
 
 var fleetNames = []string{"a", "b"}
@@ -108,6 +109,7 @@ var alphabet = []struct {
 	{TenantIstiod, false, []string{"on", "off"}, 1},
 	{TenantPeerAuth, false, []string{"permissive", "disable", "off"}, 1},
 	{AdminOptOut, false, []string{"injection", "dataplane", "clear"}, 1},
+	{TenantRelease, false, []string{"forge", "off"}, 1},
 }
 
 // Generate is the sequence of n actions for seed: the same seed always

@@ -398,6 +398,8 @@ func (r *Runner) do(ctx context.Context, w world, a Action) error {
 			r.inj = nil
 		}
 		return nil
+	case TenantRelease:
+		return r.tenantRelease(ctx, w, a.Arg == "forge")
 	case TenantIstiod:
 		return r.tenantIstiodOn(ctx, w, a.Arg == "on")
 	case TenantPeerAuth:

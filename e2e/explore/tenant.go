@@ -231,3 +231,101 @@ func (e *environment) takeOptOuts() []optOut {
 	e.optOuts, e.adminLabels = nil, nil
 	return out
 }
+
+// Where the mesh operator keeps and once kept the Sail Operator's Helm
+// release records: Secrets in its own namespace (Helm's secret driver),
+// and, from an earlier version, ConfigMaps in the Sail namespace.
+const (
+	forgedRelease  = "sh.helm.release.v1.sail-operator.v1"
+	sailNamespace  = "sail-operator"
+	meshNamespace  = "mesh-system"
+	releaseOwner   = "helm"
+	releaseName    = "sail-operator"
+	releaseVersion = "1"
+)
+
+var gvrConfigMaps = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+var gvrSecrets = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+
+// tenantRelease: the tenant forges a Helm release record of the Sail
+// Operator whose manifest lists what protects the app namespace (its
+// NetworkPolicies, its mesh-isolation AuthorizationPolicy, the namespace
+// itself), so that an uninstall or upgrade diff that trusted it would
+// delete them with the installer's rights. It first tries the places the
+// mesh operator reads records from; the API server must refuse both (the
+// action fails otherwise: a tenant who can write there defeats the
+// record check's premise, docs/security.md). Then it writes the record,
+// as Secret and ConfigMap, where it may: its own namespace. The judge's
+// usual invariants (the fleet's NetworkPolicy at every state,
+// releasedWhileHeld, checkTenants) then see whether anything it lists
+// goes. The bed runs the mesh operator with --sail-install=false, so no
+// uninstall runs there; the record check itself is
+// mesh-operator/internal/controller/sailrelease_integration_test.go's.
+// off deletes the tenant's records.
+func (r *Runner) tenantRelease(ctx context.Context, w world, forge bool) error {
+	tenant, err := r.asTenant()
+	if err != nil {
+		return err
+	}
+	if !forge {
+		for _, gvr := range []schema.GroupVersionResource{gvrConfigMaps, gvrSecrets} {
+			if err := tenant.Resource(gvr).Namespace(w.other).Delete(ctx, forgedRelease, metav1.DeleteOptions{}); client.IgnoreNotFound(err) != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	manifest := fmt.Sprintf(`apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: a
+  namespace: %[1]s
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata:
+  name: %[2]s
+  namespace: %[1]s
+---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: %[1]s
+`, w.app, meshIsolationPolicy)
+	record := func(kind, ns string) *unstructured.Unstructured {
+		o := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "v1", "kind": kind,
+			"metadata": map[string]any{"namespace": ns, "name": forgedRelease, "labels": map[string]any{
+				"owner": releaseOwner, "name": releaseName, "status": "deployed", "version": releaseVersion}},
+		}}
+		// Not Helm's encoding (base64 of gzipped JSON): what matters is
+		// where a tenant can put a record, and that nothing it lists goes.
+		if kind == "Secret" {
+			o.Object["stringData"] = map[string]any{"release": manifest}
+		} else {
+			o.Object["data"] = map[string]any{"release": manifest}
+		}
+		return o
+	}
+	for _, c := range []struct {
+		gvr       schema.GroupVersionResource
+		kind, ns  string
+		mayCreate bool
+	}{
+		{gvrSecrets, "Secret", meshNamespace, false},
+		{gvrConfigMaps, "ConfigMap", sailNamespace, false},
+		{gvrSecrets, "Secret", w.other, true},
+		{gvrConfigMaps, "ConfigMap", w.other, true},
+	} {
+		_, err := tenant.Resource(c.gvr).Namespace(c.ns).Create(ctx, record(c.kind, c.ns), metav1.CreateOptions{FieldManager: tenantManager})
+		switch {
+		case c.mayCreate && client.IgnoreAlreadyExists(err) != nil:
+			return fmt.Errorf("the tenant's record in its own namespace: %w", err)
+		case !c.mayCreate && err == nil:
+			return fmt.Errorf("the tenant wrote a Helm release record %s %s/%s, where the mesh operator reads them", c.kind, c.ns, forgedRelease)
+		case !c.mayCreate && !apierrors.IsForbidden(err):
+			return fmt.Errorf("the tenant's record %s %s/%s: want Forbidden, got %w", c.kind, c.ns, forgedRelease, err)
+		}
+	}
+	return nil
+}
