@@ -547,7 +547,9 @@ func TestLeftMeshSaysWhatStandsBy(t *testing.T) {
 		obs := &observed{mesh: mesh.State{Phase: mesh.Left, Standby: tc.standby, Relaxed: tc.standby}}
 		var reason v1alpha1.ConditionReason
 		var msg string
-		setMeshCondition(fleet, obs, func(_ v1alpha1.ConditionType, _ metav1.ConditionStatus, r v1alpha1.ConditionReason, m string) { reason, msg = r, m })
+		setMeshCondition(fleet, obs, func(_ v1alpha1.ConditionType, _ metav1.ConditionStatus, r v1alpha1.ConditionReason, m string) {
+			reason, msg = r, m
+		})
 		assert.Equal(t, v1alpha1.ReasonLeftMesh, reason)
 		assert.Contains(t, msg, tc.want, "standby %v", tc.standby)
 		if tc.standby {
