@@ -379,13 +379,14 @@ func routingReady(status metav1.ConditionStatus, reason fleetv1.ConditionReason)
 	}
 }
 
-// assertRoutingPolicy checks NAME-routing: TCP 8080 (and HBONE 15008: the
-// sample fleets are auto, so they ask for the mesh) from the source Pods in
-// the source namespace, nothing else.
+// assertRoutingPolicy checks NAME-routing: TCP 8080 from the source Pods in
+// the source namespace, nothing else. The sample fleets are auto, but no
+// mesh enrollment is in effect in their namespaces, so HBONE (15008) stays
+// closed (issue 42 item 4; docs/mesh.md).
 func assertRoutingPolicy(t *testing.T, np *networkingv1.NetworkPolicy, namespace string, podLabels map[string]string) {
 	t.Helper()
 	require.Len(t, np.Spec.Ingress, 1)
-	assert.Equal(t, []int{8080, 15008}, policyPorts(np))
+	assert.Equal(t, []int{8080}, policyPorts(np))
 	require.Len(t, np.Spec.Ingress[0].From, 1)
 	from := np.Spec.Ingress[0].From[0]
 	require.NotNil(t, from.NamespaceSelector)

@@ -210,14 +210,25 @@ func TestUpgradeTouchesOnlyStatus(t *testing.T) {
 				writes[k] = d
 			}
 		}
+		want := maps.Clone(upgradeWrites)
 		if len(declared) > 0 {
 			// A declared restart rolls: the StatefulSets get the new
 			// template and the members are replaced (judged above).
 			for _, k := range []string{"APPLY statefulsets", "DELETE pods", "POST pods", "POST pods/binding", "PATCH pods"} {
 				delete(writes, k)
 			}
+			// An ambient fleet relaxes port 8081 while a replaced member is
+			// not captured yet (its NAME-mesh PeerAuthentication, applied
+			// PERMISSIVE) and tightens it again once it is (deleted): one
+			// of each per replaced member (docs/mesh.md, capture is gradual).
+			for _, m := range obs.replacedMembers() {
+				if strings.HasPrefix(m, meshedNS+"/") {
+					want["APPLY peerauthentications"]++
+					want["DELETE peerauthentications"]++
+				}
+			}
 		}
-		assert.Equal(t, upgradeWrites, writes, "writes other than status after the swap (API server counts, every client)")
+		assert.Equal(t, want, writes, "writes other than status after the swap (API server counts, every client)")
 		t.Logf("status writes after the swap: %v", statusWrites(before, after))
 	})
 }

@@ -147,28 +147,6 @@ func TestSailReleaseRecordsForgedByATenantIntegration(t *testing.T) {
 		require.NoError(t, admin.Create(ctx, &v1alpha1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: "cluster"},
 			Spec: v1alpha1.ServiceMeshSpec{DataPlane: v1alpha1.DataPlaneSidecar}}))
 	}
-	deleteHeld := func() {
-		t.Helper()
-		m := &v1alpha1.ServiceMesh{}
-		require.NoError(t, admin.Get(ctx, client.ObjectKey{Name: "cluster"}, m))
-		m.Finalizers = append(m.Finalizers, testHold)
-		require.NoError(t, admin.Update(ctx, m))
-		require.NoError(t, admin.Delete(ctx, m))
-	}
-	tornDown := func() *v1alpha1.ServiceMesh {
-		t.Helper()
-		var m *v1alpha1.ServiceMesh
-		for range 10 {
-			fake.sync()
-			_, m = b.reconcile(t)
-			require.NotNil(t, m)
-			if len(m.Finalizers) == 1 && m.Finalizers[0] == testHold {
-				return m
-			}
-		}
-		t.Fatalf("the teardown did not finish: finalizers %v, status %+v", m.Finalizers, m.Status.Conditions)
-		return nil
-	}
 	releaseHeld := func() {
 		t.Helper()
 		m := &v1alpha1.ServiceMesh{}
@@ -198,8 +176,8 @@ func TestSailReleaseRecordsForgedByATenantIntegration(t *testing.T) {
 		assert.Equal(t, legacyDeployment.UID, d.UID)
 		assert.Equal(t, legacyDeployment.Generation, d.Generation, "not upgraded")
 
-		deleteHeld()
-		m = tornDown()
+		holdAndDelete(t, admin)
+		m = tearDownHeld(t, b, fake)
 		victimIntact(t, "after the teardown")
 		tc := teardownCond(m)
 		assert.Equal(t, string(v1alpha1.ReasonSailReleaseUntrusted), tc.Reason, tc.Message)
@@ -259,8 +237,8 @@ func TestSailReleaseRecordsForgedByATenantIntegration(t *testing.T) {
 		require.NotNil(t, d)
 		assert.Equal(t, "mirror.example:5000/sail-operator:1.30.0", d.Spec.Template.Spec.Containers[0].Image, "upgraded: %s", readyCond(m).Message)
 
-		deleteHeld()
-		m = tornDown()
+		holdAndDelete(t, admin)
+		m = tearDownHeld(t, b, fake)
 		victimIntact(t, "after the teardown")
 		assert.Equal(t, string(v1alpha1.ReasonSailOperatorUninstalled), teardownCond(m).Reason, teardownCond(m).Message)
 		assert.Nil(t, sailDeployment(), "the real release was uninstalled")
