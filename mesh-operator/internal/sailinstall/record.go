@@ -66,15 +66,25 @@ type Records struct {
 	Reader client.Reader
 }
 
-// Get returns the record in namespace, or nil when there is none.
-func (rs Records) Get(ctx context.Context, namespace string) (*Record, error) {
+// configMap reads a record ConfigMap uncached: nil when there is none; a
+// failed read is an error naming what (never "none").
+func (rs Records) configMap(ctx context.Context, namespace, name, what string) (*corev1.ConfigMap, error) {
 	cm := &corev1.ConfigMap{}
-	err := rs.Reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: RecordName}, cm)
+	err := rs.Reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, cm)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading the Sail holders record %s/%s: %w", namespace, RecordName, err)
+		return nil, fmt.Errorf("reading %s %s/%s: %w", what, namespace, name, err)
+	}
+	return cm, nil
+}
+
+// Get returns the record in namespace, or nil when there is none.
+func (rs Records) Get(ctx context.Context, namespace string) (*Record, error) {
+	cm, err := rs.configMap(ctx, namespace, RecordName, "the Sail holders record")
+	if cm == nil || err != nil {
+		return nil, err
 	}
 	r := &Record{Namespace: namespace, Release: cm.Annotations[AnnotationRelease], Created: cm.CreationTimestamp, resourceVersion: cm.ResourceVersion}
 	if crds := cm.Annotations[AnnotationCRDs]; crds != "" {

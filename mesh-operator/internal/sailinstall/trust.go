@@ -43,13 +43,9 @@ const (
 
 // GetInstalled reads the operator's record in namespace (its own), or nil.
 func (rs Records) GetInstalled(ctx context.Context, namespace string) (*Installed, error) {
-	cm := &corev1.ConfigMap{}
-	err := rs.Reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: InstalledName}, cm)
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading the operator's Sail release record %s/%s: %w", namespace, InstalledName, err)
+	cm, err := rs.configMap(ctx, namespace, InstalledName, "the operator's Sail release record")
+	if cm == nil || err != nil {
+		return nil, err
 	}
 	rev, _ := strconv.Atoi(cm.Data[keyRevision])
 	return &Installed{Revision: rev, ChartVersion: cm.Data[keyChartVersion], ChartDigest: cm.Data[keyChartDigest], ManifestDigest: cm.Data[keyManifestDigest]}, nil
