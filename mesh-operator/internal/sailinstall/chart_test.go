@@ -40,6 +40,18 @@ func tinyChart(t *testing.T, version string) []byte {
 	return buf.Bytes()
 }
 
+// repacked is the same chart packed again with its files in another order:
+// a valid archive whose sha256 differs from archive's. tinyChart's order
+// comes from map iteration, so one call alone may repeat archive's bytes.
+func repacked(t *testing.T, archive []byte, version string) []byte {
+	t.Helper()
+	for {
+		if other := tinyChart(t, version); !bytes.Equal(other, archive) {
+			return other
+		}
+	}
+}
+
 func repo(t *testing.T, archives map[string][]byte, digest func(string, []byte) string) *httptest.Server {
 	srv := httptest.NewServer(repoHandler(t, archives, digest))
 	t.Cleanup(srv.Close)

@@ -120,7 +120,7 @@ func TestFetchFromOCIRegistry(t *testing.T) {
 	assert.Contains(t, err.Error(), "no chart version")
 
 	otherDigest := src
-	otherDigest.Digest = sha("", tinyChart(t, "1.30.0"))
+	otherDigest.Digest = sha("", repacked(t, archive, "1.30.0"))
 	_, err = otherDigest.Fetch(context.Background(), nil)
 	require.ErrorIs(t, err, ErrChartNotPinned, "the registry's own digests do not replace the pinned one")
 }
