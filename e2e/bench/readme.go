@@ -187,7 +187,7 @@ func readmeBlock(r *Run, base string) string {
 		if len(unjudged) > 0 {
 			fmt.Fprintf(&s, " Not judged by this run: %s.", strings.Join(unjudged, "; "))
 		}
-		s.WriteString(" Method and history: [docs/benchmark.md](docs/benchmark.md).\n")
+		s.WriteString(" Method: [docs/benchmark.md](docs/benchmark.md); history: [bench/results/history.md](bench/results/history.md).\n")
 	}
 	return s.String()
 }
