@@ -122,7 +122,7 @@ bench: tools ## both operators' benchmark on the local control plane; results in
 	cd e2e && BENCH_N=$(BENCH_N) BENCH_MESH=$(BENCH_MESH) go run ./bench -out $(ROOT)/bench/results -readme $(ROOT)/README.md
 
 bench-smoke: tools ## the benchmark's smoke test alone (part of test-e2e): N=10 fleets, 10 mesh namespaces, no result files
-	cd e2e && go test -tags e2e -count=1 -run TestBenchSmoke -v ./bench/
+	cd e2e && go test -tags e2e -count=1 -run TestBenchSmoke -v ./benchmark/
 
 # Not part of `make test` beyond its smoke seeds and the checked-in regressions
 # (TestExplore in test-e2e). EXPLORE_COUNT random sequences of EXPLORE_ACTIONS

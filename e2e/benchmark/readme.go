@@ -1,4 +1,4 @@
-package main
+package benchmark
 
 import (
 	"encoding/json"
@@ -21,7 +21,7 @@ const (
 // that run measured only fleets or only mesh namespaces (make bench BENCH_N=
 // or BENCH_MESH= empty), the other part comes from the newest result that
 // has it, each under its own link.
-func updateReadme(path, dir string) error {
+func UpdateReadme(path, dir string) error {
 	newest, err := newestResult(dir)
 	if err != nil {
 		return err
