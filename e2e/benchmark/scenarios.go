@@ -2,7 +2,7 @@ package benchmark
 
 // The fleet operator's scenarios: creating N fleets, the steady state, rolling
 // one fleet, the reaction probe, the cold restart, the floors, the roll
-// overhead (docs/benchmark.md, per N).
+// overhead (bench/results/history.md, per N).
 
 import (
 	"context"
@@ -683,7 +683,7 @@ func (b *bench) rollOverhead(ctx context.Context) error {
 		// finishes a graceful deletion with a delete by name, without the
 		// Pod's UID, and when it repeats one, that can hit the replacement
 		// the StatefulSet controller has just made under the same name (seen
-		// at N=1,000 in issue #20's eleventh round). Its successor is the
+		// at N=1,000 in issue #20's eleventh round, bench/results/history.md). Its successor is the
 		// member; waiting for the gone one to serve could never end.
 		for uid, m := range members {
 			if !present[uid] && m.ready.IsZero() {
@@ -896,7 +896,7 @@ func (b *bench) coldRestart(ctx context.Context) error {
 	// start). A fleet's first reconcile reads all its members; that is how
 	// the bench sees the first pass go by without scraping the operator
 	// while it is measured: at N=1,000 a scrape costs the operator about
-	// 0.3 s of CPU (docs/benchmark.md, seventh round).
+	// 0.3 s of CPU (bench/results/history.md, seventh round).
 	b.bed.Standins.ResetStateReads()
 	fleetIPs := map[string][]string{}
 	for _, m := range before {
