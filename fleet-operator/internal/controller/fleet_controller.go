@@ -25,7 +25,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -52,6 +51,7 @@ import (
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/state"
 	"github.com/ericdev/fleetmesh/shared/apply"
 	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/pacing"
 	"github.com/ericdev/fleetmesh/shared/podmesh"
 	"github.com/ericdev/fleetmesh/shared/served"
 )
@@ -73,9 +73,6 @@ const (
 	rollPoll       = time.Second
 	notReadyPoll   = 5 * time.Second
 	routingPoll    = 10 * time.Second
-	// membersAppearWait: how long the status of a pass that created the
-	// members' StatefulSet waits for the members (membersAboutToAppear).
-	membersAppearWait = 2 * time.Second
 	// idleLooks: a fleet none of whose members runs looks again after this
 	// many /state intervals (see nextLook).
 	idleLooks = 6
@@ -100,9 +97,10 @@ type FleetReconciler struct {
 	// second member while the first is down.
 	mu      sync.Mutex
 	deleted map[types.NamespacedName]types.UID
-	// written remembers the status patches the cache has yet to show (see
-	// statusView).
-	written map[types.NamespacedName]writtenStatus
+	// gate holds a pass whose cache has yet to show the operator's own
+	// writes to the fleet (its status, its finalizer) and the children it
+	// created (pacing.Gate).
+	gate pacing.Gate
 	// Served answers whether the API server serves a kind (see servedMaxAge).
 	Served *served.Catalog
 	// istioCaches serve the Applier's reads of Istio's kinds while they are
@@ -145,6 +143,7 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 
 // SetupWithManager registers the reconciler's watches.
 func (r *FleetReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.gate.Controller = controllerName
 	b := ctrl.NewControllerManagedBy(mgr)
 	owned := []client.Object{&appsv1.StatefulSet{}, &corev1.Service{}, &corev1.ServiceAccount{}, &networkingv1.NetworkPolicy{}, &networkingv1.Ingress{}}
 	// Watch HTTPRoutes (for their status) only where the Gateway API is
@@ -376,15 +375,11 @@ type observed struct {
 	// formerAccounts: ServiceAccounts other than the spec's that members run
 	// as or the live template names (mesh.FormerAccounts).
 	formerAccounts []string
-	// ownVersions are the resourceVersions of the operator's own writes to
-	// the fleet in this pass (its finalizer), for statusView.
-	ownVersions []string
 	// failed is the step that failed, if one did; what the reconcile did
 	// not get to see is then reported as last known.
 	failed *stepError
-	// membersCreated: this pass created the members' StatefulSet, so the
-	// StatefulSet controller is about to create the members (see
-	// membersAboutToAppear).
+	// membersCreated: this pass created the members' StatefulSet; the
+	// StatefulSet controller has not tried to create the members yet.
 	membersCreated bool
 	// refusal: why members the StatefulSet should run are missing, when
 	// the API server refuses them (observeRefusal).
@@ -420,10 +415,14 @@ func (r *FleetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if err := r.Client.Get(ctx, req.NamespacedName, fleet); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.forget(req.NamespacedName)
+			r.gate.Forget(req.NamespacedName)
 			r.failures.forget(req.NamespacedName)
 			forgetMetrics(req.Namespace, req.Name)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if res, wait := r.gate.Defer(ctx, r.Client, req.NamespacedName, fleet); wait {
+		return res, nil
 	}
 	if fleet.DeletionTimestamp != nil {
 		// Owned objects go with the fleet through garbage collection; disks
@@ -491,8 +490,6 @@ func (r *FleetReconciler) nextLook(obs *observed) time.Duration {
 	switch {
 	case obs.blocked != nil:
 		return next
-	case membersAboutToAppear(obs):
-		return membersAppearWait
 	case r.memberStarting(obs):
 		next = startingPoll
 	case obs.decision.Rolling():
@@ -508,20 +505,6 @@ func (r *FleetReconciler) nextLook(obs *observed) time.Duration {
 		next = routingPoll
 	}
 	return next
-}
-
-// membersAboutToAppear reports a pass that created the members'
-// StatefulSet and met no error: its status (no members yet) is not
-// written, because the StatefulSet controller creates the members within
-// moments, and their creation wakes the fleet to write the status that
-// lists them. At 1,000 new fleets the status without members was a
-// thousand writes that lived about a second (docs/benchmark.md, sixteenth
-// round). The fleet looks again after membersAppearWait in any case, and
-// that pass writes its status whatever it finds: a fleet whose members do
-// not appear is reported within that wait. A failed step, a blockage or a
-// route without its verdict is reported at once.
-func membersAboutToAppear(obs *observed) bool {
-	return obs.membersCreated && obs.blocked == nil && obs.failed == nil && obs.routing.ready()
 }
 
 // readable is a member whose /state is read: its Pod runs and is not
@@ -764,15 +747,48 @@ func (r *FleetReconciler) liveStatefulSet(ctx context.Context, fleet *v1alpha1.C
 }
 
 func (r *FleetReconciler) apply(ctx context.Context, fleet *v1alpha1.CelldFleet, obj client.Object) error {
-	res, err := r.Applier.Apply(ctx, obj, fleet)
-	return r.applied(ctx, obj, res, err)
+	_, _, err := r.applyAndRead(ctx, fleet, obj)
+	return err
 }
 
 // applyAndRead is apply that also returns the object as it stands after it
-// (apply.Applier.ApplyAndRead).
+// (apply.Applier.ApplyAndRead). A child it created is recorded in the
+// gate: the fleet's next pass waits until the cache holds it, rather than
+// finding it missing, sending the refused create-only apply and reading it
+// from the API server.
 func (r *FleetReconciler) applyAndRead(ctx context.Context, fleet *v1alpha1.CelldFleet, obj client.Object) (apply.Result, client.Object, error) {
 	res, after, err := r.Applier.ApplyAndRead(ctx, obj, fleet)
+	if err == nil && res == apply.Created {
+		if typed := r.typedCopy(after); typed != nil {
+			r.gate.Wrote(client.ObjectKeyFromObject(fleet), typed)
+		}
+	}
 	return res, after, r.applied(ctx, obj, res, err)
+}
+
+// typedCopy is obj as its typed kind, which the gate reads from the
+// informer this controller runs (an unstructured read would start another
+// one); nil for a kind the scheme does not know (an HTTPRoute, Istio's).
+func (r *FleetReconciler) typedCopy(obj client.Object) client.Object {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj
+	}
+	typed, err := r.Client.Scheme().New(u.GroupVersionKind())
+	if err != nil {
+		return nil
+	}
+	if _, isU := typed.(*unstructured.Unstructured); isU {
+		return nil
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, typed); err != nil {
+		return nil
+	}
+	o, ok := typed.(client.Object)
+	if !ok {
+		return nil
+	}
+	return o
 }
 
 // applied notes what an apply did: an error may say that the kind's API is
@@ -865,7 +881,6 @@ func (r *FleetReconciler) reconcileStatefulSet(ctx context.Context, fleet *v1alp
 	}
 	if res == apply.Created {
 		obs.membersCreated = true
-		r.awaitCached(ctx, desired)
 	}
 	if res != apply.Unchanged {
 		r.Recorder.Eventf(fleet, desired, corev1.EventTypeNormal, string(membersEvent[res]), "Apply",
@@ -884,24 +899,6 @@ func (r *FleetReconciler) reconcileStatefulSet(ctx context.Context, fleet *v1alp
 	}
 	return sts, false, nil
 }
-
-// awaitCached waits, at most cacheCatchUp, until the cache holds obj, which
-// this pass has just created. A pass that an event (another fleet's label
-// on the shared namespace, say) starts right after this one would find it
-// missing from the cache, send the refused create-only apply and read it
-// from the API server. The status write that used to end the creating
-// pass gave the cache that time (membersAboutToAppear); the bench's smoke
-// test found the read without it.
-func (r *FleetReconciler) awaitCached(ctx context.Context, obj client.Object) {
-	key, cached := client.ObjectKeyFromObject(obj), obj.DeepCopyObject().(client.Object)
-	_ = wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, cacheCatchUp, true, func(ctx context.Context) (bool, error) {
-		return r.Client.Get(ctx, key, cached) == nil, nil
-	})
-}
-
-// cacheCatchUp bounds awaitCached: past it, the next pass reads what it
-// misses, as before.
-const cacheCatchUp = time.Second
 
 func (r *FleetReconciler) memberPods(ctx context.Context, fleet *v1alpha1.CelldFleet) ([]corev1.Pod, error) {
 	list := &corev1.PodList{}
@@ -1024,78 +1021,26 @@ func (r *FleetReconciler) forget(key types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.deleted, key)
-	delete(r.written, key)
-}
-
-// writtenStatus is what a fleet's status patches wrote while the cache had
-// yet to show them: the status the last one wrote, and the
-// resourceVersions the cache may still show that precede it (the fleet the
-// first of them was computed from, the operator's own writes since).
-type writtenStatus struct {
-	behind []string
-	// written is the resourceVersion the last patch made; a later patch
-	// puts it behind.
-	written string
-	status  v1alpha1.CelldFleetStatus
-}
-
-// statusView is the fleet with the status it holds: the one the last status
-// patch wrote while the cache still shows a fleet from before that patch,
-// else the cache's own. A pass woken right after the previous one (by the
-// finalizer it added, or a member's event) compared with the stale status
-// and sent the same status again. Once the cache shows the last patch, or
-// any write of someone else's, its status counts again.
-func (r *FleetReconciler) statusView(fleet *v1alpha1.CelldFleet) *v1alpha1.CelldFleet {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	key := client.ObjectKeyFromObject(fleet)
-	w, ok := r.written[key]
-	if !ok || !slices.Contains(w.behind, fleet.ResourceVersion) {
-		delete(r.written, key) // the cache has caught up: nothing to keep
-		return fleet
-	}
-	view := *fleet // read only: computeStatus changes nothing it is given
-	view.Status = w.status
-	return &view
-}
-
-// rememberWritten notes a status patch: it wrote status over the fleet the
-// cache showed (read) and the operator's writes of this pass (obs), and
-// answered with the resourceVersion written.
-func (r *FleetReconciler) rememberWritten(read *v1alpha1.CelldFleet, obs *observed, status v1alpha1.CelldFleetStatus, written string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.written == nil {
-		r.written = map[types.NamespacedName]writtenStatus{}
-	}
-	key := client.ObjectKeyFromObject(read)
-	behind := r.written[key].behind // set only if this pass compared with it
-	if last := r.written[key].written; last != "" {
-		behind = append(behind, last)
-	}
-	behind = append(behind, read.ResourceVersion)
-	r.written[key] = writtenStatus{behind: append(behind, obs.ownVersions...), written: written, status: status}
 }
 
 // updateStatus writes status only when it differs from what is stored.
+// The cache shows the status this controller wrote last (the gate holds a
+// pass until it does), so comparing with it never sends the same status
+// twice.
 func (r *FleetReconciler) updateStatus(ctx context.Context, fleet *v1alpha1.CelldFleet, obs *observed) error {
-	view := r.statusView(fleet)
-	next := computeStatus(view, obs, r.Now())
-	if equality.Semantic.DeepEqual(view.Status, next) {
+	next := computeStatus(fleet, obs, r.Now())
+	if equality.Semantic.DeepEqual(fleet.Status, next) {
 		return nil
 	}
-	if obs.blocked == nil && onlyStartingMembersMoved(view.Status, next, r.startingMembers(obs)) {
-		return nil
-	}
-	if membersAboutToAppear(obs) {
-		return nil
+	if r.statusVerdict(fleet.Status, next, obs) == pacing.Hold {
+		return nil // the look startingPoll later writes it
 	}
 	updated := fleet.DeepCopy()
 	updated.Status = next
 	if err := r.Client.Status().Patch(ctx, updated, client.MergeFrom(fleet)); err != nil {
 		return fmt.Errorf("updating status: %w", err)
 	}
-	r.rememberWritten(fleet, obs, next, updated.ResourceVersion)
+	r.gate.Wrote(client.ObjectKeyFromObject(fleet), updated)
 	return nil
 }
 
@@ -1160,3 +1105,6 @@ func podWithUID(pods []corev1.Pod, uid types.UID) bool {
 	}
 	return false
 }
+
+// controllerName names the fleet controller's pacing metrics.
+const controllerName = "celldfleet"

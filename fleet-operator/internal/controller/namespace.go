@@ -103,7 +103,7 @@ func (r *FleetReconciler) reconcileDeclarations(ctx context.Context, fleet *v1al
 			return err
 		}
 		controllerutil.AddFinalizer(fleet, DeclarationsFinalizer)
-		obs.ownVersions = append(obs.ownVersions, added.ResourceVersion)
+		r.gate.Wrote(client.ObjectKeyFromObject(fleet), added)
 	}
 	_, err = contract.ApplyLabels(ctx, r.Client, r.freshReader(), contract.WorkloadOperator, declarationManager(fleet), view.ns.DeepCopy(), want)
 	switch {

@@ -59,19 +59,10 @@ func TestNextLook(t *testing.T) {
 	assert.Equal(t, idleLooks*30*time.Second, r.nextLook(pending()), "a member being scheduled is not polled")
 	missing := &observed{reports: map[string]state.Result{}}
 	assert.Equal(t, idleLooks*30*time.Second, r.nextLook(missing), "a member the StatefulSet controller has yet to create is not polled")
-	// The pass that created the StatefulSet writes no status; the next
-	// one does, whatever it finds (membersAboutToAppear).
+	// The pass that created the StatefulSet writes its status like any
+	// other; the members' creation wakes the fleet (Pod events).
 	created := &observed{reports: map[string]state.Result{}, membersCreated: true}
-	assert.True(t, membersAboutToAppear(created))
-	assert.Equal(t, membersAppearWait, r.nextLook(created), "the status that waits for the members is written by the next pass at the latest")
-	for what, o := range map[string]*observed{
-		"a failed step": {membersCreated: true, failed: &stepError{step: "roll", err: errors.New("boom")}},
-		"a blockage":    {membersCreated: true, blocked: &blockage{reason: v1alpha1.ReasonOwnershipConflict}},
-		"a route without its verdict": {membersCreated: true,
-			routing: routingOutcome{readiness: &routing.Readiness{Status: metav1.ConditionUnknown}}},
-	} {
-		assert.False(t, membersAboutToAppear(o), "%s is reported at once", what)
-	}
+	assert.Equal(t, idleLooks*30*time.Second, r.nextLook(created), "no member yet: what comes next is a Pod event")
 	beside := steady()
 	beside.pods = append(beside.pods, pending().pods[0])
 	beside.pods[1].Name = "f-1"
@@ -325,30 +316,4 @@ func TestUnreadPodChangesDropped(t *testing.T) {
 		tc.change(after)
 		assert.Equal(t, tc.wakes, unreadPodChangesDropped.Update(event.UpdateEvent{ObjectOld: base(), ObjectNew: after}), tc.name)
 	}
-}
-
-// TestStatusViewFollowsOwnWrites: while the cache shows a fleet from before
-// the operator's last status patch, status is compared with what that patch
-// wrote; once it shows that patch, or anyone else's write, with the cache.
-func TestStatusViewFollowsOwnWrites(t *testing.T) {
-	r := &FleetReconciler{}
-	at := func(rv string) *v1alpha1.CelldFleet {
-		return &v1alpha1.CelldFleet{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "f", ResourceVersion: rv}, Status: v1alpha1.CelldFleetStatus{Phase: "cache@" + rv}}
-	}
-	phase := func(rv string) string { return r.statusView(at(rv)).Status.Phase }
-	first := v1alpha1.CelldFleetStatus{Phase: PhaseProvisioning}
-	second := v1alpha1.CelldFleetStatus{Phase: PhaseReady}
-
-	// A pass read version 1, added its finalizer (2), patched status (3).
-	r.rememberWritten(at("1"), &observed{ownVersions: []string{"2"}}, first, "3")
-	assert.Equal(t, PhaseProvisioning, phase("1"), "the cache has not seen the finalizer yet")
-	assert.Equal(t, PhaseProvisioning, phase("2"), "the cache has seen the finalizer, not the status")
-	// The next pass, on the stale cache, patched again (4).
-	r.rememberWritten(at("2"), &observed{}, second, "4")
-	assert.Equal(t, PhaseReady, phase("3"), "the cache shows the first patch, not the second")
-	assert.Equal(t, "cache@4", phase("4"), "the cache shows the last patch: its status counts")
-	assert.Equal(t, "cache@1", phase("1"), "nothing is remembered once the cache caught up")
-
-	r.rememberWritten(at("5"), &observed{}, first, "6")
-	assert.Equal(t, "cache@9", phase("9"), "someone else's write: the cache's status counts")
 }

@@ -1415,8 +1415,14 @@ func (r *ServiceMeshReconciler) teardownEnrollment(ctx context.Context, mesh *v1
 	return nil
 }
 
+// ensureNamedFinalizer adds the finalizer; the write is recorded in the
+// gate, so the next reconcile waits for the cache to show it.
 func (r *ServiceMeshReconciler) ensureNamedFinalizer(ctx context.Context, mesh *v1alpha1.ServiceMesh, name string) error {
-	return apply.AddFinalizer(ctx, r.Client, mesh, name)
+	if err := apply.AddFinalizer(ctx, r.Client, mesh, name); err != nil {
+		return err
+	}
+	r.gate.Wrote(client.ObjectKeyFromObject(mesh), mesh)
+	return nil
 }
 
 // wholeClusterPodList says whether a pass's cutovers read the Pods with one
