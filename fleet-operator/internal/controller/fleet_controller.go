@@ -26,7 +26,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -454,58 +453,73 @@ func (r *FleetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	return r.outcome(ctx, req.NamespacedName, obs, err), nil
 }
 
-// lookPriority is the work-queue priority of the next look. Left alone,
-// controller-runtime's priority queue gives a requeue the priority its
-// reconcile was taken with, so a fleet once woken by an event keeps
-// re-reading its /state at the priority of events: at a thousand fleets a
-// spec change would queue behind every periodic look that is due. A look
-// at a fleet at rest (or waiting on something outside) is low priority, so
-// events (priority 0) go first; a look at members that move (a roll, a
-// member starting or not ready) keeps the events' priority: the roll in
-// progress is what the user waits for.
-func lookPriority(next time.Duration) *int {
-	switch next {
-	case startingPoll, rollPoll, notReadyPoll:
-		return ptr.To(0)
-	}
-	return ptr.To(handler.LowPriority)
+// lookFacts is what the requeue table decides from: what the pass
+// observed, and whether a member is starting (memberStarting, which needs
+// the clock).
+type lookFacts struct {
+	*observed
+	starting bool
 }
 
-// nextLook is when to reconcile again without an event: soon while members
-// run but are not healthy or a roll goes on (/state health changes without
-// one); later while waiting on something outside (a CRD being installed, a
-// conflicting object removed, a Gateway's verdict), and at the /state
-// interval otherwise. A StatefulSet the StatefulSet controller has yet to
-// observe is not polled: its status update wakes the fleet. Polled every
-// second, each of a thousand new fleets was reconciled every second until
-// a busy controller got to it (docs/benchmark.md, twelfth round). A fleet
-// none of whose members runs has no /state to read: what it waits for (the
-// StatefulSet controller, the scheduler, a claim being bound) ends in a Pod
-// event, and until then a look at the /state interval found nothing new
-// (docs/benchmark.md, fourteenth round). It still looks every idleLooks
-// intervals: an API being installed or removed (Istio's, the Gateway API)
-// sends no event.
-func (r *FleetReconciler) nextLook(obs *observed) time.Duration {
-	next := r.Config.StateInterval
-	switch {
-	case obs.blocked != nil:
-		return next
-	case r.memberStarting(obs):
-		next = startingPoll
-	case obs.decision.Rolling():
-		next = rollPoll
-	case runningUnhealthy(obs):
-		next = notReadyPoll
-	case !slices.ContainsFunc(obs.pods, readable) && obs.diskResize == "":
-		// A claim that cannot grow sends the fleet no event: it keeps its
-		// look, so the condition clears once the claim can.
-		next *= idleLooks
-	}
-	if !obs.routing.ready() && next > routingPoll {
-		next = routingPoll
-	}
-	return next
+// looks is the fleet's requeue table: when to look at a fleet again
+// without an event, and at which priority (docs/pacing.md). Soon while
+// members run but are not healthy or a roll goes on (/state health changes
+// without an event); later while waiting on something outside (a CRD being
+// installed, a conflicting object removed, a Gateway's verdict), and at
+// the /state interval otherwise. A look at members that move keeps the
+// events' priority (Urgent): the roll in progress is what the user waits
+// for; any other look goes after events.
+var looks = pacing.Table[lookFacts]{
+	Rows: []pacing.Row[lookFacts]{{
+		// A CRD install or a conflicting object's removal sends no event.
+		Fact:  "blocked: waiting on something outside",
+		Holds: func(f lookFacts) bool { return f.blocked != nil },
+		Final: true,
+	}, {
+		// A member whose Pod just turned Ready is usually about to report
+		// healthy, and /state sends no event when it does: a roll replaces
+		// the next member, or the fleet reports Ready, right away.
+		Fact:   "a member is starting",
+		Holds:  func(f lookFacts) bool { return f.starting },
+		After:  startingPoll,
+		Urgent: true,
+	}, {
+		Fact:   "a roll is in progress",
+		Holds:  func(f lookFacts) bool { return f.decision.Rolling() },
+		After:  rollPoll,
+		Urgent: true,
+	}, {
+		Fact:   "a running member is not healthy",
+		Holds:  func(f lookFacts) bool { return runningUnhealthy(f.observed) },
+		After:  notReadyPoll,
+		Urgent: true,
+	}, {
+		// What a fleet none of whose members runs waits for (the
+		// StatefulSet controller, the scheduler, a claim being bound)
+		// ends in a Pod event; an API being installed or removed
+		// (Istio's, the Gateway API) sends none, hence a look now and
+		// then. A claim that cannot grow sends no event either: it keeps
+		// its look, so the condition clears once the claim can.
+		Fact:  "no member runs",
+		Holds: func(f lookFacts) bool { return !slices.ContainsFunc(f.pods, readable) && f.diskResize == "" },
+		Times: idleLooks,
+	}},
+	Caps: []pacing.Cap[lookFacts]{{
+		Fact:  "a route awaits its verdict",
+		Holds: func(f lookFacts) bool { return !f.routing.ready() },
+		At:    routingPoll,
+	}},
 }
+
+// look is when (and at which priority) to reconcile the fleet again
+// without an event. A StatefulSet the StatefulSet controller has yet to
+// observe is not polled: its status update wakes the fleet.
+func (r *FleetReconciler) look(obs *observed) pacing.Look {
+	return looks.Next(lookFacts{observed: obs, starting: r.memberStarting(obs)}, r.Config.StateInterval)
+}
+
+// nextLook is look's interval.
+func (r *FleetReconciler) nextLook(obs *observed) time.Duration { return r.look(obs).After }
 
 // readable is a member whose /state is read: its Pod runs and is not
 // being deleted.
@@ -518,8 +532,7 @@ func readable(p corev1.Pod) bool {
 // soon. A member that does not run yet (being scheduled, its claim bound,
 // its image pulled) changes through Pod events, which wake the fleet by
 // themselves; looking every 5 s meanwhile only re-applied the fleet's
-// objects while a busy cluster scheduled its Pods (docs/benchmark.md,
-// twelfth round).
+// objects while a busy cluster scheduled its Pods.
 func runningUnhealthy(obs *observed) bool {
 	for i := range obs.pods {
 		p := &obs.pods[i]

@@ -165,12 +165,35 @@ celld_fleet_members{fleet="m",namespace="ns",state="updated"} 1
 	assert.Zero(t, testutil.CollectAndCount(c), "a failed read leaves the fleets out, it fails no scrape")
 }
 
+// TestLookPriority: a look at members that move keeps the events'
+// priority; a look at rest or at something outside goes after events.
 func TestLookPriority(t *testing.T) {
-	for _, moving := range []time.Duration{startingPoll, rollPoll, notReadyPoll} {
-		assert.Equal(t, 0, *lookPriority(moving), "members move: %s keeps the events' priority", moving)
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	r := &FleetReconciler{Config: Config{StateInterval: 30 * time.Second}, Now: func() time.Time { return now }}
+	running := func(report state.Result, readyFor time.Duration) *observed {
+		return &observed{pods: []corev1.Pod{{ObjectMeta: metav1.ObjectMeta{Name: "f-0"}, Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now.Add(-readyFor))}}}}},
+			reports: map[string]state.Result{"f-0": report}}
 	}
-	for _, rest := range []time.Duration{30 * time.Second, routingPoll, 50 * time.Millisecond} {
-		assert.Equal(t, handler.LowPriority, *lookPriority(rest), "at rest or waiting outside: %s goes after events", rest)
+	healthy := state.Result{Report: &state.Report{Healthy: true}}
+	rolling := running(healthy, time.Hour)
+	rolling.decision = roll.Decision{Outdated: 1}
+	routePending := running(healthy, time.Hour)
+	routePending.routing = routingOutcome{readiness: &routing.Readiness{Status: metav1.ConditionUnknown}}
+	for what, obs := range map[string]*observed{
+		"starting":    running(state.Result{Report: &state.Report{Phase: "Starting"}}, time.Second),
+		"rolling":     rolling,
+		"not healthy": running(state.Result{Err: errors.New("refused")}, time.Hour),
+	} {
+		assert.Equal(t, 0, *r.look(obs).Priority, "members move: %s keeps the events' priority", what)
+	}
+	for what, obs := range map[string]*observed{
+		"steady":        running(healthy, time.Hour),
+		"route pending": routePending,
+		"no member":     {},
+		"blocked":       {blocked: &blockage{reason: v1alpha1.ReasonIstioAPIUnavailable}},
+	} {
+		assert.Equal(t, handler.LowPriority, *r.look(obs).Priority, "at rest or waiting outside: %s goes after events", what)
 	}
 }
 
