@@ -28,3 +28,14 @@ var Collectors = []prometheus.Collector{deferredMetric, coalescedMetric, dropped
 func init() {
 	metrics.Registry.MustRegister(Collectors...)
 }
+
+// Deferred, Coalesced and Dropped are the counters' series (tests read them).
+func Deferred(controller string) prometheus.Counter { return deferredMetric.WithLabelValues(controller) }
+
+// Coalesced is the series of held status writes of a controller.
+func Coalesced(controller string) prometheus.Counter { return coalescedMetric.WithLabelValues(controller) }
+
+// Dropped is the series of events one filter of a controller dropped.
+func Dropped(controller, filter string) prometheus.Counter {
+	return droppedMetric.WithLabelValues(controller, filter)
+}

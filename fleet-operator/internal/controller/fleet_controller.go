@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -31,8 +30,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -51,7 +48,6 @@ import (
 	"github.com/ericdev/fleetmesh/shared/apply"
 	"github.com/ericdev/fleetmesh/shared/labels"
 	"github.com/ericdev/fleetmesh/shared/pacing"
-	"github.com/ericdev/fleetmesh/shared/podmesh"
 	"github.com/ericdev/fleetmesh/shared/served"
 )
 
@@ -198,119 +194,8 @@ func (r *FleetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// Member Pods belong to the StatefulSet; map them to their fleet by label.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToFleet), builder.WithPredicates(unreadPodChangesDropped)).
 		// Namespace labels carry the mesh contract (enrollment, state, edges).
-		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.namespaceToFleets), builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.namespaceToFleets), builder.WithPredicates(namespaceLabelsOnly)).
 		Complete(r)
-}
-
-// statusOnlyDropped drops the update events of a fleet in which only its status
-// (and so its resourceVersion and managedFields) changed. The operator writes
-// that status itself, and each write came back as a reconcile that found
-// nothing to do: about six per fleet while its members start, a sixth of
-// the reconciles of 300 fleets converging. Spec (generation), labels,
-// annotations, finalizers and deletion still wake the fleet. A status that
-// someone else rewrote is corrected at the fleet's next look (at most the
-// /state interval) or at its next event; status reports, it never steers.
-//
-// The update that adds the operator's own finalizer is dropped too: the
-// pass that added it goes on to apply the fleet's objects, and the pass the
-// update woke found nothing new (one per fleet while 1,000 fleets were
-// created; docs/benchmark.md, fifteenth round).
-var statusOnlyDropped = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-	return !onlyStatusChanged(e.ObjectOld, e.ObjectNew) && !declarationsFinalizerAdded(e.ObjectOld, e.ObjectNew)
-}}
-
-// declarationsFinalizerAdded reports an update that only added
-// DeclarationsFinalizer (besides status).
-func declarationsFinalizerAdded(before, after client.Object) bool {
-	if controllerutil.ContainsFinalizer(before, DeclarationsFinalizer) || !controllerutil.ContainsFinalizer(after, DeclarationsFinalizer) {
-		return false
-	}
-	withOurs := before.DeepCopyObject().(client.Object)
-	controllerutil.AddFinalizer(withOurs, DeclarationsFinalizer)
-	return onlyStatusChanged(withOurs, after)
-}
-
-// ownCreatesDropped drops the create events of the fleets' owned objects,
-// as the Istio caches' handler does: the operator made the object (the pass
-// that made it is still running or just ended; the next one, woken at once
-// by the create, found the newest object missing from the cache and had to
-// read it from the API server), or an informer just started and listed it
-// (every fleet is then woken by its own create event). Updates and deletes
-// still wake the fleet. The routing objects keep their create event: they
-// are the owned objects a spec change deletes again, and finding them reads
-// the cache without confirming a miss (removeOwned), so a route removed
-// from the spec right after its creation is deleted when its create event
-// brings the fleet back, not at the fleet's next look.
-var ownCreatesDropped = predicate.Funcs{CreateFunc: func(e event.CreateEvent) bool {
-	c := metav1.GetControllerOf(e.Object)
-	return c != nil && e.Object.GetName() == names.Routing(c.Name)
-}}
-
-// countersOnlyDropped drops the updates of a member StatefulSet in which
-// only status counters changed (replicas, readyReplicas, availableReplicas
-// and the like): the StatefulSet controller writes one as it creates each
-// member and as each turns ready, and that member's own Pod event wakes the
-// fleet already. What the operator reads of that status (observedGeneration
-// and the two revisions) still wakes it, as does any change of the spec or
-// metadata.
-var countersOnlyDropped = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-	before, ok1 := e.ObjectOld.(*appsv1.StatefulSet)
-	after, ok2 := e.ObjectNew.(*appsv1.StatefulSet)
-	return !ok1 || !ok2 || !onlyStatusChanged(before, after) ||
-		before.Status.ObservedGeneration != after.Status.ObservedGeneration ||
-		before.Status.CurrentRevision != after.Status.CurrentRevision ||
-		before.Status.UpdateRevision != after.Status.UpdateRevision
-}}
-
-// unreadPodChangesDropped drops the updates of a member Pod that change
-// nothing the fleet reads of it (memberFacts): the scheduler's PodScheduled
-// condition and binding, container states, host IP and the like: a pass
-// they woke found nothing new. While 1,000 fleets start, that is one of
-// the three updates each member goes through (docs/benchmark.md,
-// thirteenth round).
-var unreadPodChangesDropped = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-	before, ok1 := e.ObjectOld.(*corev1.Pod)
-	after, ok2 := e.ObjectNew.(*corev1.Pod)
-	return !ok1 || !ok2 || !equality.Semantic.DeepEqual(memberFactsOf(before), memberFactsOf(after))
-}}
-
-// memberFacts is everything the reconciler reads of a member Pod: what
-// status, the roll, the mesh state and the /state reads are computed
-// from. A new read of a Pod field belongs here too, or an update of that
-// field alone would not wake the fleet (TestUnreadPodChangesDropped).
-type memberFacts struct {
-	Labels, Annotations map[string]string
-	Terminating         bool
-	Phase               corev1.PodPhase
-	IP                  string
-	Ready               *corev1.PodCondition
-	Restarts            map[string]int32
-	Proxy               bool
-}
-
-func memberFactsOf(p *corev1.Pod) memberFacts {
-	f := memberFacts{
-		Labels: p.Labels, Annotations: p.Annotations, Terminating: p.DeletionTimestamp != nil,
-		Phase: p.Status.Phase, IP: p.Status.PodIP, Ready: readyCondition(p), Proxy: podmesh.HasProxy(p),
-	}
-	for _, c := range p.Status.ContainerStatuses {
-		if f.Restarts == nil {
-			f.Restarts = map[string]int32{}
-		}
-		f.Restarts[c.Name] = c.RestartCount
-	}
-	return f
-}
-
-// onlyStatusChanged reports an update that changed neither spec (generation)
-// nor the metadata anyone acts on.
-func onlyStatusChanged(before, after client.Object) bool {
-	return before.GetGeneration() == after.GetGeneration() &&
-		maps.Equal(before.GetLabels(), after.GetLabels()) &&
-		maps.Equal(before.GetAnnotations(), after.GetAnnotations()) &&
-		slices.Equal(before.GetFinalizers(), after.GetFinalizers()) &&
-		before.GetDeletionTimestamp().Equal(after.GetDeletionTimestamp()) &&
-		equality.Semantic.DeepEqual(before.GetOwnerReferences(), after.GetOwnerReferences())
 }
 
 // cachedKinds are the group-kinds of the watched objects.

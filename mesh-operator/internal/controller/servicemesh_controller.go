@@ -26,7 +26,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -225,7 +224,7 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 // setup registers the reconciler with its watches; name overrides the
 // controller's name (tests run several managers in one process).
 func (r *ServiceMeshReconciler) setup(mgr ctrl.Manager, name string) error {
-	r.gate.Controller = "servicemesh"
+	r.gate.Controller = meshControllerName
 	// Namespace changes (enrollment requests, opt-outs, declared edges)
 	// concern the singleton.
 	toMesh := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
@@ -236,8 +235,8 @@ func (r *ServiceMeshReconciler) setup(mgr ctrl.Manager, name string) error {
 		b = b.Named(name)
 	}
 	// A NetworkPolicy change may hold or release an ambient enrollment.
-	c, err := b.Watches(&corev1.Namespace{}, toMesh, builder.WithPredicates(predicate.Or(predicate.LabelChangedPredicate{}, predicate.GenerationChangedPredicate{}))).
-		Watches(&networkingv1.NetworkPolicy{}, toMesh, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+	c, err := b.Watches(&corev1.Namespace{}, toMesh, builder.WithPredicates(namespaceFacts)).
+		Watches(&networkingv1.NetworkPolicy{}, toMesh, builder.WithPredicates(networkPolicyFacts)).
 		Build(r)
 	if err != nil {
 		return err
