@@ -30,10 +30,14 @@ func init() {
 }
 
 // Deferred, Coalesced and Dropped are the counters' series (tests read them).
-func Deferred(controller string) prometheus.Counter { return deferredMetric.WithLabelValues(controller) }
+func Deferred(controller string) prometheus.Counter {
+	return deferredMetric.WithLabelValues(controller)
+}
 
 // Coalesced is the series of held status writes of a controller.
-func Coalesced(controller string) prometheus.Counter { return coalescedMetric.WithLabelValues(controller) }
+func Coalesced(controller string) prometheus.Counter {
+	return coalescedMetric.WithLabelValues(controller)
+}
 
 // Dropped is the series of events one filter of a controller dropped.
 func Dropped(controller, filter string) prometheus.Counter {
