@@ -63,7 +63,8 @@ func (g *Gate) now() time.Time {
 
 // Wrote records that owner's reconcile wrote obj, which holds the
 // resourceVersion the API server answered. A later write of the same
-// object replaces the earlier one.
+// object replaces the earlier one; an older version (a copy taken before
+// a write recorded already) never does.
 func (g *Gate) Wrote(owner types.NamespacedName, obj client.Object) {
 	if obj == nil || obj.GetResourceVersion() == "" {
 		return
@@ -77,7 +78,9 @@ func (g *Gate) Wrote(owner types.NamespacedName, obj client.Object) {
 	list := g.pending[owner]
 	for i := range list {
 		if sameObject(list[i].obj, obj) {
-			list[i] = e
+			if !Older(e.rv, list[i].rv) {
+				list[i] = e
+			}
 			return
 		}
 	}

@@ -58,6 +58,7 @@ func TestGateDefersUntilTheCacheShowsOwnWrites(t *testing.T) {
 	g.Wrote(owner, cm("owner", "7"))
 	g.Wrote(owner, &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "child", ResourceVersion: "8"}})
 
+	g.Wrote(owner, cm("owner", "6")) // a copy from before the status write: ignored
 	res, wait := g.Defer(ctx, cacheAt{}, owner, cm("owner", "6"))
 	assert.True(t, wait, "the cache shows the owner from before its status write")
 	assert.Equal(t, DefaultRetry, res.RequeueAfter)

@@ -1408,10 +1408,13 @@ func (r *ServiceMeshReconciler) teardownEnrollment(ctx context.Context, mesh *v1
 // ensureNamedFinalizer adds the finalizer; the write is recorded in the
 // gate, so the next reconcile waits for the cache to show it.
 func (r *ServiceMeshReconciler) ensureNamedFinalizer(ctx context.Context, mesh *v1alpha1.ServiceMesh, name string) error {
+	had := controllerutil.ContainsFinalizer(mesh, name)
 	if err := apply.AddFinalizer(ctx, r.Client, mesh, name); err != nil {
 		return err
 	}
-	r.gate.Wrote(client.ObjectKeyFromObject(mesh), mesh)
+	if !had {
+		r.gate.Wrote(client.ObjectKeyFromObject(mesh), mesh)
+	}
 	return nil
 }
 
