@@ -23,6 +23,9 @@ const (
 	// idleLooks: a fleet none of whose members runs looks again after this
 	// many /state intervals (see looks).
 	idleLooks = 6
+	// membersAppearWait: the look after the pass that created the
+	// members' StatefulSet (see looks).
+	membersAppearWait = 2 * time.Second
 )
 
 // lookFacts is what the requeue table decides from: what the pass
@@ -47,6 +50,17 @@ var looks = pacing.Table[lookFacts]{
 		Fact:  "blocked: waiting on something outside",
 		Holds: func(f lookFacts) bool { return f.blocked != nil },
 		Final: true,
+	}, {
+		// The StatefulSet controller creates the members within moments
+		// and their Pod events wake the fleet; but a member the API server
+		// refuses (Pod Security, a quota) sends no event, and the pass that
+		// created the StatefulSet could not judge that yet
+		// (observeRefusal). A look once the StatefulSet controller had its
+		// turn reports it. A route waiting for its verdict keeps its own
+		// poll (the cap).
+		Fact:  "this pass created the members' StatefulSet",
+		Holds: func(f lookFacts) bool { return f.membersCreated && f.failed == nil && f.routing.ready() },
+		After: membersAppearWait,
 	}, {
 		// A member whose Pod just turned Ready is usually about to report
 		// healthy, and /state sends no event when it does: a roll replaces

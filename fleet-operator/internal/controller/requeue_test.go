@@ -55,10 +55,17 @@ func TestNextLook(t *testing.T) {
 	assert.Equal(t, idleLooks*30*time.Second, r.nextLook(pending()), "a member being scheduled is not polled")
 	missing := &observed{reports: map[string]state.Result{}}
 	assert.Equal(t, idleLooks*30*time.Second, r.nextLook(missing), "a member the StatefulSet controller has yet to create is not polled")
-	// The pass that created the StatefulSet writes its status like any
-	// other; the members' creation wakes the fleet (Pod events).
+	// The pass that created the StatefulSet looks again once the
+	// StatefulSet controller had its turn: a refused member sends no event.
 	created := &observed{reports: map[string]state.Result{}, membersCreated: true}
-	assert.Equal(t, idleLooks*30*time.Second, r.nextLook(created), "no member yet: what comes next is a Pod event")
+	assert.Equal(t, membersAppearWait, r.nextLook(created))
+	assert.Equal(t, handler.LowPriority, *r.look(created).Priority)
+	failedStep := &observed{membersCreated: true, failed: &stepError{step: "roll", err: errors.New("boom")}}
+	assert.Equal(t, idleLooks*30*time.Second, r.nextLook(failedStep), "a failed step: its usual look (outcome bounds it by the failure's backoff)")
+	blockedToo := &observed{membersCreated: true, blocked: &blockage{reason: v1alpha1.ReasonOwnershipConflict}}
+	assert.Equal(t, 30*time.Second, r.nextLook(blockedToo), "a blockage: the blocked look")
+	routeWaits := &observed{membersCreated: true, routing: routingOutcome{readiness: &routing.Readiness{Status: metav1.ConditionUnknown}}}
+	assert.Equal(t, routingPoll, r.nextLook(routeWaits), "a route without its verdict keeps its poll")
 	beside := steady()
 	beside.pods = append(beside.pods, pending().pods[0])
 	beside.pods[1].Name = "f-1"
