@@ -138,10 +138,9 @@ type namespaceOutcome struct {
 // resourceVersion as the patch's lock, so the first pass over a new fleet
 // reads nothing (a read per new fleet otherwise). Only when the lock
 // fails (an earlier step of this pass, or someone else, wrote the fleet
-// since the cache saw it) is the
-// fleet read and the patch sent again. The patch goes through a copy: the
-// answer may carry a newer spec, which this reconcile must not switch to
-// halfway (nor report as observed). It returns the fleet as written.
+// since the cache saw it) is the fleet read and the patch sent again.
+// The patch goes through a copy: the answer may carry a newer spec, which
+// this reconcile must not switch to halfway (nor report as observed). It returns the fleet as written.
 func (r *FleetReconciler) addDeclarationsFinalizer(ctx context.Context, fleet *v1alpha1.CelldFleet) (*v1alpha1.CelldFleet, error) {
 	added := fleet.DeepCopy()
 	err := apply.AddFinalizer(ctx, r.Client, added, DeclarationsFinalizer)
