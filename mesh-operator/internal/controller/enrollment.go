@@ -248,6 +248,72 @@ func observedNamespace(ns *corev1.Namespace, d enroll.Decision, live map[string]
 		Live: live, Foreign: foreign, Deleting: ns.DeletionTimestamp != nil}
 }
 
+// enrollWorld is what a pass over the namespaces observed before any
+// Pod is read: the namespaces, the policies, and each one's decision.
+type enrollWorld struct {
+	cp         *v1alpha1.ControlPlaneStatus
+	namespaces []corev1.Namespace
+	byName     map[string]*corev1.Namespace
+	decisions  map[string]enroll.Decision
+	// observed are the namespaces as the planner reads them, in list order.
+	observed []enroll.Namespace
+	policies map[string]map[string]*unstructured.Unstructured
+	foreign  map[string][]*unstructured.Unstructured
+	// leaving are the namespaces that leave the mesh in this pass
+	// (enroll.Leaves). They are released after the others are reconciled:
+	// a namespace that declared one of them as an edge goes PERMISSIVE
+	// first, before istio-cni releases the edge's Pods into plaintext
+	// (found by the transition explorer).
+	leaving []*corev1.Namespace
+}
+
+// enrollmentControlPlane is the control plane the enrolled namespaces are
+// configured for. In mode external it is not visible; the namespace the
+// spec names (Istio's conventional one by default) stands for it.
+func enrollmentControlPlane(mesh *v1alpha1.ServiceMesh, st *status) *v1alpha1.ControlPlaneStatus {
+	cp := st.next.ControlPlane
+	if cp == nil {
+		cp = mesh.Status.ControlPlane
+	}
+	if cp == nil || cp.Namespace == "" {
+		c := v1alpha1.ControlPlaneStatus{}
+		if cp != nil {
+			c = *cp
+		}
+		c.Namespace = detect.ControlPlaneNamespace(mesh.Spec)
+		cp = &c
+	}
+	return cp
+}
+
+// observeEnrollment reads the namespaces and the policies, and decides
+// which namespaces are asked for.
+func (r *ServiceMeshReconciler) observeEnrollment(ctx context.Context, mesh *v1alpha1.ServiceMesh, st *status) (*enrollWorld, error) {
+	w := &enrollWorld{cp: enrollmentControlPlane(mesh, st), byName: map[string]*corev1.Namespace{}, decisions: map[string]enroll.Decision{}}
+	nsList := &corev1.NamespaceList{}
+	if err := r.Client.List(ctx, nsList); err != nil {
+		return nil, fmt.Errorf("listing namespaces: %w", err)
+	}
+	w.namespaces = nsList.Items
+	var err error
+	if w.policies, w.foreign, err = r.managedPolicies(ctx, mesh); err != nil {
+		return nil, err
+	}
+	protected := r.protectedNamespaces(w.cp)
+	w.observed = make([]enroll.Namespace, len(w.namespaces))
+	for i := range w.namespaces {
+		ns := &w.namespaces[i]
+		d := enroll.Decide(ns.Name, requestLabels(ns), slices.Contains(mesh.Spec.EnrollNamespaces, ns.Name), protected)
+		w.decisions[ns.Name] = d
+		w.observed[i] = observedNamespace(ns, d, w.policies[ns.Name], w.foreign[ns.Name])
+		w.byName[ns.Name] = ns
+		if enroll.Leaves(w.observed[i]) {
+			w.leaving = append(w.leaving, ns)
+		}
+	}
+	return w, nil
+}
+
 // reconcileEnrollment enrolls the namespaces asked for and releases the
 // others: it reads the world, lets the planner (enroll.Pass) decide, takes
 // the planned steps and sets status from what they came to. It enrolls
@@ -262,54 +328,17 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 	if holdOnly && !controllerutil.ContainsFinalizer(mesh, EnrollFinalizer) {
 		return 0, nil // nothing was ever enrolled
 	}
-	cp := st.next.ControlPlane
-	if cp == nil {
-		cp = mesh.Status.ControlPlane
-	}
-	if cp == nil || cp.Namespace == "" {
-		// mode external: the control plane is not visible; the namespace
-		// the spec names (Istio's conventional one by default) stands for it.
-		c := v1alpha1.ControlPlaneStatus{}
-		if cp != nil {
-			c = *cp
-		}
-		c.Namespace = detect.ControlPlaneNamespace(mesh.Spec)
-		cp = &c
-	}
-	nsList := &corev1.NamespaceList{}
-	if err := r.Client.List(ctx, nsList); err != nil {
-		return 0, fmt.Errorf("listing namespaces: %w", err)
-	}
-	policies, foreignPAs, err := r.managedPolicies(ctx, mesh)
+	w, err := r.observeEnrollment(ctx, mesh, st)
 	if err != nil {
 		return 0, err
 	}
-	protected := r.protectedNamespaces(cp)
-	var errs []error
-	// Namespaces leaving the mesh are released after the others are
-	// reconciled: a namespace that declared one of them as an edge goes
-	// PERMISSIVE first, before istio-cni releases the edge's Pods into
-	// plaintext (found by the transition explorer).
-	decisions := map[string]enroll.Decision{}
-	worlds := make([]enroll.Namespace, len(nsList.Items))
-	byName := map[string]*corev1.Namespace{}
-	var leaving []*corev1.Namespace
-	for i := range nsList.Items {
-		ns := &nsList.Items[i]
-		d := enroll.Decide(ns.Name, requestLabels(ns), slices.Contains(mesh.Spec.EnrollNamespaces, ns.Name), protected)
-		decisions[ns.Name] = d
-		worlds[i] = observedNamespace(ns, d, policies[ns.Name], foreignPAs[ns.Name])
-		byName[ns.Name] = ns
-		if enroll.Leaves(worlds[i]) {
-			leaving = append(leaving, ns)
-		}
-	}
-	r.reportOptOuts(mesh, st, nsList.Items, decisions)
-	pass := enroll.Pass{Spec: mesh.Spec, Now: st.now, Ready: !holdOnly, ControlPlane: cp.Namespace, Revision: cp.Revision,
-		Owner: enroll.Owner(mesh), Leaving: make([]string, 0, len(leaving))}
-	for _, ns := range leaving {
+	r.reportOptOuts(mesh, st, w.namespaces, w.decisions)
+	pass := enroll.Pass{Spec: mesh.Spec, Now: st.now, Ready: !holdOnly, ControlPlane: w.cp.Namespace, Revision: w.cp.Revision,
+		Owner: enroll.Owner(mesh), Leaving: make([]string, 0, len(w.leaving))}
+	for _, ns := range w.leaving {
 		pass.Leaving = append(pass.Leaving, ns.Name)
 	}
+	var errs []error
 	// In ambient, a namespace whose NetworkPolicies would cut off its
 	// captured Pods is not enrolled (an enrolled one is only reported).
 	var gates map[string]enroll.AmbientGate
@@ -317,30 +346,72 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 		var readErr error
 		// A failed read holds the namespaces (the gates say so) and fails
 		// the pass, so it is retried soon and EnrollmentFailed says why.
-		if gates, readErr = r.ambientGates(ctx, mesh, cp, nsList.Items, decisions, policies); readErr != nil {
+		if gates, readErr = r.ambientGates(ctx, mesh, w.cp, w.namespaces, w.decisions, w.policies); readErr != nil {
 			errs = append(errs, readErr)
 		}
 	}
 	tally := enrollmentTally{holdOnly: holdOnly}
 	tally.ambientBlocked, tally.ambientUnreadable = r.reportAmbientGates(mesh, gates)
-	sel := pass.Select(worlds, gates, mesh.Status.EnrolledNamespaces)
+	sel := pass.Select(w.observed, gates, mesh.Status.EnrolledNamespaces)
 	for _, s := range sel.Announce {
-		if err := r.applyNamespaceLabels(ctx, byName[s.Namespace], s.Labels); err != nil {
+		if err := r.applyNamespaceLabels(ctx, w.byName[s.Namespace], s.Labels); err != nil {
 			errs = append(errs, fmt.Errorf("announcing namespace %s for ambient: %w", s.Namespace, err))
 		}
 	}
 	todo := make([]*corev1.Namespace, 0, len(sel.Todo))
 	for _, name := range sel.Todo {
-		todo = append(todo, byName[name])
+		todo = append(todo, w.byName[name])
 	}
 	if !holdOnly && len(todo) > 0 {
 		if err := r.ensureNamedFinalizer(ctx, mesh, EnrollFinalizer); err != nil {
 			return 0, err
 		}
 	}
-	outcomes := r.enrollNamespaces(ctx, mesh, pass, todo, decisions, policies, foreignPAs, len(nsList.Items))
-	enrolled := slices.Clone(sel.HeldEnrolled)
-	var paused []string
+	outcomes := r.enrollNamespaces(ctx, mesh, pass, todo, w)
+	enrolled, paused, nsErrs := r.recordOutcomes(mesh, todo, outcomes, w.decisions, &tally, sel.HeldEnrolled)
+	errs = append(errs, nsErrs...)
+	var unrelaxed []*corev1.Namespace
+	for i, ns := range todo {
+		if outcomes[i].err != nil {
+			unrelaxed = append(unrelaxed, ns)
+		}
+	}
+	for i, err := range r.releaseNamespaces(ctx, mesh, w.leaving, w.policies, unrelaxed) {
+		ns := w.leaving[i]
+		if err != nil {
+			errs = append(errs, err)
+		} else if slices.Contains(mesh.Status.EnrolledNamespaces, ns.Name) {
+			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.EventNamespaceReleased), "Reconcile",
+				"Released namespace %s (%s): state labels, policies and data-plane label removed.", ns.Name, w.decisions[ns.Name].Reason)
+		}
+	}
+	sort.Strings(tally.permissive)
+	st.next.EnrolledNamespaces, st.next.PermissiveNamespaces, st.next.PausedObjects = enrolled, tally.permissive, paused
+
+	ctrl.LoggerFrom(ctx).V(1).Info("enrollment", "holdOnly", holdOnly, "enrolled", len(enrolled), "permissive", len(tally.permissive),
+		"awaitingCutover", len(tally.waiting), "migrating", len(tally.migrating), "conflicts", len(tally.conflicts), "baselineWithheld", len(tally.withheld),
+		"paused", len(paused), "errors", len(errs))
+	wait := setEnrollmentConditions(st, mesh.Spec, tally)
+	if tally.pending && (wait == 0 || wait > convergingRecheck) {
+		wait = convergingRecheck
+	}
+	if len(errs) > 0 {
+		err := errors.Join(errs...)
+		r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, string(v1alpha1.EventEnrollmentFailed), "Reconcile", "%s", err.Error())
+		return wait, err
+	}
+	return wait, nil
+}
+
+// recordOutcomes counts what the namespaces' steps came to into tally,
+// raises the events a human wants to see (a namespace enrolled, a conflict,
+// a foreign PeerAuthentication in force, once when first reported), and
+// returns the enrolled namespaces and the paused objects (sorted), and each
+// failed namespace's error in todo's order. heldEnrolled: without Ready,
+// the namespaces that stay enrolled as they are.
+func (r *ServiceMeshReconciler) recordOutcomes(mesh *v1alpha1.ServiceMesh, todo []*corev1.Namespace, outcomes []nsOutcome,
+	decisions map[string]enroll.Decision, tally *enrollmentTally, heldEnrolled []string) (enrolled, paused []string, errs []error) {
+	enrolled = slices.Clone(heldEnrolled)
 	for i, ns := range todo {
 		d, res, err := decisions[ns.Name], outcomes[i].res, outcomes[i].err
 		paused = append(paused, res.paused...)
@@ -356,7 +427,7 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 			errs = append(errs, err)
 			continue
 		}
-		if !holdOnly {
+		if !tally.holdOnly {
 			enrolled = append(enrolled, ns.Name)
 		}
 		if !slices.Contains(mesh.Status.EnrolledNamespaces, ns.Name) {
@@ -375,39 +446,9 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 		}
 		tally.add(ns.Name, res.PolicyPlan)
 	}
-	var unrelaxed []*corev1.Namespace
-	for i, ns := range todo {
-		if outcomes[i].err != nil {
-			unrelaxed = append(unrelaxed, ns)
-		}
-	}
-	for i, err := range r.releaseNamespaces(ctx, mesh, leaving, policies, unrelaxed) {
-		ns := leaving[i]
-		if err != nil {
-			errs = append(errs, err)
-		} else if slices.Contains(mesh.Status.EnrolledNamespaces, ns.Name) {
-			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.EventNamespaceReleased), "Reconcile",
-				"Released namespace %s (%s): state labels, policies and data-plane label removed.", ns.Name, decisions[ns.Name].Reason)
-		}
-	}
 	sort.Strings(enrolled)
-	sort.Strings(tally.permissive)
 	sort.Strings(paused)
-	st.next.EnrolledNamespaces, st.next.PermissiveNamespaces, st.next.PausedObjects = enrolled, tally.permissive, paused
-
-	ctrl.LoggerFrom(ctx).V(1).Info("enrollment", "holdOnly", holdOnly, "enrolled", len(enrolled), "permissive", len(tally.permissive),
-		"awaitingCutover", len(tally.waiting), "migrating", len(tally.migrating), "conflicts", len(tally.conflicts), "baselineWithheld", len(tally.withheld),
-		"paused", len(paused), "errors", len(errs))
-	wait := setEnrollmentConditions(st, mesh.Spec, tally)
-	if tally.pending && (wait == 0 || wait > convergingRecheck) {
-		wait = convergingRecheck
-	}
-	if len(errs) > 0 {
-		err := errors.Join(errs...)
-		r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, string(v1alpha1.EventEnrollmentFailed), "Reconcile", "%s", err.Error())
-		return wait, err
-	}
-	return wait, nil
+	return enrolled, paused, errs
 }
 
 // reportAmbientGates raises a Warning event for each namespace whose
@@ -452,11 +493,11 @@ func (r *ServiceMeshReconciler) reportAmbientGates(mesh *v1alpha1.ServiceMesh, g
 // progress notification of the cache (up to 100 ms while Pods do not
 // change; docs/benchmark.md).
 func (r *ServiceMeshReconciler) enrollNamespaces(ctx context.Context, mesh *v1alpha1.ServiceMesh, pass enroll.Pass, todo []*corev1.Namespace,
-	decisions map[string]enroll.Decision, policies map[string]map[string]*unstructured.Unstructured, foreignPAs map[string][]*unstructured.Unstructured, namespaces int) []nsOutcome {
+	w *enrollWorld) []nsOutcome {
 	outcomes := make([]nsOutcome, len(todo))
 	forEach(len(todo), enrollWorkers, func(i int) {
 		ns := todo[i]
-		res, step, err := r.enrollNamespace(ctx, mesh, pass, ns, observedNamespace(ns, decisions[ns.Name], policies[ns.Name], foreignPAs[ns.Name]))
+		res, step, err := r.enrollNamespace(ctx, mesh, pass, ns, observedNamespace(ns, w.decisions[ns.Name], w.policies[ns.Name], w.foreign[ns.Name]))
 		outcomes[i] = nsOutcome{res: res, err: err, cutover: step}
 	})
 	var second []int
@@ -465,7 +506,7 @@ func (r *ServiceMeshReconciler) enrollNamespaces(ctx context.Context, mesh *v1al
 			second = append(second, i)
 		}
 	}
-	if names := cutoverNames(outcomes, second); wholeClusterPodList(len(names), namespaces) {
+	if names := cutoverNames(outcomes, second); wholeClusterPodList(len(names), len(w.namespaces)) {
 		if blockers, err := r.cutoverBlockers(ctx, mesh.Spec.DataPlane, names); err != nil {
 			// Each namespace lists its own Pods instead.
 			ctrl.LoggerFrom(ctx).Info("listing the cluster's Pods for the cutover failed; listing them by namespace", "error", err.Error())
@@ -1097,7 +1138,7 @@ func (r *ServiceMeshReconciler) teardownEnrollment(ctx context.Context, mesh *v1
 	}
 	var leaving []*corev1.Namespace
 	for i := range nsList.Items {
-		if ns := &nsList.Items[i]; len(ownedLabels(ns)) > 0 || len(policies[ns.Name]) > 0 {
+		if ns := &nsList.Items[i]; enroll.Applied(observedNamespace(ns, enroll.Decision{}, policies[ns.Name], nil)) {
 			leaving = append(leaving, ns)
 		}
 	}

@@ -592,7 +592,13 @@ func PlanLetGo(released []Namespace, stillStrict []Namespace) []Step {
 // not to be enrolled but carries what the operator applied (labels it
 // holds, policies).
 func Leaves(ns Namespace) bool {
-	return !ns.Deleting && !ns.Decision.Enroll && (len(ns.Owned) > 0 || len(ns.Live) > 0)
+	return !ns.Deleting && !ns.Decision.Enroll && Applied(ns)
+}
+
+// Applied says whether the namespace carries anything the operator
+// applied (labels it holds, policies): what a teardown releases.
+func Applied(ns Namespace) bool {
+	return len(ns.Owned) > 0 || len(ns.Live) > 0
 }
 
 // Selection is which namespaces a pass works on, before any of them is

@@ -252,7 +252,7 @@ func (s *sim) teardown() {
 	var relaxed, stillStrict []Namespace
 	for _, n := range s.nss {
 		w := s.world(n)
-		if len(w.Owned) == 0 && len(w.Live) == 0 {
+		if !Applied(w) {
 			continue
 		}
 		if s.take(PlanRelax(w)) {
