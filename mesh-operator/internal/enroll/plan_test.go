@@ -426,3 +426,22 @@ func TestPlanRelaxOrder(t *testing.T) {
 		t.Errorf("nothing to relax: %v", steps)
 	}
 }
+
+// TestSequenceMigration: a change of data plane (sidecar to ambient)
+// withdraws the baseline and relaxes to PERMISSIVE before the namespace is
+// relabelled, recording where it comes from; the second look of the same
+// pass finds its Pods meshed (a Pod with a proxy speaks mTLS in ambient
+// too, podmesh.MeshedIn) and returns to STRICT. The simulator has no
+// NetworkPolicies, so no ambient gate holds.
+func TestSequenceMigration(t *testing.T) {
+	s := newSim(t, strictSidecar("shop"), "shop")
+	s.ready = true
+	s.run()
+	s.run()
+	s.spec.DataPlane = v1alpha1.DataPlaneAmbient
+	s.note("spec.dataPlane: ambient")
+	s.run()
+	s.note("settled")
+	s.run()
+	golden.AssertText(t, "sequence-migration", s.out.String())
+}
