@@ -52,7 +52,7 @@ func startRunner(t *testing.T, tree string) *Runner {
 		work = t.TempDir()
 	}
 	bed, err := harness.StartBed(ctx, harness.BedOptions{
-		Root: root, Source: tree, WorkDir: work, Nodes: 2, Operators: true, NetworkPolicyEnforced: true,
+		Root: root, Source: tree, WorkDir: work, Nodes: 2, Operators: true, NetworkPolicyEnforced: true, FaultProxies: true,
 		StandinStartupDelay: time.Second, Log: os.Stderr,
 	})
 	require.NoError(t, err)

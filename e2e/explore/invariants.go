@@ -71,6 +71,12 @@ type judgement struct {
 	// optOuts: the Istio opt-out labels an admin set during the sequence
 	// (checkTenants).
 	optOuts []optOut
+	// faults: the API faults played (checkFaultStatus); handEdits: when
+	// the explorer deleted a fleet's NetworkPolicy itself; documented:
+	// the reasons docs/troubleshooting.md explains (faults.go).
+	faults     []faultWatch
+	handEdits  []time.Time
+	documented func(string) bool
 }
 
 func newJudgement(w world) *judgement {
@@ -196,6 +202,7 @@ func (j *judgement) check(s *snapshot, step int) {
 	j.checkDisks(s, step)
 	j.checkHeld(s, step)
 	j.checkTenants(s, step)
+	j.checkFaultStatus(s)
 	j.last = s
 }
 
@@ -451,7 +458,7 @@ func (j *judgement) checkHeld(s *snapshot, step int) {
 			if !h.covers(s.at) {
 				continue
 			}
-			for _, v := range releasedWhileHeld(j.w, j.before, s) {
+			for _, v := range append(releasedWhileHeld(j.w, j.before, s), fleetPolicyDeleted(j.w, j.before, s, j.handEdits)...) {
 				j.fail("held "+v, "step %d, after %s: while %s: %s", step, s.last, h.why, v)
 			}
 			break

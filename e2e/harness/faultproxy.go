@@ -159,6 +159,20 @@ func (p *FaultProxy) Clear() map[string]FaultStats {
 	return out
 }
 
+// Remove takes the rule named name (FaultRule.String) off and returns what
+// it did.
+func (p *FaultProxy) Remove(name string) (FaultStats, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, r := range p.rules {
+		if r.String() == name {
+			p.rules = append(p.rules[:i], p.rules[i+1:]...)
+			return r.stats, true
+		}
+	}
+	return FaultStats{}, false
+}
+
 // Stats is what the rules set now did so far, by rule name.
 func (p *FaultProxy) Stats() map[string]FaultStats {
 	p.mu.Lock()
