@@ -273,7 +273,7 @@ func (b *Bed) installRBAC(ctx context.Context, tree string) error {
 			return err
 		}
 		if p := b.Proxies[c.Name]; p != nil {
-			if err := pointKubeconfigAt(path, p.URL()); err != nil {
+			if err := pointKubeconfigAt(path, p.URL(), p.CAPEM()); err != nil {
 				return err
 			}
 		}

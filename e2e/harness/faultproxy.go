@@ -1,10 +1,16 @@
 package harness
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -18,8 +24,9 @@ import (
 
 // FaultProxy is a reverse proxy between one operator and the API server
 // that answers chosen requests with a fault while a rule is set (issue 43,
-// "API faults"). The operator's kubeconfig points at the proxy (plain HTTP
-// on 127.0.0.1); the proxy forwards everything else to the API server over
+// "API faults"). The operator's kubeconfig points at the proxy (HTTPS on
+// 127.0.0.1 with a certificate of its own, CAPEM: clientcmd sends a bearer
+// token over TLS only); the proxy forwards everything else to the API server over
 // TLS, unchanged: the operator's bearer token passes through, so the API
 // server still authenticates and authorizes the operator's ServiceAccount,
 // and watches stream through untouched (FlushInterval -1).
@@ -38,6 +45,7 @@ type FaultProxy struct {
 	ln     net.Listener
 	srv    *http.Server
 	target *url.URL
+	caPEM  []byte
 
 	mu    sync.Mutex
 	rules []*FaultRule
@@ -105,11 +113,15 @@ func StartFaultProxy(name, target string, caPEM []byte) (*FaultProxy, error) {
 	if len(caPEM) > 0 && !pool.AppendCertsFromPEM(caPEM) {
 		return nil, fmt.Errorf("fault proxy %s: no CA certificate in the given PEM", name)
 	}
+	cert, certPEM, err := selfSignedLoopback()
+	if err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &FaultProxy{Name: name, ln: ln, target: u}
+	p := &FaultProxy{Name: name, ln: ln, target: u, caPEM: certPEM}
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.FlushInterval = -1 // watches and logs stream through at once
 	rp.Transport = &http.Transport{
@@ -121,10 +133,35 @@ func StartFaultProxy(name, target string, caPEM []byte) (*FaultProxy, error) {
 	// An API server that is down (restarting) looks to the operator as it
 	// would without the proxy: the connection ends without an answer.
 	rp.ErrorHandler = func(http.ResponseWriter, *http.Request, error) { panic(http.ErrAbortHandler) }
-	p.srv = &http.Server{Handler: p.handler(rp), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = p.srv.Serve(ln) }()
+	p.srv = &http.Server{Handler: p.handler(rp), ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}
+	go func() { _ = p.srv.ServeTLS(ln, "", "") }()
 	return p, nil
 }
+
+// selfSignedLoopback is a serving certificate for 127.0.0.1 that is its
+// own CA, and its PEM for the client's trust.
+func selfSignedLoopback() (tls.Certificate, []byte, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "fleetmesh fault proxy"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(7 * 24 * time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
+}
+
+// CAPEM is the proxy's certificate, for the client's kubeconfig.
+func (p *FaultProxy) CAPEM() []byte { return p.caPEM }
 
 func loopback(host string) bool {
 	ip := net.ParseIP(host)
@@ -132,7 +169,7 @@ func loopback(host string) bool {
 }
 
 // URL is where the operator's kubeconfig points.
-func (p *FaultProxy) URL() string { return "http://" + p.ln.Addr().String() }
+func (p *FaultProxy) URL() string { return "https://" + p.ln.Addr().String() }
 
 // Set adds a rule (a rule for the same resource and verb is replaced).
 func (p *FaultProxy) Set(r FaultRule) {

@@ -2,10 +2,13 @@ package harness
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // fakeAPIServer is an httptest TLS backend answering a Secret get, a
@@ -55,10 +60,10 @@ func startProxy(t *testing.T) (*FaultProxy, kubernetes.Interface, *sync.Map) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Close() })
-	if !strings.HasPrefix(p.URL(), "http://127.0.0.1:") {
+	if !strings.HasPrefix(p.URL(), "https://127.0.0.1:") {
 		t.Fatalf("proxy listens on %s, not on 127.0.0.1", p.URL())
 	}
-	cs, err := kubernetes.NewForConfig(&rest.Config{Host: p.URL(), BearerToken: "sa-token"})
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: p.URL(), BearerToken: "sa-token", TLSClientConfig: rest.TLSClientConfig{CAData: p.CAPEM()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +139,10 @@ func TestFaultProxyFaultShapes(t *testing.T) {
 		p.Set(FaultRule{Resource: "secrets", Verb: "get", Fault: Fault429, RetryAfter: 1})
 		// Raw: the answer itself.
 		req, _ := http.NewRequest(http.MethodGet, p.URL()+"/api/v1/namespaces/mesh-system/secrets/license", nil)
-		resp, err := http.DefaultClient.Do(req)
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(p.CAPEM())
+		raw := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+		resp, err := raw.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -232,4 +240,37 @@ func errorsAs(err error, target *apierrors.APIStatus) bool {
 		*target = s
 	}
 	return ok
+}
+
+// TestFaultProxyThroughAKubeconfig: a kubeconfig pointed at the proxy
+// (pointKubeconfigAt) still authenticates with the ServiceAccount's token:
+// clientcmd uses a token only over TLS, so the proxy serves TLS.
+func TestFaultProxyThroughAKubeconfig(t *testing.T) {
+	p, _, seen := startProxy(t)
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: "https://127.0.0.1:1", CertificateAuthorityData: []byte("the API server's")}
+	cfg.AuthInfos["sa"] = &clientcmdapi.AuthInfo{Token: "sa-token"}
+	cfg.Contexts["sa"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "sa"}
+	cfg.CurrentContext = "sa"
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	if err := pointKubeconfigAt(path, p.URL(), p.CAPEM()); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := getLicense(cs, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if auth, _ := seen.Load("GET /api/v1/namespaces/mesh-system/secrets/license"); auth != "Bearer sa-token" {
+		t.Fatalf("the API server saw Authorization %q through the kubeconfig, want the token", auth)
+	}
 }
