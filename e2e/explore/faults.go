@@ -3,16 +3,20 @@ package explore
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/ericdev/fleetmesh/e2e/harness"
+	"github.com/ericdev/fleetmesh/shared/labels"
 )
 
 // API faults (issue 43 section 2): env.fault sets a fault on one
@@ -182,6 +186,18 @@ func (r *Runner) endFaults() {
 	r.env.mu.Unlock()
 	for _, n := range names {
 		r.endFault(n)
+	}
+}
+
+// logFaults says what each played fault did, so a run shows which bit.
+func logFaults(w io.Writer, played []faultRecord) {
+	for _, f := range played {
+		fmt.Fprintf(w, "explore: env.fault %s (%s to %s): %d requests failed, %d of them steps", f.name,
+			f.from.Format("15:04:05"), f.until.Format("15:04:05"), f.stats.Requests, f.stats.Steps)
+		if f.stats.Steps > 0 {
+			fmt.Fprintf(w, " from %s to %s", f.stats.StepFirst.Format("15:04:05.000"), f.stats.StepLast.Format("15:04:05.000"))
+		}
+		fmt.Fprintln(w)
 	}
 }
 
@@ -387,4 +403,39 @@ func documentedReasons(root string) func(string) bool {
 		return func(string) bool { return false }
 	}
 	return func(reason string) bool { return reason != "" && strings.Contains(string(doc), "`"+reason+"`") }
+}
+
+// freezesMesh: the hold keeps the mesh operator from changing anything
+// (its license cannot be known, one of its requests fails, or the API
+// server restarts): it neither releases nor relaxes meanwhile.
+func (h hold) freezesMesh() bool {
+	switch h.why {
+	case licenseUnreadable, licenseDeleted, licenseRenewing, apiServerRestart:
+		return true
+	}
+	return strings.Contains(h.why, "the mesh operator's")
+}
+
+// frozenEdge: a required connection from another namespace (the routing
+// source's edge) into a STRICT namespace that has not accepted that edge
+// (labels.MeshStrictEdges on its mesh-mtls) may be refused while a hold
+// freezes the mesh operator: accepting a newly declared plaintext edge
+// relaxes the namespace, which it does not do while it cannot read its
+// license (docs/troubleshooting.md, LicenseUnreadable: "nothing is changed
+// in the cluster until it can be read") or while its requests fail. Once
+// the hold is over the connection is judged again (LOST if it stays
+// refused), and at rest as always.
+func (j *judgement) frozenEdge(s *snapshot, src caller, dst *corev1.Pod) bool {
+	if src.namespace == dst.Namespace {
+		return false
+	}
+	frozen := false
+	for _, h := range j.holds {
+		frozen = frozen || (h.covers(s.at) && h.freezesMesh())
+	}
+	pa := namespaceStrict(s, dst.Namespace)
+	if !frozen || pa == nil {
+		return false
+	}
+	return !slices.Contains(strings.Split(pa.GetAnnotations()[labels.MeshStrictEdges], ","), src.namespace)
 }

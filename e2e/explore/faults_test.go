@@ -5,11 +5,13 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/ericdev/fleetmesh/e2e/harness"
 	fleetv1 "github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/shared/labels"
 )
 
 // TestFaultsAreInTheAlphabet: every fault is an env.fault argument, each
@@ -174,6 +176,48 @@ func TestFaultStatusFleets(t *testing.T) {
 				j.checkFaultStatus(s)
 			}
 			wantViolation(t, j.faultStatusVerdicts(), tc.want...)
+		})
+	}
+}
+
+// TestFrozenEdge: a routing source's connection into a STRICT namespace
+// that has not accepted its edge is excused while a hold freezes the mesh
+// operator, and only then.
+func TestFrozenEdge(t *testing.T) {
+	strictPA := func(accepted string) typed {
+		pa := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "security.istio.io/v1", "kind": "PeerAuthentication",
+			"metadata": map[string]any{"namespace": "x1-app", "name": meshMTLSPolicy}, "spec": map[string]any{"mtls": map[string]any{"mode": "STRICT"}}}}
+		if accepted != "" {
+			pa.SetAnnotations(map[string]string{labels.MeshStrictEdges: accepted})
+		}
+		return typed{gvrPAs, pa}
+	}
+	src := caller{name: edgePod, namespace: "x1-edge"}
+	dst := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "x1-app", Name: "a-1"}}
+	meshFault := faultRecord{name: "mesh-license-403", spec: faults["mesh-license-403"]}
+	fleetFault := faultRecord{name: "fleet-networkpolicies-500", spec: faults["fleet-networkpolicies-500"]}
+	for _, tc := range []struct {
+		name  string
+		holds []hold
+		pa    typed
+		src   caller
+		want  bool
+	}{
+		{"license unreadable, edge not accepted", []hold{{why: licenseUnreadable, from: t0}}, strictPA(""), src, true},
+		{"a mesh operator's fault", []hold{{why: meshFault.why(), from: t0}}, strictPA("x1-other"), src, true},
+		{"the API server restarting", []hold{{why: apiServerRestart, from: t0}}, strictPA(""), src, true},
+		{"no hold", nil, strictPA(""), src, false},
+		{"the hold is over", []hold{{why: licenseUnreadable, from: t0, until: t0.Add(time.Second)}}, strictPA(""), src, false},
+		{"a fleet operator's fault", []hold{{why: fleetFault.why(), from: t0}}, strictPA(""), src, false},
+		{"the edge was accepted", []hold{{why: licenseUnreadable, from: t0}}, strictPA("x1-other,x1-edge"), src, false},
+		{"a caller of the namespace itself", []hold{{why: licenseUnreadable, from: t0}}, strictPA(""), caller{name: "client-a", namespace: "x1-app"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := newJudgement(testWorld())
+			j.holds = tc.holds
+			if got := j.frozenEdge(state(t, 5, "MODIFIED pods x1-app/a-1", tc.pa), tc.src, dst); got != tc.want {
+				t.Fatalf("frozenEdge = %t, want %t", got, tc.want)
+			}
 		})
 	}
 }

@@ -171,7 +171,7 @@ func (j *judgement) check(s *snapshot, step int) {
 					j.lastAllowed[key] = v
 					if v.allowed {
 						j.established[key] = true
-					} else if j.established[key] {
+					} else if j.established[key] && !j.frozenEdge(s, r.src, dst) {
 						j.fail("lost "+key, "step %d, after %s: required connection LOST (%s): %s -> %s:%d: %s", step, s.last, r.why, r.src, dst.Name, r.port, v.why)
 					}
 				case v.allowed && !grace && !(v.hbone && !j.atRest && s.istioPoliciesMissing()) && (r.why != "labelled client on 8080"):

@@ -132,7 +132,9 @@ func (r *Runner) Run(ctx context.Context, seq []Action) (Result, error) {
 	j.holds = r.env.takeHolds()
 	j.optOuts = r.env.takeOptOuts()
 	r.endFaults() // normally over by now: settle waits for them
-	for _, f := range r.env.takeFaults() {
+	played := r.env.takeFaults()
+	logFaults(r.Log, played)
+	for _, f := range played {
 		j.faults = append(j.faults, faultWatch{faultRecord: f})
 	}
 	j.handEdits, j.documented = r.env.takeHandEdits(), documentedReasons(r.Root)

@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
+	"log"
 	"math/big"
 	"net"
 	"net/http"
@@ -124,6 +126,8 @@ func StartFaultProxy(name, target string, caPEM []byte) (*FaultProxy, error) {
 	p := &FaultProxy{Name: name, ln: ln, target: u, caPEM: certPEM}
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.FlushInterval = -1 // watches and logs stream through at once
+	// Streams cut by an API server restart are the point, not news.
+	rp.ErrorLog = log.New(io.Discard, "", 0)
 	rp.Transport = &http.Transport{
 		TLSClientConfig:   &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
 		ForceAttemptHTTP2: true,
