@@ -73,9 +73,13 @@ const (
 	// first: longer than statusBound, so a fault that bites is judged.
 	faultSpan = 30 * time.Second
 	// faultGrace: after a fault ends (or the API server is back), how long
-	// a decision taken on the failed request may still land (its write
-	// queued behind client-go's retries): the hold lasts so much longer.
-	faultGrace = 10 * time.Second
+	// the operator may still act on what the failure left it with: it
+	// retries a failed pass after 1 s doubling up to 30 s, and the mesh
+	// operator reads an unreadable license again every 10 s, so its next
+	// pass may come 30 s after the fault, plus a few seconds. The hold
+	// lasts so much longer (nothing released; a relaxation it owes may
+	// wait, frozenEdge).
+	faultGrace = 35 * time.Second
 	// statusBound: a fault that keeps failing an operator's steps for
 	// longer than this must show in the status of what the operator
 	// reconciles within this much of the first failed step. The operators
