@@ -82,11 +82,13 @@ const (
 	faultGrace = 35 * time.Second
 	// statusBound: a fault that keeps failing an operator's steps for
 	// longer than this must show in the status of what the operator
-	// reconciles within this much of the first failed step. The operators
-	// write status in the pass that failed and retry after 1 s, doubling
-	// up to 30 s (docs/troubleshooting.md, ReconcileError); fleets are
-	// read again every 10 s (--state-interval), the license every 10 s.
-	statusBound = 15 * time.Second
+	// reconciles within this much of the first failed step: the poll
+	// interval (fleets are read every 10 s, --state-interval; the mesh
+	// operator reads an unreadable license every 10 s) plus 2 s. The
+	// operators write status in the pass that failed and retry after 1 s,
+	// doubling up to 30 s (docs/troubleshooting.md, ReconcileError), so a
+	// fault of faultSpan fails steps over more than this.
+	statusBound = 12 * time.Second
 )
 
 // faultRecord is one fault as it was played: the proxy's count of the

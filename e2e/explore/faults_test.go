@@ -137,7 +137,8 @@ func TestFaultStatus(t *testing.T) {
 	wantViolation(t, judge(biting, ready(0), failing(12, "ReconcileError"), ready(45)))
 	wantViolation(t, judge(biting, failing(5, "LicenseUnreadable"), ready(45)))
 	wantViolation(t, judge(biting, ready(0), ready(30)), "env.fault mesh-license-500 failed 9 steps of the mesh operator", "but the ServiceMesh never said so")
-	wantViolation(t, judge(biting, ready(0), failing(30, "ReconcileError")), "its status said so only 20s later")
+	wantViolation(t, judge(biting, ready(0), failing(22, "ReconcileError")))
+	wantViolation(t, judge(biting, ready(0), failing(23, "ReconcileError")), "its status said so only 13s later")
 	wantViolation(t, judge(biting, ready(0), failing(12, "NotAReason")), "but the ServiceMesh never said so")
 	wantViolation(t, judge(biting, ready(0), meshWith(t, 12, "False", "ReconcileError", "")), "but the ServiceMesh never said so")
 	// A fault that failed steps only briefly is not judged.
