@@ -285,6 +285,8 @@ func fleetPolicyDeleted(w world, before, now *snapshot, handEdits []time.Time) [
 
 // reportsFailure: the object's status says a step fails. Accepted: a
 // Ready condition that is not True, a Reconciled condition that is False,
+// a failure condition (a type ending in Failed, such as the ServiceMesh's
+// EnrollmentFailed, which leaves Ready to the control plane) that is True,
 // or kstatus' Stalled or Reconciling True, each with a reason
 // docs/troubleshooting.md explains (documented) and a message. The judge
 // does not read the message for the fault itself: a fleet or mesh that
@@ -302,6 +304,7 @@ func reportsFailure(u *unstructured.Unstructured, documented func(string) bool) 
 		msg, _ := m["message"].(string)
 		failing := (typ == "Ready" && status != string(metav1.ConditionTrue)) ||
 			(typ == "Reconciled" && status == string(metav1.ConditionFalse)) ||
+			(strings.HasSuffix(typ, "Failed") && status == string(metav1.ConditionTrue)) ||
 			((typ == "Stalled" || typ == "Reconciling") && status == string(metav1.ConditionTrue))
 		if failing && msg != "" && documented != nil && documented(reason) {
 			return fmt.Sprintf("%s=%s (%s)", typ, status, reason)

@@ -135,6 +135,22 @@ func TestFaultStatus(t *testing.T) {
 		return meshWith(t, sec, "False", reason, "reading the license Secret: Internal error occurred")
 	}
 	wantViolation(t, judge(biting, ready(0), failing(12, "ReconcileError"), ready(45)))
+	// Ready stays True while EnrollmentFailed says the pass over the
+	// namespaces failed (the second api-faults run: a PeerAuthentication
+	// list answered 500).
+	enrollmentFailed := func(sec int, status string) *snapshot {
+		s := ready(sec)
+		u := s.objs[gvrMeshes]["/cluster"]
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		conds = append(conds, map[string]any{"type": "EnrollmentFailed", "status": status, "reason": "EnrollmentStepFailed", "message": "listing PeerAuthentications: Internal error occurred"})
+		_ = unstructured.SetNestedSlice(u.Object, conds, "status", "conditions")
+		return s
+	}
+	documented = func(r string) bool {
+		return r == "ReconcileError" || r == "LicenseUnreadable" || r == "EnrollmentStepFailed"
+	}
+	wantViolation(t, judge(biting, ready(0), enrollmentFailed(11, "True"), ready(45)))
+	wantViolation(t, judge(biting, ready(0), enrollmentFailed(11, "False"), ready(45)), "but the ServiceMesh never said so")
 	wantViolation(t, judge(biting, failing(5, "LicenseUnreadable"), ready(45)))
 	wantViolation(t, judge(biting, ready(0), ready(30)), "env.fault mesh-license-500 failed 9 steps of the mesh operator", "but the ServiceMesh never said so")
 	wantViolation(t, judge(biting, ready(0), failing(22, "ReconcileError")))
