@@ -175,7 +175,9 @@ func loopback(host string) bool {
 // URL is where the operator's kubeconfig points.
 func (p *FaultProxy) URL() string { return "https://" + p.ln.Addr().String() }
 
-// Set adds a rule (a rule for the same resource and verb is replaced).
+// Set adds a rule (a rule for the same resource, verb and namespace is
+// replaced: the last fault set on a request is the one it gets, and what
+// the replaced rule did is dropped).
 func (p *FaultProxy) Set(r FaultRule) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
