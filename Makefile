@@ -16,7 +16,7 @@ TESTBED_DIR ?= $(ROOT)/.testbed
 # -count=1: some tests read files (charts) that Go's test cache does not track.
 GO_TEST_FLAGS ?= -count=1
 
-.PHONY: all tools generate manifests charts verify lint test test-unit test-integration test-e2e e2e-kind \
+.PHONY: all tools generate manifests charts verify lint test test-fast test-unit test-integration test-e2e e2e-kind \
         demo demo-down images build fmt help bench bench-smoke explore explore-selftest
 
 all: build
@@ -70,23 +70,34 @@ build: ## build both operator binaries and the kubectl-celld plugin into bin/ (v
 	for op in $(OPERATORS); do (cd $$op && go build -ldflags "$(VERSION_LDFLAGS)" -o $(BIN)/$$op ./cmd/$$op); done
 	cd fleet-operator && go build -ldflags "$(VERSION_LDFLAGS)" -o $(BIN)/kubectl-celld ./cmd/kubectl-celld
 
+# Every unit test runs once: the operators' in their released build (without the workspace, which
+# also proves each builds alone), shared's and e2e's in the workspace. The integration and e2e tiers
+# run only the packages their build tag adds files to (hack/tagged-packages.sh).
 test-unit: ## pure tests: builders, golden files, parsers, decision logic (no API server)
-	for m in $(GO_MODULES); do (cd $$m && go test $(GO_TEST_FLAGS) ./...); done
+	for m in shared e2e; do (cd $$m && go test $(GO_TEST_FLAGS) ./...); done
+	for op in $(OPERATORS); do (cd $$op && GOWORK=off go test $(GO_TEST_FLAGS) ./...); done
 	@# mesh-license's vendor build (keygen, sign); the default build above is the customer's.
 	cd mesh-operator && go test $(GO_TEST_FLAGS) -tags licensevendor ./cmd/mesh-license/
 	@# The test build (licensetestkey), which trusts a key from the environment: only the test bed's
 	@# operators are built so; its tests run nowhere else.
 	cd mesh-operator && go test $(GO_TEST_FLAGS) -tags licensetestkey ./internal/license/ && go test $(GO_TEST_FLAGS) -tags licensetestkey,licensevendor ./cmd/mesh-license/
-	@# Each operator is released alone: it must build and test without the workspace.
-	for op in $(OPERATORS); do (cd $$op && GOWORK=off go build ./... && GOWORK=off go test ./...); done
 
+# One go test for the three modules: their packages run side by side (-p, default one per core);
+# each test starts its own API server, so they cannot see each other.
 test-integration: tools ## tests against a real kube-apiserver + etcd (CEL, SSA, ownership, RBAC)
-	for m in shared $(OPERATORS); do (cd $$m && go test -tags integration -timeout 30m $(GO_TEST_FLAGS) ./...); done
+	pkgs=$$(hack/tagged-packages.sh integration ./shared/... ./fleet-operator/... ./mesh-operator/...); \
+	  go test -tags integration -timeout 30m $(GO_TEST_FLAGS) $$pkgs
 
+# The explorer is listed first: it is the longest package, and the others share the second lane.
 test-e2e: tools ## local end-to-end: control plane + kwok nodes + operators as processes under chart RBAC
-	cd e2e && go test -tags e2e -timeout 30m $(GO_TEST_FLAGS) ./...
+	cd e2e && pkgs=$$(../hack/tagged-packages.sh e2e ./...) && \
+	  go test -tags e2e -timeout 30m $(GO_TEST_FLAGS) $$(grep '/explore$$' <<<"$$pkgs") $$(grep -v '/explore$$' <<<"$$pkgs")
 
 test: tools lint verify test-unit test-integration test-e2e ## everything CI runs
+
+# The contributors' loop: what breaks the build or a pure test, in minutes. Compiling the other tiers
+# is part of lint (go vet type-checks every build tag's tests); running them is make test's.
+test-fast: lint test-unit ## gofmt, vet (every tier's build tags), staticcheck and the unit tests: the fast loop (docs/development.md)
 
 e2e-kind: ## kind end-to-end: real cluster, images loaded, both charts installed (needs Docker; runs in GitHub Actions)
 	@test -x $(BIN)/helm || hack/build-tools.sh helm
@@ -111,7 +122,7 @@ bench: tools ## both operators' benchmark on the local control plane; results in
 	cd e2e && BENCH_N=$(BENCH_N) BENCH_MESH=$(BENCH_MESH) go run ./bench -out $(ROOT)/bench/results -readme $(ROOT)/README.md
 
 bench-smoke: tools ## the benchmark's smoke test alone (part of test-e2e): N=10 fleets, 10 mesh namespaces, no result files
-	cd e2e && go test -tags e2e -count=1 -run TestBenchSmoke -v ./bench/
+	cd e2e && go test -tags e2e -count=1 -run TestBenchSmoke -v ./benchmark/
 
 # Not part of `make test` beyond its smoke seeds and the checked-in regressions
 # (TestExplore in test-e2e). EXPLORE_COUNT random sequences of EXPLORE_ACTIONS

@@ -3,14 +3,17 @@
 package explore
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,13 +50,19 @@ func startRunner(t *testing.T, tree string) *Runner {
 	ctx := context.Background()
 	// EXPLORE_WORKDIR keeps the bed's files (the operators' logs among them)
 	// after the test, for reading a failure.
+	// With several beds, each gets a directory of its own under it.
 	work := os.Getenv("EXPLORE_WORKDIR")
 	if work == "" {
 		work = t.TempDir()
+	} else {
+		work = filepath.Join(work, strings.ReplaceAll(t.Name(), "/", "_"))
+		require.NoError(t, os.MkdirAll(work, 0o755))
 	}
+	// Beds play side by side: each line says whose it is.
+	log := &linePrefixer{w: os.Stderr, prefix: t.Name() + ": "}
 	bed, err := harness.StartBed(ctx, harness.BedOptions{
 		Root: root, Source: tree, WorkDir: work, Nodes: 2, Operators: true, NetworkPolicyEnforced: true, FaultProxies: true,
-		StandinStartupDelay: time.Second, Log: os.Stderr,
+		StandinStartupDelay: time.Second, Log: log,
 	})
 	require.NoError(t, err)
 	t.Cleanup(bed.Stop)
@@ -73,7 +82,7 @@ func startRunner(t *testing.T, tree string) *Runner {
 	done := make(chan struct{})
 	go func() { defer close(done); cnifake.Play(cniCtx, k8s) }()
 	t.Cleanup(func() { stopCNI(); <-done })
-	r := &Runner{Bed: bed, K8s: k8s, Dyn: dyn, Root: root, Log: os.Stderr, Pause: 3 * time.Second, Settle: 2 * time.Minute,
+	r := &Runner{Bed: bed, K8s: k8s, Dyn: dyn, Root: root, Log: log, Pause: 3 * time.Second, Settle: 2 * time.Minute,
 		env: environment{accept: true, removed: map[string]bool{}}}
 	license := &corev1.Secret{}
 	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: harness.MeshNamespace, Name: licenseSecret}, license))
@@ -101,6 +110,9 @@ func runSequence(t *testing.T, r *Runner, seq []Action) Result {
 // and, under `make explore`, EXPLORE_COUNT random sequences. A failing
 // random sequence is shrunk and written to EXPLORE_OUT (default a temporary
 // directory, named in the log) for checking in under testdata/regressions.
+// The sequences are dealt round-robin to EXPLORE_BEDS beds (default 2) that
+// play side by side: a bed spends most of a sequence waiting (pauses,
+// settling), so two of them take about half the time on two cores.
 func TestExplore(t *testing.T) {
 	root, err := cluster.RepoRoot()
 	require.NoError(t, err)
@@ -111,38 +123,14 @@ func TestExplore(t *testing.T) {
 	if v := os.Getenv("EXPLORE_TREE"); v != "" {
 		tree = v
 	}
-	r := startRunner(t, tree)
-
-	// Regressions (sequences that found a defect) and scenarios (written
-	// by hand to reach every action) run alike.
-	files, err := filepath.Glob(filepath.Join("testdata", "regressions", "*.json"))
-	require.NoError(t, err)
-	require.NotEmpty(t, files, "no regression sequence under testdata/regressions")
-	scenarios, err := filepath.Glob(filepath.Join("testdata", "scenarios", "*.json"))
-	require.NoError(t, err)
-	require.NotEmpty(t, scenarios, "no scenario under testdata/scenarios")
-	files = append(files, scenarios...)
-	// EXPLORE_FILES=0 skips them, for a long random run right after a
-	// make test that ran them.
-	if tree != root || os.Getenv("EXPLORE_REPLAY") != "" || os.Getenv("EXPLORE_FILES") == "0" {
-		files = nil // the regressions are this tree's
-	}
-	for _, f := range files {
-		t.Run(filepath.Base(filepath.Dir(f))+"/"+strings.TrimSuffix(filepath.Base(f), ".json"), func(t *testing.T) {
-			seq, err := ReadSequence(f)
-			require.NoError(t, err)
-			res := runSequence(t, r, seq.Actions)
-			if len(res.Violations) > 0 {
-				t.Errorf("sequence (found: %s)\n%s\nviolates:\n%s%s", seq.Found, Describe(seq.Actions), strings.Join(res.Violations, "\n"), traceOf(res))
-			}
-		})
-	}
 
 	// EXPLORE_REPLAY plays one sequence file EXPLORE_COUNT times (default
-	// 1): an intermittent finding is chased by repetition, not by seeds.
+	// 1) on one bed: an intermittent finding is chased by repetition, not
+	// by seeds.
 	if f := os.Getenv("EXPLORE_REPLAY"); f != "" {
 		seq, err := ReadSequence(f)
 		require.NoError(t, err)
+		r := startRunner(t, tree)
 		for i := range max(1, envInt(t, "EXPLORE_COUNT", 1)) {
 			t.Run(fmt.Sprintf("replay-%d", i+1), func(t *testing.T) {
 				res := runSequence(t, r, seq.Actions)
@@ -152,6 +140,30 @@ func TestExplore(t *testing.T) {
 			})
 		}
 		return
+	}
+
+	var plays []play
+	// Regressions (sequences that found a defect) and scenarios (written
+	// by hand to reach every action) run alike. EXPLORE_FILES=0 skips
+	// them, for a long random run right after a make test that ran them;
+	// another tree skips them too (the regressions are this tree's).
+	if tree == root && os.Getenv("EXPLORE_FILES") != "0" {
+		files, err := filepath.Glob(filepath.Join("testdata", "regressions", "*.json"))
+		require.NoError(t, err)
+		require.NotEmpty(t, files, "no regression sequence under testdata/regressions")
+		scenarios, err := filepath.Glob(filepath.Join("testdata", "scenarios", "*.json"))
+		require.NoError(t, err)
+		require.NotEmpty(t, scenarios, "no scenario under testdata/scenarios")
+		for _, f := range append(files, scenarios...) {
+			plays = append(plays, play{name: filepath.Base(filepath.Dir(f)) + "/" + strings.TrimSuffix(filepath.Base(f), ".json"), run: func(t *testing.T, r *Runner) {
+				seq, err := ReadSequence(f)
+				require.NoError(t, err)
+				res := runSequence(t, r, seq.Actions)
+				if len(res.Violations) > 0 {
+					t.Errorf("sequence (found: %s)\n%s\nviolates:\n%s%s", seq.Found, Describe(seq.Actions), strings.Join(res.Violations, "\n"), traceOf(res))
+				}
+			}})
+		}
 	}
 
 	seeds := smokeSeeds
@@ -169,7 +181,7 @@ func TestExplore(t *testing.T) {
 		out = t.TempDir()
 	}
 	for _, seed := range seeds {
-		t.Run(fmt.Sprintf("seed-%d", seed), func(t *testing.T) {
+		plays = append(plays, play{name: fmt.Sprintf("seed-%d", seed), run: func(t *testing.T, r *Runner) {
 			seq := Generate(seed, actions)
 			res := runSequence(t, r, seq)
 			if len(res.Violations) == 0 {
@@ -189,8 +201,54 @@ func TestExplore(t *testing.T) {
 			path := filepath.Join(out, fmt.Sprintf("seed-%d.json", seed))
 			require.NoError(t, Sequence{Seed: seed, Actions: min, Found: found}.Write(path))
 			t.Errorf("minimal sequence (%d actions), written to %s:\n%s", len(min), path, Describe(min))
+		}})
+	}
+
+	beds := min(max(1, envInt(t, "EXPLORE_BEDS", 2)), len(plays))
+	for b := range beds {
+		t.Run(fmt.Sprintf("bed-%d", b+1), func(t *testing.T) {
+			t.Parallel()
+			r := startRunner(t, tree)
+			for i := b; i < len(plays); i += beds {
+				t.Run(plays[i].name, func(t *testing.T) { plays[i].run(t, r) })
+			}
 		})
 	}
+}
+
+// linePrefixer writes prefix at the start of every line written through it.
+type linePrefixer struct {
+	mu     sync.Mutex
+	w      io.Writer
+	prefix string
+	// mid: the last write did not end a line.
+	mid bool
+}
+
+func (l *linePrefixer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []byte
+	for _, line := range bytes.SplitAfter(p, []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
+		if !l.mid {
+			out = append(out, l.prefix...)
+		}
+		out = append(out, line...)
+		l.mid = line[len(line)-1] != '\n'
+	}
+	if _, err := l.w.Write(out); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// play is one sequence TestExplore deals to a bed.
+type play struct {
+	name string
+	run  func(t *testing.T, r *Runner)
 }
 
 // TestPlantedDefect checks the explorer itself: operators built from a copy

@@ -70,7 +70,7 @@ func (p Pace) paced(cfg *rest.Config) *rest.Config {
 // bed's Kubernetes 1.37) then compresses each informer's watch stream,
 // every event, once per watcher: while 1,000 fleets started, compressing
 // the streams of every client that asked took 2.4 % of the API server's
-// CPU, and decompressing them 5 % of the fleet operator's (docs/benchmark.md,
+// CPU, and decompressing them 5 % of the fleet operator's (bench/results/history.md,
 // fifteenth round). The operators talk to the API server in-cluster, where
 // bandwidth is cheaper than that CPU.
 func uncompressed(cfg *rest.Config) *rest.Config {
@@ -90,7 +90,7 @@ func (o *Options) Bind(fs *flag.FlagSet, leaderElectionID string) {
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader Lease (default: --namespace)")
 	fs.StringVar(&o.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace the operator runs in (default: $POD_NAMESPACE)")
 	fs.DurationVar(&o.GracefulPeriod, "graceful-shutdown-timeout", 30*time.Second, "how long running reconciles get to finish on SIGTERM")
-	fs.Float64Var(&o.APIPace.QPS, "kube-api-qps", o.APIPace.QPS, "requests per second the operator sends to the API server on average, over all its clients (docs/benchmark.md, thirteenth round); 0 or less: unpaced")
+	fs.Float64Var(&o.APIPace.QPS, "kube-api-qps", o.APIPace.QPS, "requests per second the operator sends to the API server on average, over all its clients; 0 or less: unpaced")
 	fs.IntVar(&o.APIPace.Burst, "kube-api-burst", o.APIPace.Burst, "requests the operator may send at once above --kube-api-qps")
 	o.zap.Development = false
 	o.zap.BindFlags(fs)

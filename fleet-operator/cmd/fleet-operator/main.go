@@ -28,7 +28,7 @@ func main() {
 		StartupValues: func() []any { return []any{"networkPolicyEnforced", cfg.NetworkPolicyEnforced} },
 		// A thousand fleets created at once on the bench's two cores
 		// converged in about 320 s unpaced and in 205 s at 100 requests a
-		// second (docs/benchmark.md, thirteenth round).
+		// second (bench/results/history.md, thirteenth round).
 		APIPace: manager.Pace{QPS: 100, Burst: 200},
 	})
 }

@@ -26,11 +26,11 @@ import (
 // the name), and its own creates do not wake a pass that finds the newest
 // of them missing from the cache and reads it. Before, every create was
 // preceded by a GET, and the pass the first creates woke read the
-// StatefulSet again (docs/benchmark.md, twelfth round). And every write to
+// StatefulSet again (bench/results/history.md, twelfth round). And every write to
 // a fleet changes it: a pass woken right after the previous one (by the
 // finalizer it added) no longer sends the status it has just written again
 // because the cache has yet to show it. Nor is the fleet read to add its
-// finalizer (docs/benchmark.md, fourteenth round).
+// finalizer (bench/results/history.md, fourteenth round).
 func TestNewFleetsAreCreatedWithoutReads(t *testing.T) {
 	ctx := context.Background()
 	env := testenv.Start(t, newScheme(t), "fleet-operator/config/crd/bases")
@@ -106,7 +106,7 @@ func TestFinalizerAddedToAFleetTheCacheLagsBehind(t *testing.T) {
 // members moments later, and the pass their creation wakes writes the
 // first status, listing them. At 1,000 new fleets the status without
 // members was a thousand writes that lived about a second
-// (docs/benchmark.md, sixteenth round). A pass that finds no member (here
+// (bench/results/history.md, sixteenth round). A pass that finds no member (here
 // nothing creates them) writes the status anyway.
 func TestNewFleetsStatusWaitsForItsMembers(t *testing.T) {
 	ctx := context.Background()

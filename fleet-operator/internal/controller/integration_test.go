@@ -353,7 +353,7 @@ func testReconcile(t *testing.T, env *testenv.Env) {
 // the live template (claim templates are immutable), and when the first
 // pass's template lacked those fields their hashes differed, so every new
 // fleet's StatefulSet was written a second time, with nothing to change
-// but the hash annotation (1,000 PATCHes at N=1,000, docs/benchmark.md,
+// but the hash annotation (1,000 PATCHes at N=1,000, bench/results/history.md,
 // eleventh round). This API server runs no StatefulSet controller, so only
 // the operator changes the object.
 func testStatefulSetWrittenOnce(t *testing.T, env *testenv.Env) {

@@ -136,7 +136,7 @@ type namespaceOutcome struct {
 
 // addDeclarationsFinalizer adds the finalizer with the fleet's cached
 // resourceVersion as the patch's lock, so the first pass over a new fleet
-// reads nothing (a read per new fleet before: docs/benchmark.md,
+// reads nothing (a read per new fleet before: bench/results/history.md,
 // fourteenth round). Only when the lock fails (an earlier step of this
 // pass, or someone else, wrote the fleet since the cache saw it) is the
 // fleet read and the patch sent again. The patch goes through a copy: the

@@ -175,7 +175,7 @@ func TestComputeStatus(t *testing.T) {
 		{
 			// The runtime answers 503 with phase Starting while it comes up:
 			// that member is on its way, not lost. While 1,000 fleets started,
-			// most passed through Degraded this way (docs/benchmark.md,
+			// most passed through Degraded this way (bench/results/history.md,
 			// fifteenth round).
 			name: "a Ready member whose runtime is still starting: provisioning, not degraded", phase: PhaseProvisioning,
 			obs: func(o *observed) {

@@ -147,7 +147,7 @@ func TestEnrollmentPassCost(t *testing.T) {
 		// else's object holds the name (shared/apply's createOnly); the
 		// applies' answers serve the rest. Before, each create cost a GET
 		// (2,000 at 1,000 namespaces, about a sixth of the pass's API server
-		// CPU; docs/benchmark.md, tenth round).
+		// CPU; bench/results/history.md, tenth round).
 		assert.Zero(t, reads, "%s: policy reads", name)
 		assert.Zero(t, log.count("JSONPATCH", "/apis/security.istio.io/v1/namespaces/"+name+"/"),
 			"%s: the operator's own PERMISSIVE → STRICT needs no spec restore", name)

@@ -1,4 +1,4 @@
-package main
+package benchmark
 
 // Sampling: the operators' request counters, CPU and memory, the machine's
 // load, and what else runs on it.

@@ -1,4 +1,4 @@
-package main
+package benchmark
 
 // Reporting: the result types, the JSON and Markdown result files and the
 // targets.
@@ -150,7 +150,7 @@ type Host struct {
 	UptimeEnd   string `json:"uptimeEnd,omitempty"`
 }
 
-func write(dir string, started time.Time, r *Run) error {
+func Write(dir string, started time.Time, r *Run) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -162,7 +162,7 @@ func write(dir string, started time.Time, r *Run) error {
 	if err := os.WriteFile(base+".json", append(j, '\n'), 0o644); err != nil {
 		return err
 	}
-	return os.WriteFile(base+".md", []byte(markdown(r)), 0o644)
+	return os.WriteFile(base+".md", []byte(Markdown(r)), 0o644)
 }
 
 func fmtReq(r Requests) string {
@@ -181,7 +181,7 @@ func fmtReq(r Requests) string {
 	return strings.Join(parts, ", ")
 }
 
-func markdown(r *Run) string {
+func Markdown(r *Run) string {
 	var s strings.Builder
 	fmt.Fprintf(&s, "# Benchmark %s\n\ncommit `%s`, %d CPUs, %s; method: docs/benchmark.md\n\n", r.Started, r.Commit, r.Host.CPUs, r.Host.GoVersion)
 	fmt.Fprintf(&s, "Machine load (`uptime`): at the start `%s`; at the end `%s`. Other engineers' test beds share these cores: times are inflated by their load, request counts are not.\n\n", r.Host.UptimeStart, r.Host.UptimeEnd)

@@ -1,4 +1,4 @@
-package main
+package benchmark
 
 import (
 	"context"
@@ -147,7 +147,7 @@ func (b *bench) enrollMesh(ctx context.Context, root string, m int, res *MeshRes
 		if err := b.k8s.Create(ctx, sm); err != nil {
 			return err
 		}
-		deadline := start.Add(*flagTimeout)
+		deadline := start.Add(b.timeout)
 		for {
 			now := time.Since(start)
 			if cpReady == 0 && b.sailReady(ctx) {
@@ -175,7 +175,7 @@ func (b *bench) enrollMesh(ctx context.Context, root string, m int, res *MeshRes
 				return err
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("mesh: after %s: control plane ready %v, ServiceMesh ready %v, all %d namespaces STRICT %v", *flagTimeout, cpReady > 0, meshReady > 0, m, strict > 0)
+				return fmt.Errorf("mesh: after %s: control plane ready %v, ServiceMesh ready %v, all %d namespaces STRICT %v", b.timeout, cpReady > 0, meshReady > 0, m, strict > 0)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -410,7 +410,7 @@ func (b *bench) waitPodsRunning(ctx context.Context, namespaces []string) error 
 	for _, ns := range namespaces {
 		want[ns] = true
 	}
-	deadline := time.Now().Add(*flagTimeout)
+	deadline := time.Now().Add(b.timeout)
 	for {
 		list := &corev1.PodList{}
 		if err := b.k8s.List(ctx, list); err != nil {
@@ -426,7 +426,7 @@ func (b *bench) waitPodsRunning(ctx context.Context, namespaces []string) error 
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%d of %d mesh Pods running after %s", running, len(namespaces), *flagTimeout)
+			return fmt.Errorf("%d of %d mesh Pods running after %s", running, len(namespaces), b.timeout)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}

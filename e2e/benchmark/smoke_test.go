@@ -1,6 +1,6 @@
 //go:build e2e
 
-package main
+package benchmark
 
 import (
 	"bytes"
@@ -24,10 +24,10 @@ func TestBenchSmoke(t *testing.T) {
 	require.NoError(t, err)
 	var log bytes.Buffer
 	start := time.Now()
-	r, err := execute(root, options{n: []int{10}, mesh: []int{10}, steady: stateInterval + 2*time.Second, meshInFleetBed: true, log: &log}, nil)
-	t.Logf("smoke took %s\n%s\n%s", time.Since(start).Round(time.Second), log.String(), markdown(r))
+	r, err := Execute(root, Options{N: []int{10}, Mesh: []int{10}, Steady: StateInterval + 2*time.Second, MeshInFleetBed: true, Log: &log}, nil)
+	t.Logf("smoke took %s\n%s\n%s", time.Since(start).Round(time.Second), log.String(), Markdown(r))
 	require.NoError(t, err)
-	require.NoError(t, failed(r), "every fleet converged, rolled and the floor served; every namespace STRICT")
+	require.NoError(t, Failed(r), "every fleet converged, rolled and the floor served; every namespace STRICT")
 
 	require.Len(t, r.Results, 1)
 	res := r.Results[0]
@@ -73,8 +73,8 @@ func TestBenchSmoke(t *testing.T) {
 	assert.Greater(t, w.BusyCores, 0.0, "%+v", w)
 	assert.LessOrEqual(t, w.BusyCores, float64(runtime.NumCPU())+0.1, "busy cores are at most the host's (%+v)", w)
 	assert.LessOrEqual(t, w.APIServerSeconds+w.EtcdSeconds+w.ClientSeconds, w.BusyCores*w.Seconds+0.2, "part of the machine's busy time (%+v)", w)
-	assert.Contains(t, markdown(r), "| 10 | creating the ServiceMesh → all STRICT |", "the report shows where the CPU went")
-	assert.NotContains(t, markdown(r), "| 10 | floor |", "no floor was run")
+	assert.Contains(t, Markdown(r), "| 10 | creating the ServiceMesh → all STRICT |", "the report shows where the CPU went")
+	assert.NotContains(t, Markdown(r), "| 10 | floor |", "no floor was run")
 	assert.NotEmpty(t, r.Targets)
 	assert.NotEmpty(t, r.Host.UptimeStart)
 }

@@ -1,4 +1,4 @@
-package main
+package benchmark
 
 import (
 	"encoding/json"
@@ -21,7 +21,7 @@ const (
 // that run measured only fleets or only mesh namespaces (make bench BENCH_N=
 // or BENCH_MESH= empty), the other part comes from the newest result that
 // has it, each under its own link.
-func updateReadme(path, dir string) error {
+func UpdateReadme(path, dir string) error {
 	newest, err := newestResult(dir)
 	if err != nil {
 		return err
@@ -187,7 +187,7 @@ func readmeBlock(r *Run, base string) string {
 		if len(unjudged) > 0 {
 			fmt.Fprintf(&s, " Not judged by this run: %s.", strings.Join(unjudged, "; "))
 		}
-		s.WriteString(" Method and history: [docs/benchmark.md](docs/benchmark.md).\n")
+		s.WriteString(" Method: [docs/benchmark.md](docs/benchmark.md); history: [bench/results/history.md](bench/results/history.md).\n")
 	}
 	return s.String()
 }

@@ -1,4 +1,4 @@
-package main
+package benchmark
 
 import (
 	"encoding/json"
@@ -55,7 +55,7 @@ func TestReadmeBlockFromNewestResult(t *testing.T) {
 	readme := filepath.Join(dir, "README.md")
 	require.NoError(t, os.WriteFile(readme, []byte("top\n"+readmeStart+"\nstale\n"+readmeEnd+"\nbottom\n"), 0o644))
 
-	require.NoError(t, updateReadme(readme, dir))
+	require.NoError(t, UpdateReadme(readme, dir))
 	b, err := os.ReadFile(readme)
 	require.NoError(t, err)
 	got := string(b)
@@ -68,7 +68,7 @@ func TestReadmeBlockFromNewestResult(t *testing.T) {
 	assert.Contains(t, got, "load average: 1.50, 1.20, 0.90")
 	assert.Contains(t, got, "Targets met:")
 
-	require.NoError(t, updateReadme(readme, dir))
+	require.NoError(t, UpdateReadme(readme, dir))
 	again, err := os.ReadFile(readme)
 	require.NoError(t, err)
 	assert.Equal(t, got, string(again), "idempotent")
@@ -78,7 +78,7 @@ func TestUpdateReadmeNeedsResults(t *testing.T) {
 	dir := t.TempDir()
 	readme := filepath.Join(dir, "README.md")
 	require.NoError(t, os.WriteFile(readme, []byte(readmeStart+readmeEnd), 0o644))
-	assert.Error(t, updateReadme(readme, dir))
+	assert.Error(t, UpdateReadme(readme, dir))
 }
 
 func TestMeshLinearity(t *testing.T) {
@@ -115,7 +115,7 @@ func TestReadmeBlockJoinsFleetAndMeshRuns(t *testing.T) {
 	}
 	readme := filepath.Join(dir, "README.md")
 	require.NoError(t, os.WriteFile(readme, []byte(readmeStart+readmeEnd), 0o644))
-	require.NoError(t, updateReadme(readme, dir))
+	require.NoError(t, UpdateReadme(readme, dir))
 	b, err := os.ReadFile(readme)
 	require.NoError(t, err)
 	got := string(b)

@@ -1,8 +1,8 @@
-package main
+package benchmark
 
 // The fleet operator's scenarios: creating N fleets, the steady state, rolling
 // one fleet, the reaction probe, the cold restart, the floors, the roll
-// overhead (docs/benchmark.md, per N).
+// overhead (bench/results/history.md, per N).
 
 import (
 	"context"
@@ -47,7 +47,7 @@ func (b *bench) all(ctx context.Context) error {
 		cpuBase = 0
 	}
 	pid := b.bed.Fleet.Pid()
-	if *flagTimeline {
+	if b.timelineOn {
 		ctx, stop := context.WithCancel(ctx)
 		defer stop()
 		go b.timeline(ctx)
@@ -278,7 +278,7 @@ func (b *bench) waitFleetsReady(ctx context.Context, fleets []*fleetv1.CelldFlee
 		want[client.ObjectKeyFromObject(f)] = true
 	}
 	pending := len(want)
-	err := b.fleetsSeen.wait(ctx, time.Now().Add(*flagTimeout), func() (bool, error) {
+	err := b.fleetsSeen.wait(ctx, time.Now().Add(b.timeout), func() (bool, error) {
 		seen, err := b.fleetsSeen.fleets(ctx)
 		if err != nil {
 			return false, err
@@ -292,7 +292,7 @@ func (b *bench) waitFleetsReady(ctx context.Context, fleets []*fleetv1.CelldFlee
 		return pending == 0, b.bed.Healthy()
 	})
 	if errors.Is(err, errDeadline) {
-		return fmt.Errorf("%d of %d fleets not Ready on %s after %s", pending, len(want), version, *flagTimeout)
+		return fmt.Errorf("%d of %d fleets not Ready on %s after %s", pending, len(want), version, b.timeout)
 	}
 	return err
 }
@@ -341,7 +341,7 @@ func (b *bench) dropCopy(ctx context.Context, prefix string, volumes bool) error
 			return err
 		}
 	}
-	deadline := time.Now().Add(*flagTimeout)
+	deadline := time.Now().Add(b.timeout)
 	for {
 		list := &corev1.NamespaceList{}
 		if err := b.k8s.List(ctx, list); err != nil {
@@ -372,7 +372,7 @@ func (b *bench) dropCopy(ctx context.Context, prefix string, volumes bool) error
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%d namespaces or volumes of %s-* still there after %s", left, prefix, *flagTimeout)
+			return fmt.Errorf("%d namespaces or volumes of %s-* still there after %s", left, prefix, b.timeout)
 		}
 		time.Sleep(time.Second)
 	}
@@ -525,7 +525,7 @@ func (b *bench) waitPodsServing(ctx context.Context, seen *observer, namespaces 
 		in[ns] = true
 	}
 	served := map[types.UID]bool{}
-	err := seen.wait(ctx, time.Now().Add(*flagTimeout), func() (bool, error) {
+	err := seen.wait(ctx, time.Now().Add(b.timeout), func() (bool, error) {
 		pods, err := seen.pods(ctx)
 		if err != nil {
 			return false, err
@@ -558,7 +558,7 @@ func (b *bench) waitPodsServing(ctx context.Context, seen *observer, namespaces 
 		return len(served) >= want, nil
 	})
 	if errors.Is(err, errDeadline) {
-		return fmt.Errorf("%d of %d Pods serving after %s", len(served), want, *flagTimeout)
+		return fmt.Errorf("%d of %d Pods serving after %s", len(served), want, b.timeout)
 	}
 	return err
 }
@@ -624,7 +624,7 @@ func (b *bench) rollOverhead(ctx context.Context) error {
 	if err := b.patchImage(ctx, f, imageV2); err != nil {
 		return err
 	}
-	deadline := start.Add(*flagTimeout)
+	deadline := start.Add(b.timeout)
 	var end time.Time
 	for {
 		// The fleet is read before the Pods: once it reports Ready the
@@ -683,7 +683,7 @@ func (b *bench) rollOverhead(ctx context.Context) error {
 		// finishes a graceful deletion with a delete by name, without the
 		// Pod's UID, and when it repeats one, that can hit the replacement
 		// the StatefulSet controller has just made under the same name (seen
-		// at N=1,000 in issue #20's eleventh round). Its successor is the
+		// at N=1,000 in issue #20's eleventh round, bench/results/history.md). Its successor is the
 		// member; waiting for the gone one to serve could never end.
 		for uid, m := range members {
 			if !present[uid] && m.ready.IsZero() {
@@ -785,14 +785,14 @@ func (b *bench) reaction(ctx context.Context, fleets []*fleetv1.CelldFleet) erro
 			w.Stop()
 			return err
 		}
-		d, err := firstDelete(w, *flagTimeout)
+		d, err := firstDelete(w, b.timeout)
 		w.Stop()
 		if err != nil {
 			return fmt.Errorf("fleet %s/%s: %w", f.Namespace, f.Name, err)
 		}
 		secs = append(secs, round(d.Sub(start).Seconds(), 3))
 		// Spread the next try over the state interval.
-		time.Sleep(time.Duration(i%5) * stateInterval / 5 / 2)
+		time.Sleep(time.Duration(i%5) * StateInterval / 5 / 2)
 	}
 	sorted := append([]float64(nil), secs...)
 	sort.Float64s(sorted)
@@ -896,7 +896,7 @@ func (b *bench) coldRestart(ctx context.Context) error {
 	// start). A fleet's first reconcile reads all its members; that is how
 	// the bench sees the first pass go by without scraping the operator
 	// while it is measured: at N=1,000 a scrape costs the operator about
-	// 0.3 s of CPU (docs/benchmark.md, seventh round).
+	// 0.3 s of CPU (bench/results/history.md, seventh round).
 	b.bed.Standins.ResetStateReads()
 	fleetIPs := map[string][]string{}
 	for _, m := range before {
@@ -907,10 +907,10 @@ func (b *bench) coldRestart(ctx context.Context) error {
 		return fmt.Errorf("%d fleets have member Pods before the restart, want %d", len(fleetIPs), b.n)
 	}
 	var synced, all time.Duration
-	deadline := start.Add(*flagTimeout)
+	deadline := start.Add(b.timeout)
 	for all == 0 {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("not every fleet reconciled after %s (informers synced: %v)", *flagTimeout, synced > 0)
+			return fmt.Errorf("not every fleet reconciled after %s (informers synced: %v)", b.timeout, synced > 0)
 		}
 		if !p.Running() {
 			return fmt.Errorf("fleet operator exited after the restart")
@@ -951,7 +951,7 @@ func (b *bench) coldRestart(ctx context.Context) error {
 	r.AllReconciledSeconds = round(all.Seconds(), 2)
 	r.Ratio = round(all.Seconds()/synced.Seconds(), 2)
 	// Every fleet re-reads /state once more after its first reconcile.
-	time.Sleep(stateInterval + 2*time.Second)
+	time.Sleep(StateInterval + 2*time.Second)
 	after, err := scrapeAddr(b.metrics, b.fleetMetrics)
 	if err != nil {
 		return err
@@ -1019,7 +1019,7 @@ func (b *bench) resumeFleetOperator() error {
 	if err := b.bed.Fleet.Start(); err != nil {
 		return err
 	}
-	return b.waitFirstPass(time.Now().Add(*flagTimeout))
+	return b.waitFirstPass(time.Now().Add(b.timeout))
 }
 
 // lastFleetRead is when the last fleet had every member's /state read:
