@@ -70,6 +70,10 @@ const (
 	TenantPeerAuth = "tenant.peerauth" // Arg: permissive/disable/off (the tenant's namespace-wide PeerAuthentication)
 	AdminOptOut    = "admin.optout"    // Arg: injection/dataplane/clear (Istio's own opt-out labels on the fleets' namespace)
 	TenantRelease  = "tenant.release"  // Arg: forge/off (a forged Helm release record of the Sail Operator, tenantRelease)
+	// API faults (faults.go): the bed's fault proxy between each operator
+	// and the API server.
+	Fault     = "env.fault"     // Arg: a fault of faults (for faultSpan) or clear
+	APIServer = "env.apiserver" // Arg: restart (kube-apiserver stops and starts again, same port and etcd)
 )
 
 var fleetNames = []string{"a", "b"}
@@ -110,6 +114,8 @@ var alphabet = []struct {
 	{TenantPeerAuth, false, []string{"permissive", "disable", "off"}, 1},
 	{AdminOptOut, false, []string{"injection", "dataplane", "clear"}, 1},
 	{TenantRelease, false, []string{"forge", "off"}, 1},
+	{Fault, false, faultArgs(), 2},
+	{APIServer, false, []string{"restart"}, 1},
 }
 
 // Generate is the sequence of n actions for seed: the same seed always

@@ -83,6 +83,8 @@ func (r *Runner) Run(ctx context.Context, seq []Action) (Result, error) {
 	}
 	r.env.takeHolds() // the reset's own
 	r.env.takeOptOuts()
+	r.env.takeFaults()
+	r.env.takeHandEdits()
 	if err := r.populate(ctx, w); err != nil {
 		return Result{}, err
 	}
@@ -129,6 +131,13 @@ func (r *Runner) Run(ctx context.Context, seq []Action) (Result, error) {
 	j := newJudgement(w)
 	j.holds = r.env.takeHolds()
 	j.optOuts = r.env.takeOptOuts()
+	r.endFaults() // normally over by now: settle waits for them
+	played := r.env.takeFaults()
+	logFaults(r.Log, played)
+	for _, f := range played {
+		j.faults = append(j.faults, faultWatch{faultRecord: f})
+	}
+	j.handEdits, j.documented = r.env.takeHandEdits(), documentedReasons(r.Root)
 	var recent, trace []string
 	states := rec.replay(func(s *snapshot) {
 		clean := len(j.violations) == 0
@@ -145,7 +154,7 @@ func (r *Runner) Run(ctx context.Context, seq []Action) (Result, error) {
 		j.atRest = true
 		j.check(j.last, len(seq)+1)
 	}
-	problems = append(append(append(append(append(j.violations, j.missing()...), j.strictAtRest(j.last)...), j.honestAtRest(j.last)...), j.membersAtRest(j.last)...), problems...)
+	problems = append(append(append(append(append(append(j.violations, j.faultStatusVerdicts()...), j.missing()...), j.strictAtRest(j.last)...), j.honestAtRest(j.last)...), j.membersAtRest(j.last)...), problems...)
 	return Result{Violations: problems, Trace: trace, States: states, Took: time.Since(start)}, nil
 }
 
@@ -406,7 +415,12 @@ func (r *Runner) do(ctx context.Context, w world, a Action) error {
 		return r.tenantPeerAuthMode(ctx, w, map[string]string{"permissive": "PERMISSIVE", "disable": "DISABLE"}[a.Arg])
 	case AdminOptOut:
 		return r.adminOptOut(ctx, w, a.Arg)
+	case Fault:
+		return r.setFault(a.Arg)
+	case APIServer:
+		return r.restartAPIServer(ctx)
 	case HandEdit:
+		r.env.noteHandEdit()
 		np := &unstructured.Unstructured{}
 		np.SetAPIVersion("networking.k8s.io/v1")
 		np.SetKind("NetworkPolicy")
