@@ -71,6 +71,8 @@ type judgement struct {
 	// optOuts: the Istio opt-out labels an admin set during the sequence
 	// (checkTenants).
 	optOuts []optOut
+	// adv: the policies, and what admins and tenants set (checkAdversaries).
+	adv *advJudge
 }
 
 func newJudgement(w world) *judgement {
@@ -196,6 +198,7 @@ func (j *judgement) check(s *snapshot, step int) {
 	j.checkDisks(s, step)
 	j.checkHeld(s, step)
 	j.checkTenants(s, step)
+	j.checkAdversaries(s, step)
 	j.last = s
 }
 

@@ -135,7 +135,7 @@ func (j *judgement) membersAtRest(s *snapshot) []string {
 		if f.Spec.Replicas != nil {
 			want = *f.Spec.Replicas
 		}
-		if f.DeletionTimestamp != nil || want == 0 || f.Spec.Maintenance.Paused {
+		if f.DeletionTimestamp != nil || want == 0 || f.Spec.Maintenance.Paused || j.refusedByPolicy(f) {
 			continue
 		}
 		if len(j.members(s, f)) == 0 {

@@ -45,6 +45,7 @@ type Runner struct {
 	inj *injector.Injector
 	n   int
 	env environment
+	adv adversaries
 }
 
 // Result is what one sequence showed.
@@ -129,6 +130,7 @@ func (r *Runner) Run(ctx context.Context, seq []Action) (Result, error) {
 	j := newJudgement(w)
 	j.holds = r.env.takeHolds()
 	j.optOuts = r.env.takeOptOuts()
+	j.adv = &advJudge{advRecord: r.adv.take()}
 	var recent, trace []string
 	states := rec.replay(func(s *snapshot) {
 		clean := len(j.violations) == 0
@@ -146,6 +148,7 @@ func (r *Runner) Run(ctx context.Context, seq []Action) (Result, error) {
 		j.check(j.last, len(seq)+1)
 	}
 	problems = append(append(append(append(append(j.violations, j.missing()...), j.strictAtRest(j.last)...), j.honestAtRest(j.last)...), j.membersAtRest(j.last)...), problems...)
+	problems = append(problems, j.policiesAtRest(j.last)...)
 	return Result{Violations: problems, Trace: trace, States: states, Took: time.Since(start)}, nil
 }
 
@@ -157,6 +160,9 @@ func (r *Runner) reset(ctx context.Context) error {
 		r.inj = nil
 	}
 	if err := r.restoreEnvironment(ctx); err != nil {
+		return err
+	}
+	if err := r.removePolicies(ctx); err != nil {
 		return err
 	}
 	for _, p := range []*harness.Process{r.Bed.Fleet, r.Bed.Mesh} {
@@ -406,6 +412,8 @@ func (r *Runner) do(ctx context.Context, w world, a Action) error {
 		return r.tenantPeerAuthMode(ctx, w, map[string]string{"permissive": "PERMISSIVE", "disable": "DISABLE"}[a.Arg])
 	case AdminOptOut:
 		return r.adminOptOut(ctx, w, a.Arg)
+	case PolicyNSLabels, PolicySTS, PolicyPSS, TenantNetpol, TenantSnippet, AdminServiceAccount:
+		return r.playAdversary(ctx, w, a, fleetExists)
 	case HandEdit:
 		np := &unstructured.Unstructured{}
 		np.SetAPIVersion("networking.k8s.io/v1")

@@ -175,10 +175,20 @@ func (r *Runner) adminOptOut(ctx context.Context, w world, how string) error {
 	case "dataplane":
 		want[labels.IstioDataPlaneMode] = istioOptOuts[labels.IstioDataPlaneMode]
 	case "clear":
-		want = map[string]string{}
+		// Istio's opt-outs only: the admin's other labels (policy.pss) stay.
+		for k := range istioOptOuts {
+			delete(want, k)
+		}
 	default:
 		return fmt.Errorf("%s: unknown argument %q", AdminOptOut, how)
 	}
+	return r.applyAdminLabels(ctx, w, want)
+}
+
+// applyAdminLabels makes want the admin's labels on the app namespace
+// (server-side apply, field manager explore-admin, force) and notes from
+// which resourceVersion each stands (setAdminLabels).
+func (r *Runner) applyAdminLabels(ctx context.Context, w world, want map[string]string) error {
 	md := map[string]any{"name": w.app}
 	if len(want) > 0 {
 		l := map[string]any{}
