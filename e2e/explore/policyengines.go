@@ -685,3 +685,28 @@ func (j *judgement) refusedByPolicy(f fleetv1.CelldFleet) bool {
 	}
 	return false
 }
+
+// refusedRetriesAtRest: how many refused writes of one kind the quiet
+// window (12 s) tolerates at rest. A step the API server refuses (a policy
+// in force) is tried again, by design, no more often than the fleet's poll
+// (--state-interval 10 s on the bed): at most twice in the window. More is
+// a retry loop.
+const refusedRetriesAtRest = 2
+
+// writesAtRest names the writes between two readings of the API server's
+// counters that break rest: every stored write (all writes less the
+// refused ones), and refused writes of one kind more often than
+// refusedRetriesAtRest.
+func writesAtRest(before, after, refusedBefore, refusedAfter map[string]float64) []string {
+	var out []string
+	for k, v := range after {
+		refused := refusedAfter[k] - refusedBefore[k]
+		if d := v - before[k] - refused; d > 0 {
+			out = append(out, fmt.Sprintf("%s %v", k, d))
+		}
+		if refused > refusedRetriesAtRest {
+			out = append(out, fmt.Sprintf("%s %v refused (retried more often than the poll)", k, refused))
+		}
+	}
+	return out
+}

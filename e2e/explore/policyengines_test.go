@@ -332,3 +332,27 @@ func TestPolicyObjects(t *testing.T) {
 	assert.Contains(t, vap.Spec.Validations[0].Expression, policyLabel)
 	assert.Empty(t, vap.Spec.MatchConditions, "every StatefulSet writer is refused")
 }
+
+// TestWritesAtRest: at rest a refused write retried at the poll passes; a
+// stored write, or a refused one retried in a loop, does not.
+func TestWritesAtRest(t *testing.T) {
+	before := map[string]float64{"APPLY statefulsets": 10, "APPLY namespaces": 3}
+	for _, tc := range []struct {
+		name                string
+		after, refusedAfter map[string]float64
+		want                []string
+	}{
+		{"nothing", map[string]float64{"APPLY statefulsets": 10, "APPLY namespaces": 3}, map[string]float64{"APPLY statefulsets": 4}, nil},
+		{"a refused retry at the poll", map[string]float64{"APPLY statefulsets": 12, "APPLY namespaces": 3}, map[string]float64{"APPLY statefulsets": 6}, nil},
+		{"a stored write", map[string]float64{"APPLY statefulsets": 10, "APPLY namespaces": 4}, map[string]float64{"APPLY statefulsets": 4},
+			[]string{"APPLY namespaces 1"}},
+		{"a stored write among refused ones", map[string]float64{"APPLY statefulsets": 13, "APPLY namespaces": 3}, map[string]float64{"APPLY statefulsets": 6},
+			[]string{"APPLY statefulsets 1"}},
+		{"a refused write in a loop", map[string]float64{"APPLY statefulsets": 15, "APPLY namespaces": 3}, map[string]float64{"APPLY statefulsets": 9},
+			[]string{"APPLY statefulsets 5 refused (retried more often than the poll)"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, writesAtRest(before, tc.after, map[string]float64{"APPLY statefulsets": 4}, tc.refusedAfter))
+		})
+	}
+}

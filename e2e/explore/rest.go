@@ -35,6 +35,9 @@ var restReasons = map[string][]string{
 	License + " delete":   {string(meshv1.ReasonLicenseMissing), string(meshv1.ReasonPreviewLocked)},
 	License + " expiring": {string(meshv1.ReasonLicenseExpired), string(meshv1.ReasonPreviewLocked)},
 	LicenseRead + " deny": {string(meshv1.ReasonLicenseUnreadable)},
+	// Pod Security admission refuses members the template does not make
+	// meet restricted (policyengines.go).
+	PolicyPSS + " restricted": {string(fleetv1.ReasonMembersRefused)},
 }
 
 // subject is what a later action of the same kind replaces: the fleet, and

@@ -479,6 +479,10 @@ func (r *Runner) quiet(ctx context.Context, rec *recorder) []string {
 	if err != nil {
 		return []string{err.Error()}
 	}
+	refusedBefore, err := cluster.APIServerRefusedWrites(ctx, r.Bed.Cluster.REST, operatorWrites)
+	if err != nil {
+		return []string{err.Error()}
+	}
 	rec.mu.Lock()
 	seen := len(rec.events)
 	rec.mu.Unlock()
@@ -487,12 +491,11 @@ func (r *Runner) quiet(ctx context.Context, rec *recorder) []string {
 	if err != nil {
 		return []string{err.Error()}
 	}
-	var out []string
-	for k, v := range after {
-		if d := v - before[k]; d > 0 {
-			out = append(out, fmt.Sprintf("%s %v", k, d))
-		}
+	refusedAfter, err := cluster.APIServerRefusedWrites(ctx, r.Bed.Cluster.REST, operatorWrites)
+	if err != nil {
+		return []string{err.Error()}
 	}
+	out := writesAtRest(before, after, refusedBefore, refusedAfter)
 	if len(out) == 0 {
 		return nil
 	}
