@@ -28,6 +28,7 @@ import (
 
 	"github.com/ericdev/fleetmesh/e2e/harness"
 	fleetv1 "github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	meshv1 "github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/shared/labels"
 )
 
@@ -646,6 +647,30 @@ func (j *judgement) policiesAtRest(s *snapshot) []string {
 			}
 			out = append(out, fmt.Sprintf("at rest, %s refuses %s for fleet %s, but its status does not say so (want %s=False/%s quoting the policy): %s",
 				policy, why, f.Name, typ, reason, got))
+		}
+	}
+	// The ServiceMesh: a Ready mesh that is to enroll the app or edge
+	// namespace, still without its mesh-state label, reports
+	// EnrollmentFailed=True/EnrollmentStepFailed quoting the policy.
+	if m := s.serviceMesh(); m != nil && j.adv.inForce[PolicyNSLabels] && m.DeletionTimestamp == nil &&
+		meta.IsStatusConditionTrue(m.Status.Conditions, string(meshv1.ConditionReady)) {
+		for _, name := range []string{j.w.app, j.w.edge} {
+			ns := s.objs[gvrNamespaces]["/"+name]
+			if ns == nil || optedOut(m, ns) {
+				continue
+			}
+			if _, has := ns.GetLabels()[labels.MeshState]; has {
+				continue
+			}
+			c := meta.FindStatusCondition(m.Status.Conditions, string(meshv1.ConditionEnrollmentFailed))
+			if c == nil || c.Status != metav1.ConditionTrue || c.Reason != string(meshv1.ReasonEnrollmentStepFailed) || !strings.Contains(c.Message, policyNSLabels) {
+				got := "no condition"
+				if c != nil {
+					got = fmt.Sprintf("%s=%s/%s: %s", c.Type, c.Status, c.Reason, c.Message)
+				}
+				out = append(out, fmt.Sprintf("at rest, %s refuses enrolling namespace %s, but the ServiceMesh's status does not say so (want %s=True/%s quoting the policy): %s",
+					policyNSLabels, name, meshv1.ConditionEnrollmentFailed, meshv1.ReasonEnrollmentStepFailed, got))
+			}
 		}
 	}
 	for _, f := range s.fleets(j.w.app) {

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	fleetv1 "github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	meshv1 "github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/shared/labels"
 )
 
@@ -353,6 +354,51 @@ func TestWritesAtRest(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.want, writesAtRest(before, tc.after, map[string]float64{"APPLY statefulsets": 4}, tc.refusedAfter))
+		})
+	}
+}
+
+// TestMeshSaysEnrollmentRefused: at rest under policy.nslabels a Ready
+// ServiceMesh that is to enroll a namespace still without its mesh-state
+// reports EnrollmentFailed quoting the policy.
+func TestMeshSaysEnrollmentRefused(t *testing.T) {
+	mesh := func(conds ...metav1.Condition) typed {
+		m := &meshv1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: meshv1.SingletonName},
+			Spec:   meshv1.ServiceMeshSpec{EnrollNamespaces: []string{"x1-app"}},
+			Status: meshv1.ServiceMeshStatus{Conditions: append([]metav1.Condition{{Type: string(meshv1.ConditionReady), Status: metav1.ConditionTrue, Reason: "ControlPlaneReady"}}, conds...)}}
+		return typed{gvrMeshes, m}
+	}
+	failed := metav1.Condition{Type: string(meshv1.ConditionEnrollmentFailed), Status: metav1.ConditionTrue, Reason: string(meshv1.ReasonEnrollmentStepFailed),
+		Message: "announcing namespace x1-app for ambient: " + policyMessage(policyNSLabels)}
+	enrolled := func(s *snapshot) { s.objs[gvrNamespaces]["/x1-app"].SetLabels(map[string]string{labels.MeshState: "enrolled"}) }
+	for _, tc := range []struct {
+		name    string
+		inForce map[string]bool
+		mesh    typed
+		edit    func(*snapshot)
+		want    string
+	}{
+		{"refused and said", map[string]bool{PolicyNSLabels: true}, mesh(failed), nil, ""},
+		{"enrolled before the policy", map[string]bool{PolicyNSLabels: true}, mesh(), enrolled, ""},
+		{"no policy", nil, mesh(), nil, ""},
+		{"refused, status silent", map[string]bool{PolicyNSLabels: true}, mesh(), nil,
+			"explore-namespace-labels refuses enrolling namespace x1-app, but the ServiceMesh's status does not say so"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := adversaryState(t, 1, 1, tc.mesh)
+			if tc.edit != nil {
+				tc.edit(s)
+			}
+			j := newJudgement(testWorld())
+			j.adv = &advJudge{advRecord: advRecord{inForce: tc.inForce}}
+			got := j.policiesAtRest(s)
+			if tc.want == "" {
+				assert.Empty(t, got)
+				return
+			}
+			if assert.Len(t, got, 1, "%q", got) {
+				assert.Contains(t, got[0], tc.want)
+			}
 		})
 	}
 }
