@@ -105,7 +105,9 @@ func TestStandingObjects(t *testing.T) {
 		{"the tenant's NetworkPolicy replaced", rec, []*snapshot{adversaryState(t, 11, 1, fleetIngress(snippet),
 			obj(np, func(u *unstructured.Unstructured) { u.SetUID("uid-other") }))}, "was replaced"},
 		{"the tenant's NetworkPolicy changed", rec, []*snapshot{adversaryState(t, 11, 1, fleetIngress(snippet),
-			obj(np, func(u *unstructured.Unstructured) { u.Object["spec"].(map[string]any)["policyTypes"] = []any{"Ingress"} }))}, "was changed"},
+			obj(np, func(u *unstructured.Unstructured) {
+				u.Object["spec"].(map[string]any)["policyTypes"] = []any{"Ingress"}
+			}))}, "was changed"},
 		{"the tenant's NetworkPolicy adopted", rec, []*snapshot{adversaryState(t, 11, 1, fleetIngress(snippet),
 			obj(np, func(u *unstructured.Unstructured) {
 				u.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "celld.eric.dev/v1alpha1", Kind: "CelldFleet", Name: "a", UID: "uid-fleet-a"}})
@@ -370,7 +372,9 @@ func TestMeshSaysEnrollmentRefused(t *testing.T) {
 	}
 	failed := metav1.Condition{Type: string(meshv1.ConditionEnrollmentFailed), Status: metav1.ConditionTrue, Reason: string(meshv1.ReasonEnrollmentStepFailed),
 		Message: "announcing namespace x1-app for ambient: " + policyMessage(policyNSLabels)}
-	enrolled := func(s *snapshot) { s.objs[gvrNamespaces]["/x1-app"].SetLabels(map[string]string{labels.MeshState: "enrolled"}) }
+	enrolled := func(s *snapshot) {
+		s.objs[gvrNamespaces]["/x1-app"].SetLabels(map[string]string{labels.MeshState: "enrolled"})
+	}
 	for _, tc := range []struct {
 		name    string
 		inForce map[string]bool

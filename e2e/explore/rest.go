@@ -38,6 +38,9 @@ var restReasons = map[string][]string{
 	// Pod Security admission refuses members the template does not make
 	// meet restricted (policyengines.go).
 	PolicyPSS + " restricted": {string(fleetv1.ReasonMembersRefused)},
+	// The API server refuses the fleet's StatefulSet (policiesAtRest
+	// checks that the status quotes the policy).
+	PolicySTS + " on": {string(fleetv1.ReasonStatefulSetRefused)},
 }
 
 // subject is what a later action of the same kind replaces: the fleet, and
