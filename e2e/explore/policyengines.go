@@ -409,7 +409,9 @@ func (r *Runner) tenantNetpol(ctx context.Context, w world, on bool) error {
 		} else if err != nil {
 			return err
 		}
-		rv, err := strconv.ParseInt(cur.GetResourceVersion(), 10, 64)
+		// The span ends now (the cluster's resourceVersion, not the
+		// object's, which is that of its last change).
+		rv, err := r.currentRV(ctx)
 		if err != nil {
 			return err
 		}
@@ -445,6 +447,15 @@ func (r *Runner) tenantNetpol(ctx context.Context, w world, on bool) error {
 		return err
 	}
 	return r.stand(standing{who: "the tenant", gvr: gvrNetpols}, got, "")
+}
+
+// currentRV is the cluster's resourceVersion now (a consistent list's).
+func (r *Runner) currentRV(ctx context.Context) (int64, error) {
+	l, err := r.Dyn.Resource(gvrNamespaces).List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(l.GetResourceVersion(), 10, 64)
 }
 
 // stand records that what got's write set stands from its resourceVersion.
@@ -512,6 +523,10 @@ func (r *Runner) tenantSnippet(ctx context.Context, w world, fleet string, on bo
 		return err
 	}
 	name := fleet + "-routing" // the fleet operator's names.Routing
+	before, err := r.currentRV(ctx)
+	if err != nil {
+		return err
+	}
 	value := "null"
 	if on {
 		value = strconv.Quote(snippetValue)
@@ -529,7 +544,10 @@ func (r *Runner) tenantSnippet(ctx context.Context, w world, fleet string, on bo
 		if err != nil {
 			return err
 		}
-		r.adv.end(gvrIngresses, w.app, name, labels.NginxConfigurationSnippet, rv)
+		// A removal that changed nothing (the annotation already gone)
+		// answers with the object's last resourceVersion: the span ends
+		// now, not then (an operator that took it away is judged for it).
+		r.adv.end(gvrIngresses, w.app, name, labels.NginxConfigurationSnippet, max(rv, before+1))
 		return nil
 	}
 	return r.stand(standing{who: "the namespace editor " + appEditor, gvr: gvrIngresses}, got, labels.NginxConfigurationSnippet)
