@@ -77,6 +77,8 @@ type judgement struct {
 	faults     []faultWatch
 	handEdits  []time.Time
 	documented func(string) bool
+	// adv: the policies, and what admins and tenants set (checkAdversaries).
+	adv *advJudge
 }
 
 func newJudgement(w world) *judgement {
@@ -203,6 +205,7 @@ func (j *judgement) check(s *snapshot, step int) {
 	j.checkHeld(s, step)
 	j.checkTenants(s, step)
 	j.checkFaultStatus(s)
+	j.checkAdversaries(s, step)
 	j.last = s
 }
 
