@@ -9,6 +9,7 @@ require (
 	github.com/go-logr/logr v1.4.4
 	github.com/mattfenwick/cyclonus v0.5.6
 	github.com/stretchr/testify v1.12.1
+	github.com/yuin/gopher-lua v1.1.2
 	golang.org/x/sync v0.24.0
 	istio.io/api v1.32.0
 	k8s.io/api v0.37.2
