@@ -1,6 +1,7 @@
 package charts
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -30,6 +31,8 @@ var (
 		{"metrics disabled", values{"metrics": values{"enabled": false}}},
 		{"monitoring", values{"metrics": values{"secure": true, "serviceMonitor": values{"enabled": true, "labels": values{"release": "prom"}, "interval": "1m"},
 			"prometheusRule": values{"enabled": true, "labels": values{"release": "prom"}}}}},
+		{"pod monitoring", values{"metrics": values{"secure": true, "podMonitor": values{"enabled": true, "labels": values{"release": "prom"}, "bearerTokenSecret": values{"name": "prom-token", "key": "token"}},
+			"prometheusRule": values{"enabled": true}, "grafanaDashboard": values{"enabled": true, "annotations": values{"grafana_folder": "Operators"}}}}},
 		{"everything else", values{
 			"networkPolicyEnforced": true,
 			"serviceAccount":        values{"create": false, "name": "fleet-sa"},
@@ -62,6 +65,8 @@ var (
 		{"metrics disabled", values{"metrics": values{"enabled": false}}},
 		{"monitoring", values{"metrics": values{"secure": true, "serviceMonitor": values{"enabled": true, "labels": values{"release": "prom"}, "interval": "1m"},
 			"prometheusRule": values{"enabled": true, "labels": values{"release": "prom"}}}}},
+		{"pod monitoring", values{"metrics": values{"secure": true, "podMonitor": values{"enabled": true, "labels": values{"release": "prom"}, "bearerTokenSecret": values{"name": "prom-token", "key": "token"}},
+			"prometheusRule": values{"enabled": true}, "grafanaDashboard": values{"enabled": true, "annotations": values{"grafana_folder": "Operators"}}}}},
 		{"sail.install=false", values{"sail": values{"install": false}}},
 		{"escape hatches", values{
 			"extraArgs":                 []string{"--workers=16", "--kube-api-qps=200"},
@@ -291,7 +296,9 @@ func TestFleetAllowedIngressAnnotations(t *testing.T) {
 }
 
 func TestFleetNonDefaults(t *testing.T) {
-	m := render(t, release{chart: fleetChart, name: "fleets", namespace: "ops"}, fleetValueSets[len(fleetValueSets)-1].values)
+	i := slices.IndexFunc(fleetValueSets, func(vs valueSet) bool { return vs.name == "everything else" })
+	require.GreaterOrEqual(t, i, 0)
+	m := render(t, release{chart: fleetChart, name: "fleets", namespace: "ops"}, fleetValueSets[i].values)
 	const ns, name = "ops", "fleets-fleet-operator"
 	assert.Empty(t, m.all("ServiceAccount"), "serviceAccount.create=false")
 	crb := typed[rbacv1.ClusterRoleBinding](t, m, "ClusterRoleBinding", "", name)
