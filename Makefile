@@ -119,7 +119,7 @@ demo-down: ## stop everything `make demo` started
 BENCH_N ?= 30,300,1000
 BENCH_MESH ?= 10,300,1000
 bench: tools ## both operators' benchmark on the local control plane; results in bench/results/<UTC time>.{json,md}, summary in README.md
-	cd e2e && BENCH_N=$(BENCH_N) BENCH_MESH=$(BENCH_MESH) go run ./bench -out $(ROOT)/bench/results -readme $(ROOT)/README.md
+	cd e2e && BENCH_N=$(BENCH_N) BENCH_MESH=$(BENCH_MESH) go run ./bench -out $(ROOT)/bench/results -readme $(ROOT)/README.md -sizing $(ROOT)/docs/install.md
 
 bench-smoke: tools ## the benchmark's smoke test alone (part of test-e2e): N=10 fleets, 10 mesh namespaces, no result files
 	cd e2e && go test -tags e2e -count=1 -run TestBenchSmoke -v ./benchmark/
