@@ -287,3 +287,63 @@ func TestBundleValidatorsCatchABrokenBundle(t *testing.T) {
 		t.Errorf("a CSV owning a CRD the bundle lacks passes: %v", errs)
 	}
 }
+
+// TestArtifactHubAnnotations: each chart's Artifact Hub annotations parse,
+// name the image of the chart's appVersion for the release's platforms, and
+// list exactly the operator's CRDs.
+func TestArtifactHubAnnotations(t *testing.T) {
+	for _, op := range operators {
+		t.Run(op, func(t *testing.T) {
+			m, err := readChart(repoRoot, op)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range []string{"artifacthub.io/license", "artifacthub.io/operator", "artifacthub.io/operatorCapabilities",
+				"artifacthub.io/images", "artifacthub.io/crds", "artifacthub.io/crdsExamples", "artifacthub.io/links", "artifacthub.io/changes"} {
+				if m.Annotations[k] == "" {
+					t.Errorf("annotation %s missing", k)
+				}
+			}
+			var imgs []struct {
+				Name, Image string
+				Platforms   []string
+			}
+			if err := yaml.UnmarshalStrict([]byte(m.Annotations["artifacthub.io/images"]), &imgs); err != nil {
+				t.Fatal(err)
+			}
+			if len(imgs) != 1 || imgs[0].Image != "ghcr.io/ericdev/"+op+":"+m.AppVersion ||
+				strings.Join(imgs[0].Platforms, ",") != "linux/amd64,linux/arm64" {
+				t.Errorf("artifacthub.io/images %+v: want ghcr.io/ericdev/%s:%s for linux/amd64,linux/arm64", imgs, op, m.AppVersion)
+			}
+			var listed []struct{ Kind, Version, Name, DisplayName, Description string }
+			if err := yaml.UnmarshalStrict([]byte(m.Annotations["artifacthub.io/crds"]), &listed); err != nil {
+				t.Fatal(err)
+			}
+			crds, _, err := readCRDs(repoRoot, op)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want, got []string
+			for _, c := range crds {
+				for _, v := range c.Spec.Versions {
+					want = append(want, c.Spec.Names.Kind+"/"+v.Name+"/"+c.Name)
+				}
+			}
+			for _, l := range listed {
+				got = append(got, l.Kind+"/"+l.Version+"/"+l.Name)
+				if l.Description == "" {
+					t.Errorf("%s has no description", l.Name)
+				}
+			}
+			sort.Strings(want)
+			sort.Strings(got)
+			if !reflect.DeepEqual(want, got) {
+				t.Errorf("artifacthub.io/crds lists %v, the operator's CRDs are %v", got, want)
+			}
+			var examples []map[string]any
+			if err := yaml.Unmarshal([]byte(m.Annotations["artifacthub.io/crdsExamples"]), &examples); err != nil || len(examples) == 0 {
+				t.Errorf("artifacthub.io/crdsExamples: %v", err)
+			}
+		})
+	}
+}
