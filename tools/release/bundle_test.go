@@ -14,6 +14,7 @@ import (
 	"github.com/operator-framework/api/pkg/validation"
 	appsv1 "k8s.io/api/apps/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -345,5 +346,37 @@ func TestArtifactHubAnnotations(t *testing.T) {
 				t.Errorf("artifacthub.io/crdsExamples: %v", err)
 			}
 		})
+	}
+}
+
+// TestEveryCRDFieldHasADescription: every field of both CRDs is described
+// (the Go doc comments of the API types, by controller-gen), so that
+// `kubectl explain`, the CSV and the API reference say what it is.
+func TestEveryCRDFieldHasADescription(t *testing.T) {
+	for _, op := range operators {
+		crds, _, err := readCRDs(repoRoot, op)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range crds {
+			for _, v := range c.Spec.Versions {
+				var walk func(s apiextensionsv1.JSONSchemaProps, path string)
+				walk = func(s apiextensionsv1.JSONSchemaProps, path string) {
+					// metadata is the standard ObjectMeta, described by Kubernetes.
+					if path != "" && path != ".metadata" && s.Description == "" {
+						t.Errorf("%s %s: field %s has no description: add a doc comment to its Go field and run make manifests", c.Name, v.Name, path)
+					}
+					for name, p := range s.Properties {
+						walk(p, path+"."+name)
+					}
+					if s.Items != nil && s.Items.Schema != nil && len(s.Items.Schema.Properties) > 0 {
+						for name, p := range s.Items.Schema.Properties {
+							walk(p, path+"[]."+name)
+						}
+					}
+				}
+				walk(*v.Schema.OpenAPIV3Schema, "")
+			}
+		}
 	}
 }
