@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -376,6 +377,34 @@ func TestEveryCRDFieldHasADescription(t *testing.T) {
 					}
 				}
 				walk(*v.Schema.OpenAPIV3Schema, "")
+			}
+		}
+	}
+}
+
+// TestDockerfileBasesPinnedByDigest: every FROM of a Dockerfile that stays
+// (the operators' and the stand-in's, built by the release and kind
+// workflows) names its base by digest, not by a tag that can move.
+func TestDockerfileBasesPinnedByDigest(t *testing.T) {
+	paths, err := filepath.Glob(filepath.Join(repoRoot, "*", "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, _ := filepath.Glob(filepath.Join(repoRoot, "e2e", "cmd", "*", "Dockerfile"))
+	paths = append(paths, more...)
+	if len(paths) < 3 {
+		t.Fatalf("found %v", paths)
+	}
+	from := regexp.MustCompile(`(?m)^FROM\s+(?:--platform=\S+\s+)?(\S+)`)
+	pinned := regexp.MustCompile(`^[^@\s]+:[^@\s]+@sha256:[0-9a-f]{64}$`)
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range from.FindAllStringSubmatch(string(b), -1) {
+			if !pinned.MatchString(m[1]) {
+				t.Errorf("%s: FROM %s is not pinned by digest (IMAGE:TAG@sha256:...)", p, m[1])
 			}
 		}
 	}
