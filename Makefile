@@ -17,7 +17,7 @@ TESTBED_DIR ?= $(ROOT)/.testbed
 GO_TEST_FLAGS ?= -count=1
 
 .PHONY: all tools generate manifests charts verify lint test test-fast test-unit test-integration test-e2e e2e-kind \
-        demo demo-down images build fmt help bench bench-smoke explore explore-selftest release-dry-run bundle
+        demo demo-down images build fmt help bench bench-smoke explore explore-selftest release-dry-run bundle api-reference
 
 all: build
 
@@ -48,11 +48,14 @@ charts: manifests ## lint and package both charts into bin/charts
 	for op in $(OPERATORS); do helm lint --strict charts/$$op; done
 	mkdir -p $(BIN)/charts && for op in $(OPERATORS); do helm package charts/$$op -d $(BIN)/charts >/dev/null; done
 
-verify: manifests ## fail when generated code, CRDs or chart CRDs are stale, or go.mod files are untidy
-	for m in $(GO_MODULES); do (cd $$m && GOWORK=off go mod tidy); done
-	@if [ -n "$$(git status --porcelain -- $(GO_MODULES) charts)" ]; then \
-	  echo "generated files or go.mod are stale; run 'make manifests' and 'go mod tidy', then commit:"; \
-	  git status --porcelain -- $(GO_MODULES) charts; git --no-pager diff --stat -- $(GO_MODULES) charts; exit 1; fi
+verify: manifests api-reference ## fail when generated code, CRDs, chart CRDs or the API reference are stale, or go.mod files are untidy
+	for m in $(GO_MODULES) tools/release; do (cd $$m && GOWORK=off go mod tidy); done
+	@if [ -n "$$(git status --porcelain -- $(GO_MODULES) tools/release charts docs/api-reference.md)" ]; then \
+	  echo "generated files or go.mod are stale; run 'make manifests api-reference' and 'go mod tidy', then commit:"; \
+	  git status --porcelain -- $(GO_MODULES) tools/release charts docs/api-reference.md; git --no-pager diff --stat -- $(GO_MODULES) tools/release charts docs/api-reference.md; exit 1; fi
+
+api-reference: ## docs/api-reference.md from the CRDs (the API types' doc comments)
+	cd tools/release && GOWORK=off go run ./cmd/apiref -root $(ROOT)
 
 fmt: ## gofmt every module
 	gofmt -w $(GO_MODULES)
