@@ -130,7 +130,7 @@ func (r *release) buildCSV(op string, objs []*unstructured.Unstructured, crds []
 			clusterRoles[cr.Name] = cr.Rules
 		case "Role":
 			if o.GetNamespace() != info.Namespace {
-				return nil, fmt.Errorf("Role %s/%s is outside the install namespace: a bundle cannot carry it", o.GetNamespace(), o.GetName())
+				return nil, fmt.Errorf("the chart renders Role %s/%s outside the install namespace: a bundle cannot carry it", o.GetNamespace(), o.GetName())
 			}
 			role, err := convert[rbacv1.Role](o)
 			if err != nil {
