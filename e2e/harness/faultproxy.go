@@ -307,31 +307,42 @@ func (r *FaultRule) matches(in reqInfo) bool {
 func (p *FaultProxy) handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		in := requestInfo(req)
+		var matched *FaultRule
 		var rule FaultRule
-		found := false
 		p.mu.Lock()
 		for _, r := range p.rules {
 			if r.matches(in) {
 				r.stats.Requests++
-				if in.step {
-					now := time.Now()
-					if r.stats.Steps == 0 {
-						r.stats.StepFirst = now
-					}
-					r.stats.Steps++
-					r.stats.StepLast = now
-				}
-				rule, found = *r, true
+				matched, rule = r, *r
 				break
 			}
 		}
 		p.mu.Unlock()
-		if !found {
+		if matched == nil {
 			next.ServeHTTP(w, req)
 			return
 		}
+		if in.step {
+			// Deferred: a hung request ends in a panic that cuts the
+			// connection off.
+			defer p.countFailedStep(matched)
+		}
 		answerFault(w, req, rule, in, p.Name)
 	})
+}
+
+// countFailedStep records a step that has failed: once its client has the
+// answer (or, for a hung request, gave up or was cut off), the moment the
+// operator can know, and the one the explorer's status rule counts from.
+func (p *FaultProxy) countFailedStep(r *FaultRule) {
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r.stats.Steps == 0 {
+		r.stats.StepFirst = now
+	}
+	r.stats.Steps++
+	r.stats.StepLast = now
 }
 
 // answerFault writes the rule's fault for the request.

@@ -172,6 +172,16 @@ func TestFaultProxyFaultShapes(t *testing.T) {
 		if _, isStatus := err.(apierrors.APIStatus); isStatus {
 			t.Fatalf("a timeout must not answer with a Status: %v", err)
 		}
+		// A hung step fails when its client sees it fail, not when it was
+		// sent: the explorer's status rule counts from then.
+		// (the proxy counts it just after cutting the connection off)
+		var st FaultStats
+		for deadline := time.Now().Add(time.Second); st.Steps == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			st = p.Stats()["secrets-get-timeout"]
+		}
+		if st.Steps != 1 || st.StepFirst.Sub(start) < 500*time.Millisecond {
+			t.Fatalf("the failed step is counted when it ends: %+v, %s after it was sent", st, st.StepFirst.Sub(start))
+		}
 		// A client that gives up first gets its own deadline.
 		p.Set(FaultRule{Resource: "secrets", Verb: "get", Fault: FaultTimeout, HangFor: time.Hour})
 		start = time.Now()
