@@ -120,6 +120,10 @@ func TestPackagedChartsRunAFleet(t *testing.T) {
 		switch {
 		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
 			env = append(env, e.Name+"="+d.Namespace)
+		case e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil && e.ValueFrom.ResourceFieldRef.Resource == "limits.memory":
+			// The kubelet's answer: the limit in units of the divisor.
+			lim := pod.Containers[0].Resources.Limits.Memory().Value() / e.ValueFrom.ResourceFieldRef.Divisor.Value()
+			env = append(env, fmt.Sprintf("%s=%d", e.Name, lim))
 		case e.ValueFrom == nil:
 			env = append(env, e.Name+"="+e.Value)
 		default:
