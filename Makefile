@@ -17,7 +17,7 @@ TESTBED_DIR ?= $(ROOT)/.testbed
 GO_TEST_FLAGS ?= -count=1
 
 .PHONY: all tools generate manifests charts verify lint test test-fast test-unit test-integration test-e2e e2e-kind \
-        demo demo-down images build fmt help bench bench-smoke explore explore-selftest
+        demo demo-down images build fmt help bench bench-smoke explore explore-selftest release-dry-run bundle api-reference
 
 all: build
 
@@ -48,19 +48,23 @@ charts: manifests ## lint and package both charts into bin/charts
 	for op in $(OPERATORS); do helm lint --strict charts/$$op; done
 	mkdir -p $(BIN)/charts && for op in $(OPERATORS); do helm package charts/$$op -d $(BIN)/charts >/dev/null; done
 
-verify: manifests ## fail when generated code, CRDs or chart CRDs are stale, or go.mod files are untidy
-	for m in $(GO_MODULES); do (cd $$m && GOWORK=off go mod tidy); done
-	@if [ -n "$$(git status --porcelain -- $(GO_MODULES) charts)" ]; then \
-	  echo "generated files or go.mod are stale; run 'make manifests' and 'go mod tidy', then commit:"; \
-	  git status --porcelain -- $(GO_MODULES) charts; git --no-pager diff --stat -- $(GO_MODULES) charts; exit 1; fi
+verify: manifests api-reference ## fail when generated code, CRDs, chart CRDs or the API reference are stale, or go.mod files are untidy
+	for m in $(GO_MODULES) tools/release; do (cd $$m && GOWORK=off go mod tidy); done
+	@if [ -n "$$(git status --porcelain -- $(GO_MODULES) tools/release charts docs/api-reference.md)" ]; then \
+	  echo "generated files or go.mod are stale; run 'make manifests api-reference' and 'go mod tidy', then commit:"; \
+	  git status --porcelain -- $(GO_MODULES) tools/release charts docs/api-reference.md; git --no-pager diff --stat -- $(GO_MODULES) tools/release charts docs/api-reference.md; exit 1; fi
+
+api-reference: ## docs/api-reference.md from the CRDs (the API types' doc comments)
+	cd tools/release && GOWORK=off go run ./cmd/apiref -root $(ROOT)
 
 fmt: ## gofmt every module
 	gofmt -w $(GO_MODULES)
 
 lint: ## gofmt, go vet and staticcheck on every module
 	@test -x $(BIN)/staticcheck || hack/build-tools.sh lint
-	@out=$$(gofmt -l $(GO_MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@out=$$(gofmt -l $(GO_MODULES) tools/release); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	for m in $(GO_MODULES); do (cd $$m && go vet ./... && go vet -tags integration,e2e ./... && go vet -tags e2e,kind ./... && go vet -tags licensevendor,licensetestkey ./... && staticcheck -tags integration,e2e ./...); done
+	cd tools/release && GOWORK=off go vet ./... && GOWORK=off staticcheck ./...
 
 # Stamped into the binaries (--version, the start-up log line); release images get the tag's version.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -81,6 +85,8 @@ test-unit: ## pure tests: builders, golden files, parsers, decision logic (no AP
 	@# The test build (licensetestkey), which trusts a key from the environment: only the test bed's
 	@# operators are built so; its tests run nowhere else.
 	cd mesh-operator && go test $(GO_TEST_FLAGS) -tags licensetestkey ./internal/license/ && go test $(GO_TEST_FLAGS) -tags licensetestkey,licensevendor ./cmd/mesh-license/
+	@# The release builder (images, archives, SBOMs, checksums, OLM bundles: docs/release.md).
+	cd tools/release && GOWORK=off go test $(GO_TEST_FLAGS) ./...
 
 # One go test for the three modules: their packages run side by side (-p, default one per core);
 # each test starts its own API server, so they cannot see each other.
@@ -105,6 +111,20 @@ e2e-kind: ## kind end-to-end: real cluster, images loaded, both charts installed
 	docker build -f e2e/cmd/celld-standin/Dockerfile -t celld-standin:e2e .
 	cd e2e && FLEETMESH_E2E_KIND=1 go test -tags e2e,kind -count=1 -timeout 60m ./cluster/kind/ ./kindspec/
 
+# The release, built offline as the release workflow publishes it (docs/release.md): both operator images
+# and the celld stand-in as multi-arch OCI layouts, the packaged charts, kubectl-celld and mesh-license
+# archives (linux/darwin × amd64/arm64), CycloneDX SBOMs, OLM bundles, SHA256SUMS; into bin/release.
+# RELEASE_VERSION defaults to the charts' version, which CHANGELOG.md must have cut.
+RELEASE_VERSION ?=
+RELEASE_OUT ?= $(BIN)/release
+release-dry-run: ## build every artifact of a release into bin/release, offline, without Docker (docs/release.md)
+	@test -x $(BIN)/helm || hack/build-tools.sh helm
+	cd tools/release && GOWORK=off go run . -root $(ROOT) -out $(RELEASE_OUT) $(if $(RELEASE_VERSION),-version $(RELEASE_VERSION))
+
+bundle: ## the OLM bundles (CSV, CRDs, metadata) and bundle images of both operators into bin/release/bundle
+	@test -x $(BIN)/helm || hack/build-tools.sh helm
+	cd tools/release && GOWORK=off go run . -root $(ROOT) -out $(RELEASE_OUT) -only bundles $(if $(RELEASE_VERSION),-version $(RELEASE_VERSION))
+
 images: build ## build both operator images with docker (not available on the dev sandbox)
 	for op in $(OPERATORS); do docker build --build-arg VERSION=$(VERSION) -f $$op/Dockerfile -t $$op:dev .; done
 
@@ -119,7 +139,7 @@ demo-down: ## stop everything `make demo` started
 BENCH_N ?= 30,300,1000
 BENCH_MESH ?= 10,300,1000
 bench: tools ## both operators' benchmark on the local control plane; results in bench/results/<UTC time>.{json,md}, summary in README.md
-	cd e2e && BENCH_N=$(BENCH_N) BENCH_MESH=$(BENCH_MESH) go run ./bench -out $(ROOT)/bench/results -readme $(ROOT)/README.md
+	cd e2e && BENCH_N=$(BENCH_N) BENCH_MESH=$(BENCH_MESH) go run ./bench -out $(ROOT)/bench/results -readme $(ROOT)/README.md -sizing $(ROOT)/docs/install.md
 
 bench-smoke: tools ## the benchmark's smoke test alone (part of test-e2e): N=10 fleets, 10 mesh namespaces, no result files
 	cd e2e && go test -tags e2e -count=1 -run TestBenchSmoke -v ./benchmark/

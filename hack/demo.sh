@@ -60,8 +60,8 @@ up)
   echo
   # The fleet operator's kubectl plugin (docs/access.md): who reaches each
   # member port, and which rule decided.
-  echo "== 5. who can reach the members, and which rule decides: kubectl celld access -n demo demo-fleet"
-  kubectl celld access -n demo demo-fleet
+  echo "== 5. who can reach the members, and which rule decides: kubectl celld access -n demo demo-fleet -o wide"
+  kubectl celld access -n demo demo-fleet -o wide
   echo
   echo "demo: running. Try: export KUBECONFIG=$kubeconfig; kubectl -n demo get celldfleet demo-fleet -o yaml"
   echo "demo: stop everything with: make demo-down"

@@ -2,7 +2,8 @@
 // nodes, the celld stand-in on every member Pod IP, both operators as
 // processes under their charts' RBAC) and writes one result per run to
 // bench/results/<UTC timestamp>.{json,md}; with -readme it rewrites the
-// summary block of README.md from the newest result. The scenarios, the
+// summary block of README.md from the newest result, and with -sizing the
+// sizing table of docs/install.md. The scenarios, the
 // sampling and the report are the library e2e/benchmark; see docs/benchmark.md.
 //
 //	cd e2e && go run ./bench                         # N = 30,300,1000; mesh 10,300,1000 namespaces
@@ -29,7 +30,8 @@ var (
 	flagMesh     = flag.String("mesh", envOr("BENCH_MESH", "10,300,1000"), "comma-separated namespace counts the mesh operator enrolls (>= 1); empty for none")
 	flagOut      = flag.String("out", "", "results directory (default <repo>/bench/results)")
 	flagReadme   = flag.String("readme", "", "rewrite the bench block of this README from the newest result in -out")
-	flagNoRun    = flag.Bool("readme-only", false, "only rewrite -readme from the newest result in -out; run nothing")
+	flagNoRun    = flag.Bool("readme-only", false, "only rewrite -readme (and -sizing) from the newest result in -out; run nothing")
+	flagSizing   = flag.String("sizing", "", "rewrite the sizing table of this document (docs/install.md) from the newest results in -out")
 	flagSteady   = flag.Duration("steady", 3*benchmark.StateInterval+5*time.Second, "steady-state window after poking every fleet")
 	flagMetrics  = flag.String("metrics-addr", os.Getenv("BENCH_METRICS_ADDR"), "loopback address for the fleet operator's metrics (default: a free port)")
 	flagSkip     = flag.Int("skip-nodes", 0, "cordon the first kwok nodes of each bed (beds lease disjoint Pod ranges, so this is no longer needed)")
@@ -72,7 +74,13 @@ func run() error {
 		if *flagReadme == "" {
 			return fmt.Errorf("-readme-only needs -readme")
 		}
-		return benchmark.UpdateReadme(*flagReadme, out)
+		if err := benchmark.UpdateReadme(*flagReadme, out); err != nil {
+			return err
+		}
+		if *flagSizing != "" {
+			return benchmark.UpdateSizing(*flagSizing, out)
+		}
+		return nil
 	}
 	o := benchmark.Options{Steady: *flagSteady, Keep: *flagKeep, Log: os.Stderr, Probes: true, NoFloors: *flagNoFloor, MeshRepeat: *flagRepeat,
 		Timeout: *flagTimeout, Timeline: *flagTimeline, Pprof: *flagPprof, MetricsAddr: *flagMetrics, SkipNodes: *flagSkip}
@@ -95,6 +103,12 @@ func run() error {
 			return err
 		}
 		fmt.Fprintf(os.Stderr, "%s bench: rewrote the bench block of %s\n", time.Now().UTC().Format("15:04:05"), *flagReadme)
+	}
+	if *flagSizing != "" {
+		if err := benchmark.UpdateSizing(*flagSizing, out); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "%s bench: rewrote the sizing table of %s\n", time.Now().UTC().Format("15:04:05"), *flagSizing)
 	}
 	return benchmark.Failed(r)
 }

@@ -40,6 +40,13 @@ var (
 		"metrics":               values{"enabled": false},
 		"crds":                  values{"keep": false},
 		"state":                 values{"timeout": "1s", "interval": "10s"},
+		// The escape hatches, validated by the API server.
+		"extraArgs":                 []string{"--workers=16", "--kube-api-qps=200"},
+		"extraEnv":                  []values{{"name": "GOMEMLIMIT", "value": "300MiB"}, {"name": "NODE", "valueFrom": values{"fieldRef": values{"fieldPath": "spec.nodeName"}}}},
+		"extraVolumes":              []values{{"name": "ca", "configMap": values{"name": "corp-ca", "optional": true}}},
+		"extraVolumeMounts":         []values{{"name": "ca", "mountPath": "/etc/ssl/certs/corp", "readOnly": true}},
+		"topologySpreadConstraints": []values{{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": values{"matchLabels": values{"app.kubernetes.io/instance": "fleets"}}}},
+		"resources":                 values{"limits": values{"memory": "1Gi"}},
 	}
 	meshLicensed       = release{chart: meshChart, name: "mesh", namespace: "mesh-alt"}
 	meshLicensedValues = values{
@@ -49,12 +56,17 @@ var (
 		"metrics":   values{"port": 9090},
 	}
 	// sail.install=false, as on OpenShift Service Mesh 3: no installer
-	// rights, and the UID left to the platform.
+	// rights, and the UID left to the platform (the default now; null is
+	// what values files of earlier releases say). Behind an HTTPS proxy.
 	meshLean       = release{chart: meshChart, name: "lean", namespace: "mesh-lean"}
 	meshLeanValues = values{
 		"sail":               values{"install": false},
 		"podSecurityContext": values{"runAsUser": nil, "runAsGroup": nil},
 		"image":              values{"digest": "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
+		"extraEnv":           []values{{"name": "HTTPS_PROXY", "value": "http://proxy.example:3128"}, {"name": "NO_PROXY", "value": "10.96.0.1,.svc"}},
+		"extraVolumes":       []values{{"name": "proxy-ca", "configMap": values{"name": "proxy-ca"}}},
+		"extraVolumeMounts":  []values{{"name": "proxy-ca", "mountPath": "/etc/ssl/certs/proxy-ca.pem", "subPath": "ca.crt", "readOnly": true}},
+		"fullnameOverride":   "lean-mesh",
 	}
 )
 
@@ -193,8 +205,8 @@ func TestRenderedChartsApply(t *testing.T) {
 	t.Run("mesh-operator, sail.install=true installs the Sail Operator", func(t *testing.T) {
 		assertAccess(t, cs, "mesh-system", "mesh-operator", installer, nil)
 	})
-	t.Run("mesh-operator, sail.install=false", func(t *testing.T) {
-		assertAccess(t, cs, "mesh-lean", "lean-mesh-operator", []access{
+	t.Run("mesh-operator, sail.install=false, fullnameOverride", func(t *testing.T) {
+		assertAccess(t, cs, "mesh-lean", "lean-mesh", []access{
 			{"create", "sailoperator.io", "istios", "", ""},
 			{"patch", "", "namespaces", "", "team-a"},
 			{"get", "", "configmaps", "kube-system", "cilium-config"},

@@ -16,7 +16,9 @@ import (
 // TestServiceMonitor: metrics.serviceMonitor renders a ServiceMonitor that
 // selects the metrics Service's port, with the labels and interval given;
 // with metrics.secure it scrapes over https with the Prometheus
-// ServiceAccount's token.
+// ServiceAccount's token. It honours the scraped labels: the fleets'
+// series carry their own namespace label, which Prometheus would otherwise
+// rename to exported_namespace and replace with the operator's namespace.
 func TestServiceMonitor(t *testing.T) {
 	for _, r := range bothReleases {
 		t.Run(r.chart, func(t *testing.T) {
@@ -43,12 +45,65 @@ func TestServiceMonitor(t *testing.T) {
 			assert.Equal(t, "metrics", ep["port"])
 			assert.Equal(t, svc.Spec.Ports[0].Name, ep["port"])
 			assert.Equal(t, "15s", ep["interval"])
+			assert.Equal(t, true, ep["honorLabels"], "the fleets' namespace label stays namespace")
 			assert.Nil(t, ep["scheme"], "plain http by default")
 
 			m = render(t, r, values{"metrics": values{"secure": true, "serviceMonitor": values{"enabled": true}}})
 			ep = must(t, m.find("ServiceMonitor", r.namespace, r.name)).Object["spec"].(map[string]any)["endpoints"].([]any)[0].(map[string]any)
 			assert.Equal(t, "https", ep["scheme"])
 			assert.Equal(t, "/var/run/secrets/kubernetes.io/serviceaccount/token", ep["bearerTokenFile"])
+		})
+	}
+}
+
+// TestPodMonitor: metrics.podMonitor scrapes the operator Pods' metrics
+// port directly (for a Prometheus that selects PodMonitors only, or without
+// the metrics Service in the path), honouring labels like the
+// ServiceMonitor. With metrics.secure it needs a Secret holding a token
+// (a PodMonitor cannot use Prometheus's own ServiceAccount token). One of
+// the two monitors at a time: both would scrape every series twice.
+func TestPodMonitor(t *testing.T) {
+	for _, r := range bothReleases {
+		t.Run(r.chart, func(t *testing.T) {
+			assert.Empty(t, render(t, r, nil).all("PodMonitor"), "off by default")
+			assert.Empty(t, render(t, r, values{"metrics": values{"enabled": false, "podMonitor": values{"enabled": true}}}).all("PodMonitor"),
+				"nothing to scrape without metrics")
+
+			m := render(t, r, values{"metrics": values{"podMonitor": values{"enabled": true, "interval": "20s", "labels": values{"release": "kube-prometheus"}}}})
+			assert.Empty(t, m.all("ServiceMonitor"))
+			pm := m.find("PodMonitor", r.namespace, r.name)
+			require.NotNil(t, pm, m.String())
+			assert.Equal(t, "monitoring.coreos.com/v1", pm.GetAPIVersion())
+			assert.Equal(t, "kube-prometheus", pm.GetLabels()["release"])
+			d := deployment(t, m, r.namespace, r.name)
+			sel, _, _ := unstructured.NestedStringMap(pm.Object, "spec", "selector", "matchLabels")
+			require.NotEmpty(t, sel)
+			for k, v := range sel {
+				assert.Equal(t, v, d.Spec.Template.Labels[k], "the PodMonitor selects the operator Pods (%s)", k)
+			}
+			ns, _, _ := unstructured.NestedStringSlice(pm.Object, "spec", "namespaceSelector", "matchNames")
+			assert.Equal(t, []string{r.namespace}, ns)
+			eps, _, _ := unstructured.NestedSlice(pm.Object, "spec", "podMetricsEndpoints")
+			require.Len(t, eps, 1)
+			ep := eps[0].(map[string]any)
+			assert.Equal(t, "metrics", ep["port"])
+			assert.True(t, hasPort(operatorContainer(t, d), "metrics", 8080))
+			assert.Equal(t, "20s", ep["interval"])
+			assert.Equal(t, true, ep["honorLabels"])
+			assert.Nil(t, ep["scheme"])
+
+			_, err := templateYAML(t, r, values{"metrics": values{"secure": true, "podMonitor": values{"enabled": true}}})
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "metrics.podMonitor.bearerTokenSecret.name")
+
+			m = render(t, r, values{"metrics": values{"secure": true, "podMonitor": values{"enabled": true, "bearerTokenSecret": values{"name": "prom-token", "key": "token"}}}})
+			ep = must(t, m.find("PodMonitor", r.namespace, r.name)).Object["spec"].(map[string]any)["podMetricsEndpoints"].([]any)[0].(map[string]any)
+			assert.Equal(t, "https", ep["scheme"])
+			assert.Equal(t, map[string]any{"type": "Bearer", "credentials": map[string]any{"name": "prom-token", "key": "token"}}, ep["authorization"])
+
+			_, err = templateYAML(t, r, values{"metrics": values{"serviceMonitor": values{"enabled": true}, "podMonitor": values{"enabled": true}}})
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "twice")
 		})
 	}
 }
@@ -116,17 +171,21 @@ func documentedMetrics(t *testing.T) map[string]bool {
 }
 
 // TestPrometheusRules: metrics.prometheusRule renders the example alerts
-// (license expiring soon, fleet not Ready, roll stuck), and every metric an
-// alert reads is one the operators serve and docs/monitoring.md lists.
+// (license expiring soon, fleet not Ready, roll stuck) and the operators'
+// own health (failing passes, reconcile errors, work queue backlog, no
+// leader), and every metric an alert reads is one the operators serve and
+// docs/monitoring.md lists (TestPrometheusRuleExpressions parses them).
 func TestPrometheusRules(t *testing.T) {
 	documented := documentedMetrics(t)
-	metricName := regexp.MustCompile(`\b(celld_[a-z_]+|mesh_operator_[a-z_]+|controller_runtime_[a-z_]+)\b`)
+	metricName := regexp.MustCompile(`\b(celld_[a-z_]+|mesh_operator_[a-z_]+|controller_runtime_[a-z_]+|workqueue_[a-z_]+|leader_election_[a-z_]+)\b`)
 	for _, tc := range []struct {
 		release release
 		alerts  []string
 	}{
-		{fleetRelease, []string{"CelldFleetNotReady", "CelldFleetRollStuck"}},
-		{meshRelease, []string{"MeshLicenseExpiresSoon", "MeshLicenseExpired"}},
+		{fleetRelease, []string{"CelldFleetNotReady", "CelldFleetRollStuck",
+			"FleetOperatorFailingPasses", "FleetOperatorReconcileErrors", "FleetOperatorWorkQueueBacklog", "FleetOperatorNoLeader"}},
+		{meshRelease, []string{"MeshLicenseExpiresSoon", "MeshLicenseExpired",
+			"MeshOperatorFailingPasses", "MeshOperatorReconcileErrors", "MeshOperatorWorkQueueBacklog", "MeshOperatorNoLeader"}},
 	} {
 		t.Run(tc.release.chart, func(t *testing.T) {
 			assert.Empty(t, render(t, tc.release, nil).all("PrometheusRule"), "off by default")

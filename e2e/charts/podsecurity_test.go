@@ -1,6 +1,10 @@
 package charts
 
 import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -13,19 +17,31 @@ import (
 var bothReleases = []release{fleetRelease, meshRelease}
 
 // TestSecurityContextsFromValues: the Pod and container security contexts
-// come from podSecurityContext and securityContext, with today's restricted
-// settings as defaults; runAsUser and runAsGroup may be null (OpenShift's
-// restricted-v2 assigns them) and the rest stays.
+// come from podSecurityContext and securityContext, with the restricted
+// settings as defaults. No UID or GID by default: OpenShift's restricted-v2
+// SCC assigns them from the namespace's range and rejects a pinned 65532;
+// elsewhere the image's numeric USER (TestImagesRunAsNumericUser) lets the
+// kubelet verify runAsNonRoot. podSecurityContext.runAsUser pins one.
 func TestSecurityContextsFromValues(t *testing.T) {
 	for _, r := range bothReleases {
 		t.Run(r.chart+"/defaults", func(t *testing.T) {
 			d := deployment(t, render(t, r, nil), r.namespace, r.name)
-			assert.Equal(t, &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65532), RunAsGroup: ptr.To[int64](65532),
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}, d.Spec.Template.Spec.SecurityContext)
+			assert.Equal(t, &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}, d.Spec.Template.Spec.SecurityContext,
+				"no runAsUser/runAsGroup by default (restricted-v2 assigns them)")
 			assert.Equal(t, &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
 				Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}, operatorContainer(t, d).SecurityContext)
 		})
-		t.Run(r.chart+"/runAsUser null for OpenShift", func(t *testing.T) {
+		t.Run(r.chart+"/runAsUser pinned", func(t *testing.T) {
+			d := deployment(t, render(t, r, values{"podSecurityContext": values{"runAsUser": 65532, "runAsGroup": 65532}}), r.namespace, r.name)
+			pod := d.Spec.Template.Spec.SecurityContext
+			require.NotNil(t, pod)
+			assert.Equal(t, ptr.To[int64](65532), pod.RunAsUser)
+			assert.Equal(t, ptr.To[int64](65532), pod.RunAsGroup)
+			assert.Equal(t, ptr.To(true), pod.RunAsNonRoot, "merged with the defaults")
+			require.NotNil(t, pod.SeccompProfile)
+		})
+		t.Run(r.chart+"/runAsUser null (values of older releases)", func(t *testing.T) {
 			d := deployment(t, render(t, r, values{"podSecurityContext": values{"runAsUser": nil, "runAsGroup": nil}}), r.namespace, r.name)
 			pod := d.Spec.Template.Spec.SecurityContext
 			require.NotNil(t, pod)
@@ -46,6 +62,40 @@ func TestSecurityContextsFromValues(t *testing.T) {
 			sc := operatorContainer(t, d).SecurityContext
 			assert.Equal(t, ptr.To(false), sc.ReadOnlyRootFilesystem)
 			assert.Equal(t, ptr.To(false), sc.AllowPrivilegeEscalation, "merged with the defaults")
+		})
+	}
+}
+
+// TestImagesRunAsNumericUser: with no runAsUser in the Pod, the kubelet
+// checks runAsNonRoot against the image's USER, and refuses to start a
+// container whose USER is a name it cannot resolve to a UID
+// ("image has non-numeric user"). Each operator image's final stage must so
+// name a numeric, non-zero UID (and GID).
+func TestImagesRunAsNumericUser(t *testing.T) {
+	numeric := regexp.MustCompile(`^USER\s+([0-9]+)(?::([0-9]+))?\s*$`)
+	for _, op := range []string{fleetChart, meshChart} {
+		t.Run(op, func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join(repoRoot(t), op, "Dockerfile"))
+			if os.IsNotExist(err) {
+				t.Skipf("%s has no Dockerfile", op)
+			}
+			require.NoError(t, err)
+			// The last FROM starts the final stage; its last USER counts.
+			lines := strings.Split(string(b), "\n")
+			var user string
+			for _, l := range lines {
+				l = strings.TrimSpace(l)
+				if strings.HasPrefix(strings.ToUpper(l), "FROM ") {
+					user = ""
+				}
+				if strings.HasPrefix(strings.ToUpper(l), "USER ") {
+					user = l
+				}
+			}
+			require.NotEmpty(t, user, "%s/Dockerfile: the final stage sets no USER", op)
+			m := numeric.FindStringSubmatch(user)
+			require.NotNil(t, m, "%s/Dockerfile: %q is not a numeric UID[:GID]", op, user)
+			assert.NotEqual(t, "0", m[1], "not root")
 		})
 	}
 }

@@ -1,6 +1,7 @@
 package charts
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -30,6 +31,8 @@ var (
 		{"metrics disabled", values{"metrics": values{"enabled": false}}},
 		{"monitoring", values{"metrics": values{"secure": true, "serviceMonitor": values{"enabled": true, "labels": values{"release": "prom"}, "interval": "1m"},
 			"prometheusRule": values{"enabled": true, "labels": values{"release": "prom"}}}}},
+		{"pod monitoring", values{"metrics": values{"secure": true, "podMonitor": values{"enabled": true, "labels": values{"release": "prom"}, "bearerTokenSecret": values{"name": "prom-token", "key": "token"}},
+			"prometheusRule": values{"enabled": true}, "grafanaDashboard": values{"enabled": true, "annotations": values{"grafana_folder": "Operators"}}}}},
 		{"everything else", values{
 			"networkPolicyEnforced": true,
 			"serviceAccount":        values{"create": false, "name": "fleet-sa"},
@@ -43,6 +46,15 @@ var (
 			"priorityClassName":     "system-cluster-critical",
 			"nodeSelector":          values{"kubernetes.io/os": "linux"},
 		}},
+		{"escape hatches", values{
+			"extraArgs":                 []string{"--workers=16", "--kube-api-qps=200"},
+			"extraEnv":                  []values{{"name": "HTTPS_PROXY", "value": "http://proxy.example:3128"}},
+			"extraVolumes":              []values{{"name": "ca", "configMap": values{"name": "corp-ca"}}},
+			"extraVolumeMounts":         []values{{"name": "ca", "mountPath": "/etc/ssl/corp", "readOnly": true}},
+			"topologySpreadConstraints": []values{{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway"}},
+			"fullnameOverride":          "ops",
+			"podSecurityContext":        values{"runAsUser": 65532, "runAsGroup": 65532},
+		}},
 	}
 	meshValueSets = []valueSet{
 		{"defaults", nil},
@@ -53,7 +65,18 @@ var (
 		{"metrics disabled", values{"metrics": values{"enabled": false}}},
 		{"monitoring", values{"metrics": values{"secure": true, "serviceMonitor": values{"enabled": true, "labels": values{"release": "prom"}, "interval": "1m"},
 			"prometheusRule": values{"enabled": true, "labels": values{"release": "prom"}}}}},
+		{"pod monitoring", values{"metrics": values{"secure": true, "podMonitor": values{"enabled": true, "labels": values{"release": "prom"}, "bearerTokenSecret": values{"name": "prom-token", "key": "token"}},
+			"prometheusRule": values{"enabled": true}, "grafanaDashboard": values{"enabled": true, "annotations": values{"grafana_folder": "Operators"}}}}},
 		{"sail.install=false", values{"sail": values{"install": false}}},
+		{"escape hatches", values{
+			"extraArgs":                 []string{"--workers=16", "--kube-api-qps=200"},
+			"extraEnv":                  []values{{"name": "HTTPS_PROXY", "value": "http://proxy.example:3128"}},
+			"extraVolumes":              []values{{"name": "ca", "configMap": values{"name": "corp-ca"}}},
+			"extraVolumeMounts":         []values{{"name": "ca", "mountPath": "/etc/ssl/corp", "readOnly": true}},
+			"topologySpreadConstraints": []values{{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway"}},
+			"fullnameOverride":          "ops",
+			"podSecurityContext":        values{"runAsUser": 65532, "runAsGroup": 65532},
+		}},
 	}
 )
 
@@ -273,7 +296,9 @@ func TestFleetAllowedIngressAnnotations(t *testing.T) {
 }
 
 func TestFleetNonDefaults(t *testing.T) {
-	m := render(t, release{chart: fleetChart, name: "fleets", namespace: "ops"}, fleetValueSets[len(fleetValueSets)-1].values)
+	i := slices.IndexFunc(fleetValueSets, func(vs valueSet) bool { return vs.name == "everything else" })
+	require.GreaterOrEqual(t, i, 0)
+	m := render(t, release{chart: fleetChart, name: "fleets", namespace: "ops"}, fleetValueSets[i].values)
 	const ns, name = "ops", "fleets-fleet-operator"
 	assert.Empty(t, m.all("ServiceAccount"), "serviceAccount.create=false")
 	crb := typed[rbacv1.ClusterRoleBinding](t, m, "ClusterRoleBinding", "", name)
@@ -454,8 +479,8 @@ func assertHardened(t *testing.T, d *appsv1.Deployment) {
 	require.NotNil(t, pod)
 	require.NotNil(t, pod.RunAsNonRoot)
 	assert.True(t, *pod.RunAsNonRoot)
-	require.NotNil(t, pod.RunAsUser)
-	assert.NotZero(t, *pod.RunAsUser)
+	// No UID by default (OpenShift's restricted-v2 assigns one); a pinned one is not root.
+	assert.True(t, pod.RunAsUser == nil || *pod.RunAsUser != 0, "runAsUser")
 	require.NotNil(t, pod.SeccompProfile)
 	assert.Equal(t, corev1.SeccompProfileTypeRuntimeDefault, pod.SeccompProfile.Type)
 	spec := d.Spec.Template.Spec

@@ -28,8 +28,38 @@ func APIServerWrites(ctx context.Context, cfg *rest.Config, resources []string) 
 	return ParseAPIServerWrites(strings.NewReader(string(raw)), resources)
 }
 
+// APIServerRefusedWrites is APIServerWrites of the writes the API server
+// refused (RefusedCodes): a caller that subtracts them from
+// APIServerWrites counts what was stored.
+func APIServerRefusedWrites(ctx context.Context, cfg *rest.Config, resources []string) (map[string]float64, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("API server metrics: %w", err)
+	}
+	return ParseAPIServerRefusedWrites(strings.NewReader(string(raw)), resources)
+}
+
+// RefusedCodes are the answers with which the API server refuses a write
+// for what it is (RBAC or admission: 403; validation, including a
+// ValidatingAdmissionPolicy's Invalid: 422): nothing was stored.
+var RefusedCodes = map[string]bool{"403": true, "422": true}
+
 // ParseAPIServerWrites is APIServerWrites on a metrics exposition.
 func ParseAPIServerWrites(r io.Reader, resources []string) (map[string]float64, error) {
+	return parseWrites(r, resources, func(string) bool { return true })
+}
+
+// ParseAPIServerRefusedWrites is ParseAPIServerWrites of the writes the API
+// server refused (RefusedCodes) only.
+func ParseAPIServerRefusedWrites(r io.Reader, resources []string) (map[string]float64, error) {
+	return parseWrites(r, resources, func(code string) bool { return RefusedCodes[code] })
+}
+
+func parseWrites(r io.Reader, resources []string, code func(string) bool) (map[string]float64, error) {
 	keep := map[string]bool{}
 	for _, res := range resources {
 		keep[res] = true
@@ -54,7 +84,7 @@ func ParseAPIServerWrites(r io.Reader, resources []string) (map[string]float64, 
 		default:
 			continue
 		}
-		if !keep[lbl["resource"]] {
+		if !keep[lbl["resource"]] || !code(lbl["code"]) {
 			continue
 		}
 		v, err := strconv.ParseFloat(strings.TrimSpace(line[end+1:]), 64)

@@ -53,7 +53,7 @@ func TestDemo(t *testing.T) {
 
 	// The story: what each operator did, in under a screen, before the
 	// access table.
-	story, table, found := strings.Cut(out, "kubectl celld access -n demo demo-fleet\n")
+	story, table, found := strings.Cut(out, "kubectl celld access -n demo demo-fleet -o wide\n")
 	require.True(t, found, "the demo shows the fleet's access table")
 	assert.LessOrEqual(t, strings.Count(story, "\n"), screen, "what each operator did fits in a screen")
 	assert.Contains(t, story, "SIMULATED", "the played Sail Operator and istio-cni are labelled as such")

@@ -70,6 +70,17 @@ const (
 	TenantPeerAuth = "tenant.peerauth" // Arg: permissive/disable/off (the tenant's namespace-wide PeerAuthentication)
 	AdminOptOut    = "admin.optout"    // Arg: injection/dataplane/clear (Istio's own opt-out labels on the fleets' namespace)
 	TenantRelease  = "tenant.release"  // Arg: forge/off (a forged Helm release record of the Sail Operator, tenantRelease)
+	// API faults (faults.go): the bed's fault proxy between each operator
+	// and the API server.
+	Fault     = "env.fault"     // Arg: a fault of faults (for faultSpan) or clear
+	APIServer = "env.apiserver" // Arg: restart (kube-apiserver stops and starts again, same port and etcd)
+	// Policy engines, tenants and admins of issue 43 (policyengines.go).
+	PolicyNSLabels      = "policy.nslabels"      // Arg: on/off (a ValidatingAdmissionPolicy refusing the operators' namespace label changes)
+	PolicySTS           = "policy.sts"           // Arg: on/off (a ValidatingAdmissionPolicy refusing StatefulSets without policyLabel)
+	PolicyPSS           = "policy.pss"           // Arg: restricted/off (the admin's pod-security.kubernetes.io/enforce on the fleets' namespace)
+	TenantNetpol        = "tenant.netpol"        // Arg: on/off (the tenant's own NetworkPolicy blocking HBONE in its namespace)
+	TenantSnippet       = "tenant.snippet"       // Arg: on/off (the fleet namespace's editor's configuration-snippet on the fleet's Ingress)
+	AdminServiceAccount = "admin.serviceaccount" // Arg: custom/default (spec.serviceAccountName: the admin's ServiceAccount, or none)
 )
 
 var fleetNames = []string{"a", "b"}
@@ -110,6 +121,14 @@ var alphabet = []struct {
 	{TenantPeerAuth, false, []string{"permissive", "disable", "off"}, 1},
 	{AdminOptOut, false, []string{"injection", "dataplane", "clear"}, 1},
 	{TenantRelease, false, []string{"forge", "off"}, 1},
+	{Fault, false, faultArgs(), 2},
+	{APIServer, false, []string{"restart"}, 1},
+	{PolicyNSLabels, false, []string{"on", "off"}, 1},
+	{PolicySTS, false, []string{"on", "off"}, 1},
+	{PolicyPSS, false, []string{"restricted", "off"}, 1},
+	{TenantNetpol, false, []string{"on", "off"}, 1},
+	{TenantSnippet, true, []string{"on", "off"}, 1},
+	{AdminServiceAccount, true, []string{"custom", "default"}, 1},
 }
 
 // Generate is the sequence of n actions for seed: the same seed always

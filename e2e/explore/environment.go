@@ -80,6 +80,12 @@ type environment struct {
 	// namespace now; optOuts: each one's span (checkTenants).
 	adminLabels map[string]string
 	optOuts     []optOut
+	// activeFaults: the env.fault faults set now; playedFaults: those
+	// ended, for the judge; handEdits: when env.handedit deleted a
+	// fleet's NetworkPolicy (faults.go).
+	activeFaults map[string]*faultRecord
+	playedFaults []faultRecord
+	handEdits    []time.Time
 }
 
 // hold is a span in which the operator cannot know the license, which was
@@ -486,6 +492,7 @@ func grantsLicense(rule rbacv1.PolicyRule) bool {
 // mesh operator's right to read its license, the license, a Gateway
 // controller that accepts.
 func (r *Runner) restoreEnvironment(ctx context.Context) error {
+	r.endFaults()
 	r.env.mu.Lock()
 	r.env.accept = true
 	var groups []string

@@ -61,7 +61,7 @@ func startRunner(t *testing.T, tree string) *Runner {
 	// Beds play side by side: each line says whose it is.
 	log := &linePrefixer{w: os.Stderr, prefix: t.Name() + ": "}
 	bed, err := harness.StartBed(ctx, harness.BedOptions{
-		Root: root, Source: tree, WorkDir: work, Nodes: 2, Operators: true, NetworkPolicyEnforced: true,
+		Root: root, Source: tree, WorkDir: work, Nodes: 2, Operators: true, NetworkPolicyEnforced: true, FaultProxies: true,
 		StandinStartupDelay: time.Second, Log: log,
 	})
 	require.NoError(t, err)
@@ -336,6 +336,46 @@ func TestPlantedDefect(t *testing.T) {
 		t.Log("EXPLORE_SELFTEST unset: the other planted defects run with make explore-selftest")
 		return
 	}
+	// API faults (faults.go): a fleet operator that takes a failed
+	// request for a reason to tear down its NetworkPolicy, and does not
+	// write the failure to status, must be reported by both rules: the
+	// deletion while the fault holds, and a failing step status never
+	// showed.
+	t.Run("destructive-on-error", func(t *testing.T) {
+		tree := plantedTreeFiles(t,
+			plantIn{"fleet-operator/internal/controller/fleet_controller.go",
+				"\tif obs.failed != nil {\n\t\tr.readMemberFacts(ctx, fleet, obs)\n\t}\n",
+				`	if obs.failed != nil {
+		// planted defect: a failed request tears the fleet's policy down, and status never says
+		_ = r.Client.Delete(ctx, &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: fleet.Namespace, Name: fleet.Name}})
+		return r.outcome(ctx, req.NamespacedName, obs, err), nil
+	}
+`})
+		r := startRunner(t, tree)
+		seq := []Action{
+			{Kind: FleetCreate, Fleet: "a"},
+			{Kind: Fault, Arg: "fleet-statefulsets-timeout"},
+			{Kind: FleetImage, Fleet: "a"},
+		}
+		res := runSequence(t, r, seq)
+		t.Logf("%s\nfound:\n%s%s", Describe(seq), strings.Join(res.Violations, "\n"), traceOf(res))
+		for _, c := range []struct {
+			rule  string
+			found func(string) bool
+		}{
+			{"nothing destructive while a request fails", func(v string) bool {
+				return strings.Contains(v, "(env.fault fleet-statefulsets-timeout): fleet a's NetworkPolicy x1-app/a was deleted")
+			}},
+			{"a failed step appears in status", func(v string) bool {
+				// Never, or only once the roll after the fault left a
+				// member not Ready ("said so only 31s later", first run).
+				return strings.HasPrefix(v, "env.fault fleet-statefulsets-timeout failed") &&
+					(strings.Contains(v, "but no fleet of x1-app ever said so") || strings.Contains(v, "beyond 12s"))
+			}},
+		} {
+			require.True(t, slices.ContainsFunc(res.Violations, c.found), "the planted defect went unnoticed: %s", c.rule)
+		}
+	})
 	// The fleet operator leaves the routing NetworkPolicy behind when
 	// routing is removed; shrinking must keep only the actions that matter.
 	t.Run("routing-policy-left-behind", func(t *testing.T) {

@@ -71,6 +71,14 @@ type judgement struct {
 	// optOuts: the Istio opt-out labels an admin set during the sequence
 	// (checkTenants).
 	optOuts []optOut
+	// faults: the API faults played (checkFaultStatus); handEdits: when
+	// the explorer deleted a fleet's NetworkPolicy itself; documented:
+	// the reasons docs/troubleshooting.md explains (faults.go).
+	faults     []faultWatch
+	handEdits  []time.Time
+	documented func(string) bool
+	// adv: the policies, and what admins and tenants set (checkAdversaries).
+	adv *advJudge
 }
 
 func newJudgement(w world) *judgement {
@@ -165,7 +173,7 @@ func (j *judgement) check(s *snapshot, step int) {
 					j.lastAllowed[key] = v
 					if v.allowed {
 						j.established[key] = true
-					} else if j.established[key] {
+					} else if j.established[key] && !j.frozenEdge(s, r.src, dst) {
 						j.fail("lost "+key, "step %d, after %s: required connection LOST (%s): %s -> %s:%d: %s", step, s.last, r.why, r.src, dst.Name, r.port, v.why)
 					}
 				case v.allowed && !grace && !(v.hbone && !j.atRest && s.istioPoliciesMissing()) && (r.why != "labelled client on 8080"):
@@ -196,6 +204,8 @@ func (j *judgement) check(s *snapshot, step int) {
 	j.checkDisks(s, step)
 	j.checkHeld(s, step)
 	j.checkTenants(s, step)
+	j.checkFaultStatus(s)
+	j.checkAdversaries(s, step)
 	j.last = s
 }
 
@@ -451,7 +461,7 @@ func (j *judgement) checkHeld(s *snapshot, step int) {
 			if !h.covers(s.at) {
 				continue
 			}
-			for _, v := range releasedWhileHeld(j.w, j.before, s) {
+			for _, v := range append(releasedWhileHeld(j.w, j.before, s), fleetPolicyDeleted(j.w, j.before, s, j.handEdits)...) {
 				j.fail("held "+v, "step %d, after %s: while %s: %s", step, s.last, h.why, v)
 			}
 			break

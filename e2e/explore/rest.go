@@ -35,6 +35,12 @@ var restReasons = map[string][]string{
 	License + " delete":   {string(meshv1.ReasonLicenseMissing), string(meshv1.ReasonPreviewLocked)},
 	License + " expiring": {string(meshv1.ReasonLicenseExpired), string(meshv1.ReasonPreviewLocked)},
 	LicenseRead + " deny": {string(meshv1.ReasonLicenseUnreadable)},
+	// Pod Security admission refuses members the template does not make
+	// meet restricted (policyengines.go).
+	PolicyPSS + " restricted": {string(fleetv1.ReasonMembersRefused)},
+	// The API server refuses the fleet's StatefulSet (policiesAtRest
+	// checks that the status quotes the policy).
+	PolicySTS + " on": {string(fleetv1.ReasonStatefulSetRefused)},
 }
 
 // subject is what a later action of the same kind replaces: the fleet, and
@@ -135,7 +141,7 @@ func (j *judgement) membersAtRest(s *snapshot) []string {
 		if f.Spec.Replicas != nil {
 			want = *f.Spec.Replicas
 		}
-		if f.DeletionTimestamp != nil || want == 0 || f.Spec.Maintenance.Paused {
+		if f.DeletionTimestamp != nil || want == 0 || f.Spec.Maintenance.Paused || j.refusedByPolicy(f) {
 			continue
 		}
 		if len(j.members(s, f)) == 0 {

@@ -45,6 +45,7 @@ type Runner struct {
 	inj *injector.Injector
 	n   int
 	env environment
+	adv adversaries
 }
 
 // Result is what one sequence showed.
@@ -83,6 +84,8 @@ func (r *Runner) Run(ctx context.Context, seq []Action) (Result, error) {
 	}
 	r.env.takeHolds() // the reset's own
 	r.env.takeOptOuts()
+	r.env.takeFaults()
+	r.env.takeHandEdits()
 	if err := r.populate(ctx, w); err != nil {
 		return Result{}, err
 	}
@@ -129,6 +132,14 @@ func (r *Runner) Run(ctx context.Context, seq []Action) (Result, error) {
 	j := newJudgement(w)
 	j.holds = r.env.takeHolds()
 	j.optOuts = r.env.takeOptOuts()
+	r.endFaults() // normally over by now: settle waits for them
+	played := r.env.takeFaults()
+	logFaults(r.Log, played)
+	for _, f := range played {
+		j.faults = append(j.faults, faultWatch{faultRecord: f})
+	}
+	j.handEdits, j.documented = r.env.takeHandEdits(), documentedReasons(r.Root)
+	j.adv = &advJudge{advRecord: r.adv.take()}
 	var recent, trace []string
 	states := rec.replay(func(s *snapshot) {
 		clean := len(j.violations) == 0
@@ -145,7 +156,8 @@ func (r *Runner) Run(ctx context.Context, seq []Action) (Result, error) {
 		j.atRest = true
 		j.check(j.last, len(seq)+1)
 	}
-	problems = append(append(append(append(append(j.violations, j.missing()...), j.strictAtRest(j.last)...), j.honestAtRest(j.last)...), j.membersAtRest(j.last)...), problems...)
+	problems = append(append(append(append(append(append(j.violations, j.faultStatusVerdicts()...), j.missing()...), j.strictAtRest(j.last)...), j.honestAtRest(j.last)...), j.membersAtRest(j.last)...), problems...)
+	problems = append(problems, j.policiesAtRest(j.last)...)
 	return Result{Violations: problems, Trace: trace, States: states, Took: time.Since(start)}, nil
 }
 
@@ -157,6 +169,9 @@ func (r *Runner) reset(ctx context.Context) error {
 		r.inj = nil
 	}
 	if err := r.restoreEnvironment(ctx); err != nil {
+		return err
+	}
+	if err := r.removePolicies(ctx); err != nil {
 		return err
 	}
 	for _, p := range []*harness.Process{r.Bed.Fleet, r.Bed.Mesh} {
@@ -406,7 +421,14 @@ func (r *Runner) do(ctx context.Context, w world, a Action) error {
 		return r.tenantPeerAuthMode(ctx, w, map[string]string{"permissive": "PERMISSIVE", "disable": "DISABLE"}[a.Arg])
 	case AdminOptOut:
 		return r.adminOptOut(ctx, w, a.Arg)
+	case Fault:
+		return r.setFault(a.Arg)
+	case APIServer:
+		return r.restartAPIServer(ctx)
+	case PolicyNSLabels, PolicySTS, PolicyPSS, TenantNetpol, TenantSnippet, AdminServiceAccount:
+		return r.playAdversary(ctx, w, a, fleetExists)
 	case HandEdit:
+		r.env.noteHandEdit()
 		np := &unstructured.Unstructured{}
 		np.SetAPIVersion("networking.k8s.io/v1")
 		np.SetKind("NetworkPolicy")
@@ -471,6 +493,10 @@ func (r *Runner) quiet(ctx context.Context, rec *recorder) []string {
 	if err != nil {
 		return []string{err.Error()}
 	}
+	refusedBefore, err := cluster.APIServerRefusedWrites(ctx, r.Bed.Cluster.REST, operatorWrites)
+	if err != nil {
+		return []string{err.Error()}
+	}
 	rec.mu.Lock()
 	seen := len(rec.events)
 	rec.mu.Unlock()
@@ -479,12 +505,11 @@ func (r *Runner) quiet(ctx context.Context, rec *recorder) []string {
 	if err != nil {
 		return []string{err.Error()}
 	}
-	var out []string
-	for k, v := range after {
-		if d := v - before[k]; d > 0 {
-			out = append(out, fmt.Sprintf("%s %v", k, d))
-		}
+	refusedAfter, err := cluster.APIServerRefusedWrites(ctx, r.Bed.Cluster.REST, operatorWrites)
+	if err != nil {
+		return []string{err.Error()}
 	}
+	out := writesAtRest(before, after, refusedBefore, refusedAfter)
 	if len(out) == 0 {
 		return nil
 	}

@@ -175,10 +175,20 @@ func (r *Runner) adminOptOut(ctx context.Context, w world, how string) error {
 	case "dataplane":
 		want[labels.IstioDataPlaneMode] = istioOptOuts[labels.IstioDataPlaneMode]
 	case "clear":
-		want = map[string]string{}
+		// Istio's opt-outs only: the admin's other labels (policy.pss) stay.
+		for k := range istioOptOuts {
+			delete(want, k)
+		}
 	default:
 		return fmt.Errorf("%s: unknown argument %q", AdminOptOut, how)
 	}
+	return r.applyAdminLabels(ctx, w, want)
+}
+
+// applyAdminLabels makes want the admin's labels on the app namespace
+// (server-side apply, field manager explore-admin, force) and notes from
+// which resourceVersion each stands (setAdminLabels).
+func (r *Runner) applyAdminLabels(ctx context.Context, w world, want map[string]string) error {
 	md := map[string]any{"name": w.app}
 	if len(want) > 0 {
 		l := map[string]any{}
@@ -188,6 +198,10 @@ func (r *Runner) adminOptOut(ctx context.Context, w world, how string) error {
 		md["labels"] = l
 	}
 	ns := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": md}}
+	before, err := r.currentRV(ctx)
+	if err != nil {
+		return err
+	}
 	got, err := r.Dyn.Resource(gvrNamespaces).Apply(ctx, w.app, ns, metav1.ApplyOptions{FieldManager: adminManager, Force: true})
 	if err != nil {
 		return err
@@ -196,7 +210,9 @@ func (r *Runner) adminOptOut(ctx context.Context, w world, how string) error {
 	if _, err := fmt.Sscan(got.GetResourceVersion(), &rv); err != nil {
 		return fmt.Errorf("the admin's write returned resourceVersion %q: %w", got.GetResourceVersion(), err)
 	}
-	r.env.setAdminLabels(w.app, want, rv)
+	// An apply that changed nothing answers with the namespace's last
+	// resourceVersion: the admin's labels stand as they are from now.
+	r.env.setAdminLabels(w.app, want, max(rv, before+1))
 	return nil
 }
 

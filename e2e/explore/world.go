@@ -318,7 +318,7 @@ func (s *snapshot) serviceMesh() *meshv1.ServiceMesh {
 func (s *snapshot) meshPart() *snapshot {
 	out := &snapshot{rv: s.rv, step: s.step, last: s.last, at: s.at, objs: map[schema.GroupVersionResource]map[string]*unstructured.Unstructured{},
 		absent: maps.Clone(s.absent), restored: maps.Clone(s.restored)}
-	for _, gvr := range []schema.GroupVersionResource{gvrNamespaces, gvrPAs, gvrAPs, gvrMeshes} {
+	for _, gvr := range []schema.GroupVersionResource{gvrNamespaces, gvrPAs, gvrAPs, gvrMeshes, gvrNetpols, gvrFleets} {
 		out.objs[gvr] = maps.Clone(s.objs[gvr])
 	}
 	return out

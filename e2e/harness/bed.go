@@ -48,6 +48,9 @@ type BedOptions struct {
 	FleetExtraArgs []string
 	// MeshExtraArgs are appended to the mesh operator's arguments, likewise.
 	MeshExtraArgs []string
+	// FaultProxies puts a FaultProxy between each operator and the API
+	// server (Bed.Proxies): the operators' kubeconfigs point at it.
+	FaultProxies bool
 	// SimulateMesh plays the two mesh components the bed cannot run (it has
 	// no container runtime): the Sail Operator's controller (sailfake, with
 	// the project's minimal Sail CRDs) and istio-cni (cnifake, every
@@ -72,6 +75,9 @@ type Bed struct {
 	Mesh     *Process
 	// Standins serve the member Pods' ports (see package standin).
 	Standins *standin.Pool
+	// Proxies are the operators' fault proxies by operator name
+	// (fleet-operator, mesh-operator) when BedOptions.FaultProxies is set.
+	Proxies map[string]*FaultProxy
 
 	stopStandin context.CancelFunc
 	standinDone chan struct{}
@@ -179,6 +185,18 @@ func (b *Bed) startOperators(ctx context.Context) error {
 	if err := b.buildOperators(ctx, b.Opts.Source, b.binDir()); err != nil {
 		return err
 	}
+	if b.Opts.FaultProxies {
+		b.Proxies = map[string]*FaultProxy{}
+		for _, c := range []Chart{fleetChart, meshChart} {
+			user := "system:serviceaccount:" + c.Namespace + ":" + c.ServiceAccount()
+			p, err := StartFaultProxy(user, b.Cluster.REST.Host, b.Cluster.REST.TLSClientConfig.CAData)
+			if err != nil {
+				return err
+			}
+			b.Proxies[c.Name] = p
+			fmt.Fprintf(b.Opts.Log, "bed: %s talks to the API server through the fault proxy %s\n", c.Name, p.URL())
+		}
+	}
 	if err := b.installRBAC(ctx, b.Opts.Source); err != nil {
 		return err
 	}
@@ -250,8 +268,14 @@ func (b *Bed) installRBAC(ctx context.Context, tree string) error {
 		if err := InstallRBAC(ctx, b.Cluster, b.Opts.Root, c); err != nil {
 			return fmt.Errorf("installing %s RBAC: %w", c.Name, err)
 		}
-		if err := ServiceAccountKubeconfig(ctx, b.Cluster, c.Namespace, c.ServiceAccount(), filepath.Join(b.Opts.WorkDir, c.Name+".kubeconfig")); err != nil {
+		path := filepath.Join(b.Opts.WorkDir, c.Name+".kubeconfig")
+		if err := ServiceAccountKubeconfig(ctx, b.Cluster, c.Namespace, c.ServiceAccount(), path); err != nil {
 			return err
+		}
+		if p := b.Proxies[c.Name]; p != nil {
+			if err := pointKubeconfigAt(path, p.URL(), p.CAPEM()); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -353,6 +377,9 @@ func (b *Bed) Stop() {
 			_ = p.Stop(15 * time.Second)
 		}
 	}
+	for _, p := range b.Proxies {
+		_ = p.Close()
+	}
 	if b.stopStandin != nil {
 		b.stopStandin()
 		<-b.standinDone
@@ -360,6 +387,12 @@ func (b *Bed) Stop() {
 	if b.Provider != nil {
 		_ = b.Provider.Down(context.Background())
 	}
+}
+
+// RestartAPIServer stops kube-apiserver and starts it again on the same
+// address with the same etcd (local.Provider.RestartAPIServer).
+func (b *Bed) RestartAPIServer(ctx context.Context) error {
+	return b.Provider.RestartAPIServer(ctx)
 }
 
 // SignLicense mints a license signed with the bed's test key (the one the

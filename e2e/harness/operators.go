@@ -117,6 +117,21 @@ func ServiceAccountKubeconfig(ctx context.Context, cl *cluster.Cluster, namespac
 	return clientcmd.WriteToFile(*cfg, path)
 }
 
+// pointKubeconfigAt makes the kubeconfig at path talk to server (a fault
+// proxy on 127.0.0.1) trusting caPEM, with the same credentials.
+func pointKubeconfigAt(path, server string, caPEM []byte) error {
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		return err
+	}
+	for name, c := range cfg.Clusters {
+		c = c.DeepCopy()
+		c.Server, c.CertificateAuthorityData, c.CertificateAuthority = server, caPEM, ""
+		cfg.Clusters[name] = c
+	}
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
 // Process is an operator running on this machine.
 type Process struct {
 	Name       string

@@ -47,11 +47,19 @@ import (
 	"github.com/ericdev/fleetmesh/shared/labels"
 )
 
-// previousRelease is the tree users upgrade from. No release is tagged yet;
-// until one is, it is the commit main stood at before the upgrade guard
-// (CHANGELOG.md "Unreleased" lists what changed since). Replace it with the
-// newest release tag when cutting a release (docs/development.md).
+// previousRelease is the tree users upgrade from. It is still the commit
+// main stood at before the upgrade guard: 0.1.0 is cut in CHANGELOG.md, but
+// its tags (fleet-operator/v0.1.0, mesh-operator/v0.1.0) are made by the
+// release workflow's trigger, on main, once the cut is merged. Then set
+// previousRelease to the tag and previousReleaseVersion to "0.1.0"
+// (docs/development.md).
 const previousRelease = "033119b"
+
+// previousReleaseVersion is the CHANGELOG.md version of previousRelease; ""
+// while previousRelease predates every release section, so that the member
+// restarts declared since are those of "Unreleased" and of every release
+// section.
+const previousReleaseVersion = ""
 
 const (
 	fleetsNS = "upgrade-fleets"
@@ -457,9 +465,11 @@ func statusWrites(before, after map[string]float64) map[string]float64 {
 	return out
 }
 
-// declaredRestarts are the Unreleased "Restarts members" entries of
-// CHANGELOG.md that carry a template fingerprint (see
-// fleet-operator/internal/controller/upgrade_guard_test.go).
+// declaredRestarts are the "Restarts members" entries of CHANGELOG.md that
+// carry a template fingerprint (see
+// fleet-operator/internal/controller/upgrade_guard_test.go), in "Unreleased"
+// and in every fleet operator release section newer than
+// previousReleaseVersion: what changed since previousRelease.
 func declaredRestarts(t *testing.T, root string) []string {
 	t.Helper()
 	f, err := os.Open(filepath.Join(root, "CHANGELOG.md"))
@@ -473,10 +483,13 @@ func declaredRestarts(t *testing.T, root string) []string {
 		line := sc.Text()
 		switch {
 		case strings.HasPrefix(line, "## "):
-			section = strings.TrimSpace(line[3:])
+			section, sub = strings.TrimSpace(line[3:]), ""
+			if previousReleaseVersion != "" && strings.HasPrefix(section, "fleet-operator "+previousReleaseVersion+" ") {
+				return out
+			}
 		case strings.HasPrefix(line, "### "):
 			sub = strings.TrimSpace(line[4:])
-		case section == "Unreleased" && sub == "Restarts members" && fp.MatchString(line):
+		case (section == "Unreleased" || strings.HasPrefix(section, "fleet-operator ")) && sub == "Restarts members" && fp.MatchString(line):
 			out = append(out, line)
 		}
 	}

@@ -37,8 +37,13 @@ import (
 )
 
 // SchemaVersion names the JSON schema of Report (docs/access.md). Fields may
-// be added within a version; none is removed or changes meaning.
-const SchemaVersion = "access.celld.eric.dev/v1"
+// be added within a version; none is removed or changes meaning. It is also
+// the report's apiVersion, and Kind its kind, so kubectl's printers (-o
+// json|yaml|jsonpath) take it like any other object.
+const (
+	SchemaVersion = "access.celld.eric.dev/v1"
+	Kind          = "AccessReport"
+)
 
 // Snapshot is everything a report is computed from, read once.
 type Snapshot struct {
@@ -75,6 +80,12 @@ type Options struct {
 	// outside the cluster, IP). The end-to-end specs ask about theirs.
 	Callers []Caller
 }
+
+// The two operator representatives when no operator Pod is visible.
+const (
+	operatorWithSidecar = "(the fleet operator, with a sidecar)"
+	operatorWithoutMesh = "(the fleet operator, without mesh identity)"
+)
 
 // Defaults as the fleet operator's chart installs it.
 const (
@@ -113,9 +124,10 @@ const (
 
 // Report is the answer. Its JSON form is the plugin's -o json output.
 type Report struct {
-	SchemaVersion string   `json:"schemaVersion"`
-	Fleet         FleetRef `json:"fleet"`
-	Istio         Istio    `json:"istio"`
+	metav1.TypeMeta `json:",inline"`
+	SchemaVersion   string   `json:"schemaVersion"`
+	Fleet           FleetRef `json:"fleet"`
+	Istio           Istio    `json:"istio"`
 	// Unreadable: objects the reader was not allowed to read; verdicts
 	// that depend on them are marked unknown.
 	Unreadable []string      `json:"unreadable,omitempty"`
@@ -259,7 +271,7 @@ func Compute(snap *Snapshot, opts Options) (*Report, error) {
 		}
 	}
 
-	r := &Report{SchemaVersion: SchemaVersion, Fleet: FleetRef{Namespace: f.Namespace, Name: f.Name},
+	r := &Report{TypeMeta: metav1.TypeMeta{APIVersion: SchemaVersion, Kind: Kind}, SchemaVersion: SchemaVersion, Fleet: FleetRef{Namespace: f.Namespace, Name: f.Name},
 		Unreadable: slices.Clone(snap.Unreadable), Operator: c.operator, Members: []Member{}, Ingress: []Entry{}, Egress: []EgressEntry{}}
 	r.Istio.API = snap.IstioAPI
 	if snap.IstioAPI {
@@ -566,7 +578,7 @@ func (c *snapshotContext) callers(d dest, dests []dest) []caller {
 		// unreadable), so whether it has a mesh identity is unknown: both
 		// answers are shown.
 		meshed, plain := operator, operator
-		meshed.Name, plain.Name = "(the fleet operator, with a sidecar)", "(the fleet operator, without mesh identity)"
+		meshed.Name, plain.Name = operatorWithSidecar, operatorWithoutMesh
 		reps = slices.Insert(reps, 1, caller{class: ClassOperator, how: podmesh.Sidecar, Caller: meshed}, caller{class: ClassOperator, Caller: plain})
 	}
 	if fleetHow != podmesh.None {

@@ -48,7 +48,8 @@ func assertText(t *testing.T, path string, got []byte) {
 	}
 }
 
-// TestReportGolden pins the table and the JSON for every recorded state.
+// TestReportGolden pins the default and the wide table and the JSON for
+// every recorded state.
 func TestReportGolden(t *testing.T) {
 	// With -update the states are rewritten in the same run
 	// (TestRecordedStates); judge what they are becoming.
@@ -66,14 +67,18 @@ func TestReportGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var table, js bytes.Buffer
+			var table, wide, js bytes.Buffer
 			if err := r.Table(&table); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.WideTable(&wide); err != nil {
 				t.Fatal(err)
 			}
 			if err := r.JSON(&js); err != nil {
 				t.Fatal(err)
 			}
 			assertText(t, "report/"+name+".txt", table.Bytes())
+			assertText(t, "report/"+name+".wide.txt", wide.Bytes())
 			// The JSON schema is pinned on two states, for one member: the
 			// table goldens already hold every verdict.
 			if name == "fleet-only" || name == "ambient-namespace-isolation" {

@@ -154,4 +154,13 @@ const (
 	IngressAnnotationSnippetSuffix = "-snippet"
 	NginxAuthURL                   = "nginx.ingress.kubernetes.io/auth-url"
 	NginxAuthSignin                = "nginx.ingress.kubernetes.io/auth-signin"
+	// NginxConfigurationSnippet is the snippet key a namespace editor may
+	// still set on an Ingress with its own rights (docs/security.md): the
+	// fleet operator neither writes nor removes it.
+	NginxConfigurationSnippet = "nginx.ingress.kubernetes.io/configuration-snippet"
 )
+
+// PodSecurityEnforce is Pod Security admission's namespace label: the level
+// (privileged, baseline, restricted) the API server enforces on the
+// namespace's Pods. An admin's to set; the operators never write it.
+const PodSecurityEnforce = "pod-security.kubernetes.io/enforce"

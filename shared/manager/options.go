@@ -112,6 +112,7 @@ func (o *Options) Validate() error {
 // customize may adjust the manager options (cache selectors, for example).
 func (o *Options) NewManager(scheme *runtime.Scheme, customize func(*ctrl.Options)) (ctrl.Manager, error) {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
+	applySoftMemoryLimit(os.Getenv)
 	leaseNamespace := o.LeaderElectionNamespace
 	if leaseNamespace == "" {
 		leaseNamespace = o.Namespace

@@ -1,8 +1,28 @@
+{{- /*
+The chart's name in object names: nameOverride, or the chart's own. It never
+changes the Pod selector labels (app.kubernetes.io/name stays the chart's
+name: fleet NetworkPolicies admit the operator by it, and a Deployment's
+selector cannot change after install).
+*/ -}}
+{{- define "fleet-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- /*
+The prefix of every object's name: fullnameOverride, or RELEASE-NAME (just
+RELEASE when it already contains NAME, so the default release
+"fleet-operator" names everything "fleet-operator", as the docs and the e2e harness expect).
+*/ -}}
 {{- define "fleet-operator.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "fleet-operator.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 

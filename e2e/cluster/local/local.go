@@ -101,6 +101,10 @@ type Provider struct {
 	bgCtx  context.Context
 	stopBG context.CancelFunc
 	waitBG []func()
+	// apiArgs and apiCfg are how kube-apiserver was started and is
+	// reached (RestartAPIServer starts it again the same way).
+	apiArgs []string
+	apiCfg  *rest.Config
 }
 
 var _ cluster.Provider = (*Provider)(nil)
@@ -468,11 +472,15 @@ func (p *Provider) startAPIServer(ctx context.Context, certs *pki, etcdPort int)
 		if err != nil {
 			return nil, err
 		}
-		proc, err := p.start("kube-apiserver", append(apiServerArgs(p.layout, certs, etcdPort, ports[0], p.opts.ServiceCIDR), p.opts.APIServerExtraArgs...), nil)
+		args := append(apiServerArgs(p.layout, certs, etcdPort, ports[0], p.opts.ServiceCIDR), p.opts.APIServerExtraArgs...)
+		proc, err := p.start("kube-apiserver", args, nil)
 		if err != nil {
 			return nil, err
 		}
 		cfg := restConfig("https://127.0.0.1:"+strconv.Itoa(ports[0]), certs)
+		p.mu.Lock()
+		p.apiArgs, p.apiCfg = args, cfg
+		p.mu.Unlock()
 		if err := writeKubeconfig(p.layout.kubeconfig(), cfg.Host, certs); err != nil {
 			return nil, err
 		}
@@ -490,6 +498,53 @@ func (p *Provider) startAPIServer(ctx context.Context, certs *pki, etcdPort int)
 			return nil, err
 		}
 		p.forget(proc)
+	}
+}
+
+// RestartAPIServer stops kube-apiserver (SIGTERM, as a rolling restart or
+// an upgrade of the control plane does) and starts it again on the same
+// port with the same etcd and arguments, so every client's address and
+// credentials stay valid; it returns once /readyz answers ok. Clients see
+// their connections end and requests fail while it is down; etcd keeps the
+// state. It retries the start while the port is not free yet.
+func (p *Provider) RestartAPIServer(ctx context.Context) error {
+	p.mu.Lock()
+	var old *process
+	for i, proc := range p.procs {
+		if proc.name == "kube-apiserver" {
+			old = proc
+			p.procs = append(p.procs[:i], p.procs[i+1:]...)
+			break
+		}
+	}
+	args, cfg := p.apiArgs, p.apiCfg
+	p.mu.Unlock()
+	if old == nil || cfg == nil {
+		return errors.New("no kube-apiserver to restart")
+	}
+	old.stop(stopGrace)
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.opts.StartTimeout)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		proc, err := p.start("kube-apiserver", args, nil)
+		if err != nil {
+			return err
+		}
+		err = p.waitUntil(ctx, "kube-apiserver /readyz after a restart", func(ctx context.Context) (bool, error) {
+			return apiReady(ctx, client), nil
+		})
+		if err == nil {
+			return nil
+		}
+		if attempt >= 5 || !proc.exited() || !portConflict(tail(proc.logPath, 40)) {
+			return err
+		}
+		p.forget(proc)
+		time.Sleep(time.Second)
 	}
 }
 

@@ -120,6 +120,7 @@ type Routing struct {
 
 // GatewayRouting names the parent Gateway (and listener) of the HTTPRoute.
 type GatewayRouting struct {
+	// Name of the Gateway the fleet's HTTPRoute attaches to (its parentRef).
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
@@ -171,6 +172,8 @@ type IngressRouting struct {
 
 // RoutingSource selects the Pods that send routed traffic.
 type RoutingSource struct {
+	// Namespace of the data-plane Pods that carry routed traffic into the
+	// fleet (the Gateway's or ingress controller's namespace).
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="spec.routing.source.namespace must be a namespace name (a DNS label: lowercase letters, digits and '-')"
@@ -254,6 +257,9 @@ type IstioMesh struct {
 // PodTemplateMetadata is what the user adds to the member Pod template:
 // metadata and security contexts.
 type PodTemplateMetadata struct {
+	// Labels added to every member Pod. The operator's own prefixes
+	// (celld.eric.dev/, app.kubernetes.io/) are refused: it selects members
+	// by them. Changing them replaces every member, one at a time.
 	// +kubebuilder:validation:MaxProperties=64
 	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.startsWith('celld.eric.dev/') && !k.startsWith('app.kubernetes.io/'))",message="spec.podTemplate.labels may not use the celld.eric.dev/ or app.kubernetes.io/ prefixes: the operator selects members by them"
 	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$') && (!k.contains('/') || k.indexOf('/') <= 253))",message="spec.podTemplate.labels keys must be label keys: an optional DNS subdomain prefix (at most 253 characters) and '/', then a name of at most 63 letters, digits, '-', '_' or '.' that starts and ends with a letter or digit (the members' StatefulSet would be refused)"
@@ -261,6 +267,8 @@ type PodTemplateMetadata struct {
 	// +optional
 	Labels map[string]LabelValue `json:"labels,omitempty"`
 	// +kubebuilder:validation:MaxProperties=64
+	// Annotations added to every member Pod (the celld.eric.dev/ prefix is
+	// the operator's). Changing them replaces every member, one at a time.
 	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.startsWith('celld.eric.dev/'))",message="spec.podTemplate.annotations may not use the celld.eric.dev/ prefix: the operator owns it"
 	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^([A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?([.][A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$') && (!k.contains('/') || k.indexOf('/') <= 253))",message="spec.podTemplate.annotations keys must be an optional DNS subdomain prefix (at most 253 characters) and '/', then a name of at most 63 letters, digits, '-', '_' or '.' that starts and ends with a letter or digit (the members' StatefulSet would be refused)"
 	// +optional
@@ -305,6 +313,8 @@ type PodTemplateMetadata struct {
 
 // Scheduling are the usual Pod placement knobs, passed through to members.
 type Scheduling struct {
+	// NodeSelector restricts members to nodes carrying all these labels
+	// (the Pod's nodeSelector).
 	// +kubebuilder:validation:MaxProperties=64
 	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$') && (!k.contains('/') || k.indexOf('/') <= 253))",message="spec.scheduling.nodeSelector keys must be label keys: an optional DNS subdomain prefix (at most 253 characters) and '/', then a name of at most 63 letters, digits, '-', '_' or '.' that starts and ends with a letter or digit (the members' StatefulSet would be refused)"
 	// +kubebuilder:validation:XValidation:rule="self.all(k, self[k].matches('^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$'))",message="spec.scheduling.nodeSelector values must be label values: empty, or at most 63 letters, digits, '-', '_' or '.' starting and ending with a letter or digit (the members' StatefulSet would be refused)"
@@ -323,8 +333,12 @@ type Scheduling struct {
 	Tolerations []Toleration `json:"tolerations,omitempty"`
 	// +optional
 	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+	// TopologySpreadConstraints spread members across zones or nodes (the
+	// Pod's topologySpreadConstraints; select members by the label
+	// app.kubernetes.io/instance: FLEET).
 	// +optional
 	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
+	// PriorityClassName of the member Pods; the PriorityClass must exist.
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	PriorityClassName string `json:"priorityClassName,omitempty"`
@@ -402,10 +416,14 @@ type Storage struct {
 // ObjectStorage locates the S3 bucket for snapshots. Credentials are not
 // configured here: members get them from EKS Pod Identity.
 type ObjectStorage struct {
+	// Bucket is the S3 bucket holding the fleet's snapshots (members get it
+	// as CELLD_S3_BUCKET).
 	// +kubebuilder:validation:MinLength=3
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9][a-z0-9.-]*[a-z0-9]$')",message="spec.objectStorage.bucket must be a valid S3 bucket name (lowercase letters, digits, '.' and '-')"
 	Bucket string `json:"bucket"`
+	// Region of the bucket, e.g. eu-west-1 (members get it as
+	// CELLD_S3_REGION).
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z]{2}(-[a-z]+)+-[0-9]+$')",message="spec.objectStorage.region must look like an AWS region, e.g. eu-west-1"
 	Region string `json:"region"`
 	// Prefix under which this fleet's snapshots live.
@@ -462,9 +480,10 @@ type MemberState struct {
 	// Version the runtime reports.
 	// +optional
 	Version string `json:"version,omitempty"`
-	// Capacity samples: used and total cells.
+	// CellsUsed is the capacity sample the runtime reports: cells in use.
 	// +optional
 	CellsUsed *int64 `json:"cellsUsed,omitempty"`
+	// CellsTotal is the capacity sample the runtime reports: cells in all.
 	// +optional
 	CellsTotal *int64 `json:"cellsTotal,omitempty"`
 	// Since is when the operator first saw this report (or error) unchanged.

@@ -79,11 +79,16 @@ const (
 	// ReasonMembersRefused: the API server refuses the member Pods the
 	// StatefulSet controller creates (Pod Security admission, a quota, an
 	// admission webhook or policy); the message quotes its FailedCreate.
-	ReasonMembersRefused    ConditionReason = "MembersRefused"
-	ReasonWaitingForMembers ConditionReason = "WaitingForMembers"
-	ReasonProvisioned       ConditionReason = "Provisioned"
-	ReasonMembersReady      ConditionReason = "MembersReady"
-	ReasonMembersNotReady   ConditionReason = "MembersNotReady"
+	ReasonMembersRefused ConditionReason = "MembersRefused"
+	// ReasonStatefulSetRefused: the API server refuses the fleet operator's
+	// StatefulSet itself (an admission webhook or policy, RBAC, the schema);
+	// the members keep the last accepted template. Provisioning, Stalled,
+	// and Ready while members are missing; the message quotes the answer.
+	ReasonStatefulSetRefused ConditionReason = "StatefulSetRefused"
+	ReasonWaitingForMembers  ConditionReason = "WaitingForMembers"
+	ReasonProvisioned        ConditionReason = "Provisioned"
+	ReasonMembersReady       ConditionReason = "MembersReady"
+	ReasonMembersNotReady    ConditionReason = "MembersNotReady"
 )
 
 // Reasons of Reconciled.

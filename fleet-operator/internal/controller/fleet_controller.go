@@ -334,6 +334,10 @@ type stepError struct {
 func (e *stepError) Error() string { return e.step + ": " + e.err.Error() }
 func (e *stepError) Unwrap() error { return e.err }
 
+// stepStatefulSet is the step that applies the members' StatefulSet; a
+// refusal of it is reported on Provisioning (statefulSetRefused).
+const stepStatefulSet = "applying the StatefulSet"
+
 func failed(step string, err error) error {
 	if err == nil {
 		return nil
@@ -458,7 +462,7 @@ func (r *FleetReconciler) reconcileFleet(ctx context.Context, fleet *v1alpha1.Ce
 	}
 	sts, held, err := r.reconcileStatefulSet(ctx, fleet, live, obs)
 	if err != nil {
-		return failed("applying the StatefulSet", err)
+		return failed(stepStatefulSet, err)
 	}
 	obs.pausedChanges = held
 	obs.sts = sts

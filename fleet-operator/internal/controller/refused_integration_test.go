@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -101,7 +102,15 @@ func denyOperatorWrites(t *testing.T, env *testenv.Env, ns, name, group, resourc
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: fleetOperatorUser, Groups: []string{"system:masters"}}
 	asOperator, err := client.New(cfg, client.Options{Scheme: env.Client.Scheme()})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return probe(asOperator) != nil }, 30*time.Second, 200*time.Millisecond, "the API server enforces %s", name)
+	// Refused by this policy, not by anything else (a probe the schema
+	// refuses would pass at once, before the policy is in force).
+	var last error
+	if !assert.Eventually(t, func() bool {
+		last = probe(asOperator)
+		return last != nil && strings.Contains(last.Error(), msg)
+	}, 30*time.Second, 200*time.Millisecond, "the API server enforces %s", name) {
+		t.Fatalf("the probe's last answer: %v", last)
+	}
 	return msg, remove
 }
 

@@ -144,6 +144,9 @@ func TestRoutingSwitchRefusedByAdmissionKeepsTheIngress(t *testing.T) {
 		probe := policy(routing.HTTPRouteGVK)
 		probe.SetNamespace("refroute")
 		probe.SetName("probe")
+		// Valid, so that only the policy can refuse it (the schema is
+		// checked before admission).
+		probe.Object["spec"] = map[string]any{"parentRefs": []any{map[string]any{"name": "public", "namespace": "edge"}}}
 		return c.Create(ctx, probe, client.DryRunAll)
 	})
 	require.NoError(t, env.Client.Patch(ctx, f, client.RawPatch(types.MergePatchType,

@@ -206,6 +206,11 @@ func setDisksCondition(fleet *v1alpha1.CelldFleet, obs *observed, set conditionS
 func setProvisioningCondition(fleet *v1alpha1.CelldFleet, st *v1alpha1.CelldFleetStatus, obs *observed, set conditionSetter) string {
 	want := derefReplicas(fleet)
 	switch {
+	case statefulSetRefused(obs) != "":
+		// First: while the API server refuses the StatefulSet, nothing the
+		// spec asks of the members happens, whatever else the members show.
+		set(v1alpha1.ConditionProvisioning, metav1.ConditionTrue, v1alpha1.ReasonStatefulSetRefused, statefulSetRefusedMessage(fleet, st, obs))
+		return PhaseProvisioning
 	case len(obs.mesh.MissingProxy) > 0 && obs.heldMesh == "":
 		set(v1alpha1.ConditionProvisioning, metav1.ConditionTrue, v1alpha1.ReasonProxyMissing, mesh.MissingProxyMessage(fleet, obs.mesh.MissingProxy))
 		return PhaseProvisioning
@@ -262,9 +267,31 @@ func setReadyCondition(fleet *v1alpha1.CelldFleet, st *v1alpha1.CelldFleetStatus
 			strings.Join(obs.mesh.MissingProxy, ", "), mesh.ProxyContainer))
 	case allAvailable(fleet, obs) && !obs.decision.Rolling() && !obs.stsSettling:
 		set(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonMembersReady, fmt.Sprintf("All %d member(s) are Ready and healthy on /state.", want))
+	case statefulSetRefused(obs) != "":
+		set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonStatefulSetRefused, fmt.Sprintf(
+			"%d of %d member(s) are Ready and healthy on /state; the API server refuses the fleet's StatefulSet: see the Provisioning condition.", countAvailable(st.Members), want))
 	default:
 		set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonMembersNotReady, fmt.Sprintf("%d of %d member(s) are Ready and healthy on /state.", countAvailable(st.Members), want))
 	}
+}
+
+// statefulSetRefused is the API server's answer when it refused the
+// fleet's StatefulSet for what it is (admission, RBAC, the schema: see
+// refused), "" otherwise. A transient failure (unavailable, timeout,
+// conflict) is not a refusal: the step is retried and Reconciled says so.
+func statefulSetRefused(obs *observed) string {
+	if f := obs.failed; f != nil && f.step == stepStatefulSet && refused(f.err) {
+		return statusMessage(f.err)
+	}
+	return ""
+}
+
+// statefulSetRefusedMessage is the Provisioning (and Stalled) message of a
+// fleet whose StatefulSet the API server refuses.
+func statefulSetRefusedMessage(fleet *v1alpha1.CelldFleet, st *v1alpha1.CelldFleetStatus, obs *observed) string {
+	return fmt.Sprintf("The API server refuses StatefulSet %s/%s: %s. The members keep the last accepted template (%d of %d member(s) exist); "+
+		"the spec's changes to them wait. Fix the admission policy, webhook or RBAC that refused it, or the spec; the operator tries again at each look.",
+		fleet.Namespace, names.StatefulSet(fleet.Name), strings.TrimSuffix(statefulSetRefused(obs), "."), st.Replicas, derefReplicas(fleet))
 }
 
 // setKStatusConditions sets the kstatus pair from what the other
@@ -289,6 +316,13 @@ func setKStatusConditions(st *v1alpha1.CelldFleetStatus, obs *observed, set cond
 		}
 	}
 	prov := meta.FindStatusCondition(st.Conditions, string(v1alpha1.ConditionProvisioning))
+	if prov != nil && prov.Reason == string(v1alpha1.ReasonStatefulSetRefused) {
+		// Retrying the same StatefulSet cannot help: someone must change
+		// the policy or the spec, as for refused members.
+		reconciling(metav1.ConditionFalse, v1alpha1.ReasonNotReconciling, "")
+		stalled(metav1.ConditionTrue, v1alpha1.ReasonStatefulSetRefused, prov.Message)
+		return
+	}
 	if obs.failed == nil && prov != nil && prov.Status == metav1.ConditionTrue && prov.Reason == string(v1alpha1.ReasonMembersRefused) {
 		// The StatefulSet controller keeps retrying, but only someone
 		// changing the template, the namespace's policy or its quota lets

@@ -126,6 +126,8 @@ type ServiceMeshSpec struct {
 
 // ServiceMeshStatus is the observed mesh.
 type ServiceMeshStatus struct {
+	// ObservedGeneration is the metadata.generation of the spec this status
+	// was computed from.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// Conditions: Ready, ControlPlaneReady, PreconditionNotMet, PreviewLocked,

@@ -112,20 +112,6 @@ func enrollingLabels(ns *corev1.Namespace) bool {
 	return false
 }
 
-// joiningLabels are the labels the operator applies on a namespace it
-// announces for ambient: those it holds already, as they are, and
-// mesh-state=joining.
-func joiningLabels(ns *corev1.Namespace) map[string]string {
-	want := map[string]string{}
-	for k := range ownedLabels(ns) {
-		if v, ok := ns.Labels[k]; ok {
-			want[k] = v
-		}
-	}
-	want[labels.MeshState] = labels.MeshStateJoining
-	return want
-}
-
 // applyNamespaceLabels makes want exactly the set of labels the operator
 // applies on ns (server-side apply: keys it stops applying are removed
 // unless someone else also holds them). It goes through the contract's one
@@ -140,20 +126,6 @@ func (r *ServiceMeshReconciler) applyNamespaceLabels(ctx context.Context, ns *co
 	_, err := contract.ApplyLabels(ctx, r.Client, r.Reader, contract.MeshOperator, FieldManager, ns, want)
 	return err
 }
-
-// applyEnrolledLabels applies the labels of an enrolled namespace, unless
-// the namespace carries the reconcile-paused annotation: then the labels
-// the operator owns there are held as they are (hand edits included).
-// Leaving the mesh strips them regardless, as it deletes paused policies.
-func (r *ServiceMeshReconciler) applyEnrolledLabels(ctx context.Context, ns *corev1.Namespace, want map[string]string) error {
-	if enroll.Paused(ns) {
-		return nil
-	}
-	return r.applyNamespaceLabels(ctx, ns, want)
-}
-
-// policyKey names a managed policy within its namespace: Kind/name.
-func policyKey(kind, name string) string { return kind + "/" + name }
 
 // managedPolicies lists the policies the operator owns, by namespace and
 // policyKey, and the namespace-wide PeerAuthentications it does not own, by
@@ -189,7 +161,7 @@ func (r *ServiceMeshReconciler) managedPolicies(ctx context.Context, mesh *v1alp
 			if out[u.GetNamespace()] == nil {
 				out[u.GetNamespace()] = map[string]*unstructured.Unstructured{}
 			}
-			out[u.GetNamespace()][policyKey(kind, u.GetName())] = u
+			out[u.GetNamespace()][enroll.PolicyKey(kind, u.GetName())] = u
 		}
 	}
 	return out, foreign, nil
@@ -222,15 +194,11 @@ type nsOutcome struct {
 }
 
 // cutoverStep is what the second look at a namespace needs from the
-// first: the namespace as its labels were applied, and the labels.
+// first: the namespace as its labels were applied, and the first plan.
 type cutoverStep struct {
-	ns   *corev1.Namespace
-	base map[string]string
-	// foreign: the namespace-wide PeerAuthentications of others there.
-	foreign   []*unstructured.Unstructured
-	stateDP   v1alpha1.DataPlane
-	heldBy    string
-	migration string
+	ns    *corev1.Namespace
+	world enroll.Namespace
+	first enroll.NamespacePlan
 	// workloads answers from a list of the whole pass (cutoverBlockers);
 	// nil: the namespace's Pods are listed on their own.
 	workloads workloadsCheck
@@ -252,51 +220,52 @@ func (r *ServiceMeshReconciler) readWorkloads(ctx context.Context, dp v1alpha1.D
 	}
 }
 
-// nsResult is what enrolling one namespace came to.
+// nsResult is what enrolling one namespace came to: the plan's verdict,
+// and what taking its steps established.
 type nsResult struct {
-	mode    enroll.MTLSDecision
-	pending bool   // still waiting for the STRICT cutover signal
-	blocker string // the first Pod that holds the cutover back
-	// edgeHeld: the namespace's own workloads are ready, a declared edge
-	// holds STRICT back (blocker names it).
-	edgeHeld bool
-	// migration is the namespace's progress through a change of data
-	// plane ("" when it is not migrating).
-	migration string
-	paused    []string
-	// foreign names someone else's namespace-wide PeerAuthentication that
-	// Istio applies instead of mesh-mtls ("" when ours is in force), as
-	// "PeerAuthentication ns/name (MODE)".
-	foreign string
-	// baselineWithheld: isolation strict, but the mode in force is
-	// PERMISSIVE, so the allow-nothing baseline is absent.
-	baselineWithheld bool
+	enroll.PolicyPlan
+	// paused are the paused objects the steps taken held.
+	paused []string
 	// policies are the namespace's policies of this ServiceMesh as they
-	// stand after applyPolicies (by policyKey), for a second look in the
-	// same pass without reading them again.
+	// stand after the steps taken (by policy key), for a second look in
+	// the same pass without reading them again.
 	policies map[string]*unstructured.Unstructured
 }
 
-// reconcileEnrollment enrolls the namespaces asked for and releases the
-// others. It enrolls only while meshReady; with holdOnly (the mesh is not
-// Ready) it only moves towards plaintext, which is always safe: it releases
-// namespaces that are no longer wanted (an opt-out wins at any time) and
-// relaxes enrolled ones to PERMISSIVE when the break-glass asks for it (a
-// maintenance window, mtls.mode permissive), and otherwise leaves them as
-// they are. It returns how soon to look again: at the end of a maintenance
-// window, or soon while a cutover is pending.
-func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v1alpha1.ServiceMesh, st *status, holdOnly bool) (time.Duration, error) {
-	if holdOnly && !controllerutil.ContainsFinalizer(mesh, EnrollFinalizer) {
-		return 0, nil // nothing was ever enrolled
-	}
-	now := st.now
+// observedNamespace is a namespace as the planner reads it.
+func observedNamespace(ns *corev1.Namespace, d enroll.Decision, live map[string]*unstructured.Unstructured, foreign []*unstructured.Unstructured) enroll.Namespace {
+	return enroll.Namespace{Name: ns.Name, Labels: ns.Labels, Owned: ownedLabels(ns), Paused: enroll.Paused(ns), Decision: d,
+		Live: live, Foreign: foreign, Deleting: ns.DeletionTimestamp != nil}
+}
+
+// enrollWorld is what a pass over the namespaces observed before any
+// Pod is read: the namespaces, the policies, and each one's decision.
+type enrollWorld struct {
+	cp         *v1alpha1.ControlPlaneStatus
+	namespaces []corev1.Namespace
+	byName     map[string]*corev1.Namespace
+	decisions  map[string]enroll.Decision
+	// observed are the namespaces as the planner reads them, in list order.
+	observed []enroll.Namespace
+	policies map[string]map[string]*unstructured.Unstructured
+	foreign  map[string][]*unstructured.Unstructured
+	// leaving are the namespaces that leave the mesh in this pass
+	// (enroll.Leaves). They are released after the others are reconciled:
+	// a namespace that declared one of them as an edge goes PERMISSIVE
+	// first, before istio-cni releases the edge's Pods into plaintext
+	// (found by the transition explorer).
+	leaving []*corev1.Namespace
+}
+
+// enrollmentControlPlane is the control plane the enrolled namespaces are
+// configured for. In mode external it is not visible; the namespace the
+// spec names (Istio's conventional one by default) stands for it.
+func enrollmentControlPlane(mesh *v1alpha1.ServiceMesh, st *status) *v1alpha1.ControlPlaneStatus {
 	cp := st.next.ControlPlane
 	if cp == nil {
 		cp = mesh.Status.ControlPlane
 	}
 	if cp == nil || cp.Namespace == "" {
-		// mode external: the control plane is not visible; the namespace
-		// the spec names (Istio's conventional one by default) stands for it.
 		c := v1alpha1.ControlPlaneStatus{}
 		if cp != nil {
 			c = *cp
@@ -304,38 +273,62 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 		c.Namespace = detect.ControlPlaneNamespace(mesh.Spec)
 		cp = &c
 	}
+	return cp
+}
+
+// observeEnrollment reads the namespaces and the policies, and decides
+// which namespaces are asked for.
+func (r *ServiceMeshReconciler) observeEnrollment(ctx context.Context, mesh *v1alpha1.ServiceMesh, st *status) (*enrollWorld, error) {
+	w := &enrollWorld{cp: enrollmentControlPlane(mesh, st), byName: map[string]*corev1.Namespace{}, decisions: map[string]enroll.Decision{}}
 	nsList := &corev1.NamespaceList{}
 	if err := r.Client.List(ctx, nsList); err != nil {
-		return 0, fmt.Errorf("listing namespaces: %w", err)
+		return nil, fmt.Errorf("listing namespaces: %w", err)
 	}
-	policies, foreignPAs, err := r.managedPolicies(ctx, mesh)
+	w.namespaces = nsList.Items
+	var err error
+	if w.policies, w.foreign, err = r.managedPolicies(ctx, mesh); err != nil {
+		return nil, err
+	}
+	protected := r.protectedNamespaces(w.cp)
+	w.observed = make([]enroll.Namespace, len(w.namespaces))
+	for i := range w.namespaces {
+		ns := &w.namespaces[i]
+		d := enroll.Decide(ns.Name, requestLabels(ns), slices.Contains(mesh.Spec.EnrollNamespaces, ns.Name), protected)
+		w.decisions[ns.Name] = d
+		w.observed[i] = observedNamespace(ns, d, w.policies[ns.Name], w.foreign[ns.Name])
+		w.byName[ns.Name] = ns
+		if enroll.Leaves(w.observed[i]) {
+			w.leaving = append(w.leaving, ns)
+		}
+	}
+	return w, nil
+}
+
+// reconcileEnrollment enrolls the namespaces asked for and releases the
+// others: it reads the world, lets the planner (enroll.Pass) decide, takes
+// the planned steps and sets status from what they came to. It enrolls
+// only while meshReady; with holdOnly (the mesh is not Ready) it only moves
+// towards plaintext, which is always safe: it releases namespaces that are
+// no longer wanted (an opt-out wins at any time) and relaxes enrolled ones
+// to PERMISSIVE when the break-glass asks for it (a maintenance window,
+// mtls.mode permissive), and otherwise leaves them as they are. It returns
+// how soon to look again: at the end of a maintenance window, or soon
+// while a cutover is pending.
+func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v1alpha1.ServiceMesh, st *status, holdOnly bool) (time.Duration, error) {
+	if holdOnly && !controllerutil.ContainsFinalizer(mesh, EnrollFinalizer) {
+		return 0, nil // nothing was ever enrolled
+	}
+	w, err := r.observeEnrollment(ctx, mesh, st)
 	if err != nil {
 		return 0, err
 	}
-	protected := r.protectedNamespaces(cp)
-	var enrolled, permissive, heldPermissive, paused, withheld, conflicts, migrating, foreign []string
+	r.reportOptOuts(mesh, st, w.namespaces, w.decisions)
+	pass := enroll.Pass{Spec: mesh.Spec, Now: st.now, Ready: !holdOnly, ControlPlane: w.cp.Namespace, Revision: w.cp.Revision,
+		Owner: enroll.Owner(mesh), Leaving: make([]string, 0, len(w.leaving))}
+	for _, ns := range w.leaving {
+		pass.Leaving = append(pass.Leaving, ns.Name)
+	}
 	var errs []error
-	pending, ownWaiting := false, false
-	var waiting []string
-	// Namespaces leaving the mesh are released after the others are
-	// reconciled: a namespace that declared one of them as an edge goes
-	// PERMISSIVE first, before istio-cni releases the edge's Pods into
-	// plaintext (found by the transition explorer).
-	decisions := map[string]enroll.Decision{}
-	var leaving []*corev1.Namespace
-	for i := range nsList.Items {
-		ns := &nsList.Items[i]
-		d := enroll.Decide(ns.Name, requestLabels(ns), slices.Contains(mesh.Spec.EnrollNamespaces, ns.Name), protected)
-		decisions[ns.Name] = d
-		if ns.DeletionTimestamp == nil && !d.Enroll && (len(ownedLabels(ns)) > 0 || len(policies[ns.Name]) > 0) {
-			leaving = append(leaving, ns)
-		}
-	}
-	r.reportOptOuts(mesh, st, nsList.Items, decisions)
-	leavingNames := make([]string, 0, len(leaving))
-	for _, ns := range leaving {
-		leavingNames = append(leavingNames, ns.Name)
-	}
 	// In ambient, a namespace whose NetworkPolicies would cut off its
 	// captured Pods is not enrolled (an enrolled one is only reported).
 	var gates map[string]enroll.AmbientGate
@@ -343,15 +336,119 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 		var readErr error
 		// A failed read holds the namespaces (the gates say so) and fails
 		// the pass, so it is retried soon and EnrollmentFailed says why.
-		if gates, readErr = r.ambientGates(ctx, mesh, cp, nsList.Items, decisions, policies); readErr != nil {
+		if gates, readErr = r.ambientGates(ctx, mesh, w.cp, w.namespaces, w.decisions, w.policies); readErr != nil {
 			errs = append(errs, readErr)
 		}
 	}
-	var ambientBlocked, ambientUnreadable []string
+	tally := enrollmentTally{holdOnly: holdOnly}
+	tally.ambientBlocked, tally.ambientUnreadable = r.reportAmbientGates(mesh, gates)
+	sel := pass.Select(w.observed, gates, mesh.Status.EnrolledNamespaces)
+	for _, s := range sel.Announce {
+		if err := r.applyNamespaceLabels(ctx, w.byName[s.Namespace], s.Labels); err != nil {
+			errs = append(errs, fmt.Errorf("announcing namespace %s for ambient: %w", s.Namespace, err))
+		}
+	}
+	todo := make([]*corev1.Namespace, 0, len(sel.Todo))
+	for _, name := range sel.Todo {
+		todo = append(todo, w.byName[name])
+	}
+	if !holdOnly && len(todo) > 0 {
+		if err := r.ensureNamedFinalizer(ctx, mesh, EnrollFinalizer); err != nil {
+			return 0, err
+		}
+	}
+	outcomes := r.enrollNamespaces(ctx, mesh, pass, todo, w)
+	enrolled, paused, nsErrs := r.recordOutcomes(mesh, todo, outcomes, w.decisions, &tally, sel.HeldEnrolled)
+	errs = append(errs, nsErrs...)
+	var unrelaxed []*corev1.Namespace
+	for i, ns := range todo {
+		if outcomes[i].err != nil {
+			unrelaxed = append(unrelaxed, ns)
+		}
+	}
+	for i, err := range r.releaseNamespaces(ctx, mesh, w.leaving, w.policies, unrelaxed) {
+		ns := w.leaving[i]
+		if err != nil {
+			errs = append(errs, err)
+		} else if slices.Contains(mesh.Status.EnrolledNamespaces, ns.Name) {
+			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.EventNamespaceReleased), "Reconcile",
+				"Released namespace %s (%s): state labels, policies and data-plane label removed.", ns.Name, w.decisions[ns.Name].Reason)
+		}
+	}
+	sort.Strings(tally.permissive)
+	st.next.EnrolledNamespaces, st.next.PermissiveNamespaces, st.next.PausedObjects = enrolled, tally.permissive, paused
+
+	ctrl.LoggerFrom(ctx).V(1).Info("enrollment", "holdOnly", holdOnly, "enrolled", len(enrolled), "permissive", len(tally.permissive),
+		"awaitingCutover", len(tally.waiting), "migrating", len(tally.migrating), "conflicts", len(tally.conflicts), "baselineWithheld", len(tally.withheld),
+		"paused", len(paused), "errors", len(errs))
+	wait := setEnrollmentConditions(st, mesh.Spec, tally)
+	if tally.pending && (wait == 0 || wait > convergingRecheck) {
+		wait = convergingRecheck
+	}
+	if len(errs) > 0 {
+		err := errors.Join(errs...)
+		r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, string(v1alpha1.EventEnrollmentFailed), "Reconcile", "%s", err.Error())
+		return wait, err
+	}
+	return wait, nil
+}
+
+// recordOutcomes counts what the namespaces' steps came to into tally,
+// raises the events a human wants to see (a namespace enrolled, a conflict,
+// a foreign PeerAuthentication in force, once when first reported), and
+// returns the enrolled namespaces and the paused objects (sorted), and each
+// failed namespace's error in todo's order. heldEnrolled: without Ready,
+// the namespaces that stay enrolled as they are.
+func (r *ServiceMeshReconciler) recordOutcomes(mesh *v1alpha1.ServiceMesh, todo []*corev1.Namespace, outcomes []nsOutcome,
+	decisions map[string]enroll.Decision, tally *enrollmentTally, heldEnrolled []string) (enrolled, paused []string, errs []error) {
+	enrolled = slices.Clone(heldEnrolled)
+	for i, ns := range todo {
+		d, res, err := decisions[ns.Name], outcomes[i].res, outcomes[i].err
+		paused = append(paused, res.paused...)
+		if enroll.Paused(ns) {
+			paused = append(paused, "Namespace/"+ns.Name)
+		}
+		var conflict *enrollConflict
+		if errors.As(err, &conflict) {
+			tally.conflicts = append(tally.conflicts, fmt.Sprintf("%s %s/%s", conflict.err.Kind, conflict.err.Namespace, conflict.err.Name))
+			r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, string(v1alpha1.EventEnrollmentConflict), "Reconcile", "%s", err.Error())
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !tally.holdOnly {
+			enrolled = append(enrolled, ns.Name)
+		}
+		if !slices.Contains(mesh.Status.EnrolledNamespaces, ns.Name) {
+			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.EventNamespaceEnrolled), "Reconcile",
+				"Enrolled namespace %s (requested by %s) at %s mTLS.", ns.Name, d.Reason, strings.ToUpper(res.Mode.Mode))
+		}
+		if res.Foreign != "" {
+			if c := meta.FindStatusCondition(mesh.Status.Conditions, string(v1alpha1.ConditionMTLSCutover)); c == nil ||
+				c.Reason != string(v1alpha1.ReasonForeignPeerAuthentication) || !strings.Contains(c.Message, res.Foreign) {
+				// Once, when it is first reported, not every pass.
+				r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, string(v1alpha1.ReasonForeignPeerAuthentication), "Reconcile",
+					"%s is in force in enrolled namespace %s instead of %s: Istio applies the oldest namespace-wide PeerAuthentication. "+
+						"The operator leaves it alone; delete it, or give it a selector, for the operator's mTLS to apply.",
+					res.Foreign, ns.Name, enroll.PeerAuthenticationName)
+			}
+		}
+		tally.add(ns.Name, res.PolicyPlan)
+	}
+	sort.Strings(enrolled)
+	sort.Strings(paused)
+	return enrolled, paused, errs
+}
+
+// reportAmbientGates raises a Warning event for each namespace whose
+// NetworkPolicies block ambient, when it is first reported, and returns
+// the blocked and the unreadable namespaces as the conditions list them.
+func (r *ServiceMeshReconciler) reportAmbientGates(mesh *v1alpha1.ServiceMesh, gates map[string]enroll.AmbientGate) (blocked, unreadable []string) {
 	for _, name := range slices.Sorted(maps.Keys(gates)) {
 		g := gates[name]
 		if g.Blocked != "" {
-			ambientBlocked = append(ambientBlocked, g.Blocked)
+			blocked = append(blocked, g.Blocked)
 			if c := meta.FindStatusCondition(mesh.Status.Conditions, string(v1alpha1.ConditionAmbientNetworkPolicy)); c == nil ||
 				c.Reason != string(v1alpha1.ReasonNetworkPolicyBlocksAmbient) || !strings.Contains(c.Message, g.Blocked) {
 				// Once, when it is first reported, not every pass.
@@ -364,65 +461,33 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 			}
 		}
 		if g.Unreadable != "" {
-			ambientUnreadable = append(ambientUnreadable, g.Unreadable)
+			unreadable = append(unreadable, g.Unreadable)
 		}
 	}
-	// A namespace held only by its NetworkPolicies is announced
-	// (mesh-state=joining): a workload operator, the fleet operator among
-	// them, opens HBONE and the probe address on seeing it, and the next
-	// pass, woken by the changed policies, enrolls it. Capture never comes
-	// before the policies admit it, and a fleet that admits HBONE only
-	// where an enrollment is in effect is not left waiting for one.
-	for i := range nsList.Items {
-		ns := &nsList.Items[i]
-		if g := gates[ns.Name]; ns.DeletionTimestamp != nil || !decisions[ns.Name].Enroll || !g.Hold || g.Blocked == "" || enroll.Paused(ns) {
-			continue
-		}
-		if err := r.applyNamespaceLabels(ctx, ns, joiningLabels(ns)); err != nil {
-			errs = append(errs, fmt.Errorf("announcing namespace %s for ambient: %w", ns.Name, err))
-		}
-	}
-	// The namespaces to enroll (or, held, to relax), in name order.
-	var todo []*corev1.Namespace
-	for i := range nsList.Items {
-		ns := &nsList.Items[i]
-		if ns.DeletionTimestamp != nil || !decisions[ns.Name].Enroll || gates[ns.Name].Hold {
-			continue
-		}
-		if holdOnly {
-			// Not Ready: an enrolled namespace keeps its configuration; only
-			// the break-glass may relax its mTLS.
-			if !slices.Contains(mesh.Status.EnrolledNamespaces, ns.Name) {
-				continue
-			}
-			enrolled = append(enrolled, ns.Name)
-			if policies[ns.Name][policyKey(enroll.KindPeerAuthentication, enroll.PeerAuthenticationName)] == nil {
-				continue
-			}
-		}
-		todo = append(todo, ns)
-	}
-	if !holdOnly && len(todo) > 0 {
-		if err := r.ensureNamedFinalizer(ctx, mesh, EnrollFinalizer); err != nil {
-			return 0, err
-		}
-	}
-	// Namespaces are enrolled concurrently: each one's writes depend only on
-	// its own objects and on reads of its declared edges, and a dependant
-	// that reads an edge mid-change only holds its STRICT back longer. The
-	// leaving namespaces are still released after all of them (below).
-	//
-	// A namespace whose data-plane label goes on in this pass is looked at
-	// again once every namespace's writes are done (cutOver): its Pods are
-	// read as of its label apply, and by then the API server's watch cache
-	// has usually passed every label of the pass, so the reads are answered
-	// at once. Read right after each apply, every read waited for the next
-	// progress notification of the cache (up to 100 ms while Pods do not
-	// change; docs/benchmark.md).
+	return blocked, unreadable
+}
+
+// enrollNamespaces takes the steps of every namespace in todo and returns
+// each one's outcome, in todo's order.
+//
+// Namespaces are enrolled concurrently: each one's writes depend only on
+// its own objects and on reads of its declared edges, and a dependant
+// that reads an edge mid-change only holds its STRICT back longer. The
+// leaving namespaces are still released after all of them.
+//
+// A namespace whose data-plane label goes on in this pass is looked at
+// again once every namespace's writes are done (cutOver): its Pods are
+// read as of its label apply, and by then the API server's watch cache
+// has usually passed every label of the pass, so the reads are answered
+// at once. Read right after each apply, every read waited for the next
+// progress notification of the cache (up to 100 ms while Pods do not
+// change; docs/benchmark.md).
+func (r *ServiceMeshReconciler) enrollNamespaces(ctx context.Context, mesh *v1alpha1.ServiceMesh, pass enroll.Pass, todo []*corev1.Namespace,
+	w *enrollWorld) []nsOutcome {
 	outcomes := make([]nsOutcome, len(todo))
 	forEach(len(todo), enrollWorkers, func(i int) {
 		ns := todo[i]
-		res, step, err := r.enrollNamespace(ctx, mesh, cp, ns, decisions[ns.Name], policies[ns.Name], foreignPAs[ns.Name], now, !holdOnly, leavingNames)
+		res, step, err := r.enrollNamespace(ctx, mesh, pass, ns, observedNamespace(ns, w.decisions[ns.Name], w.policies[ns.Name], w.foreign[ns.Name]))
 		outcomes[i] = nsOutcome{res: res, err: err, cutover: step}
 	})
 	var second []int
@@ -431,7 +496,7 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 			second = append(second, i)
 		}
 	}
-	if names := cutoverNames(outcomes, second); wholeClusterPodList(len(names), len(nsList.Items)) {
+	if names := cutoverNames(outcomes, second); wholeClusterPodList(len(names), len(w.namespaces)) {
 		if blockers, err := r.cutoverBlockers(ctx, mesh.Spec.DataPlane, names); err != nil {
 			// Each namespace lists its own Pods instead.
 			ctrl.LoggerFrom(ctx).Info("listing the cluster's Pods for the cutover failed; listing them by namespace", "error", err.Error())
@@ -444,99 +509,9 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 	}
 	forEach(len(second), enrollWorkers, func(j int) {
 		o := &outcomes[second[j]]
-		o.res, o.err = r.cutOver(ctx, mesh, cp, o.res, o.cutover, now, leavingNames)
+		o.res, o.err = r.cutOver(ctx, mesh, pass, o.res, o.cutover)
 	})
-	for i, ns := range todo {
-		d, res, err := decisions[ns.Name], outcomes[i].res, outcomes[i].err
-		paused = append(paused, res.paused...)
-		if enroll.Paused(ns) {
-			paused = append(paused, "Namespace/"+ns.Name)
-		}
-		var conflict *enrollConflict
-		if errors.As(err, &conflict) {
-			conflicts = append(conflicts, fmt.Sprintf("%s %s/%s", conflict.err.Kind, conflict.err.Namespace, conflict.err.Name))
-			r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, string(v1alpha1.EventEnrollmentConflict), "Reconcile", "%s", err.Error())
-		}
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if !holdOnly {
-			enrolled = append(enrolled, ns.Name)
-		}
-		if res.migration != "" {
-			migrating = append(migrating, res.migration)
-		}
-		if !slices.Contains(mesh.Status.EnrolledNamespaces, ns.Name) {
-			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.EventNamespaceEnrolled), "Reconcile",
-				"Enrolled namespace %s (requested by %s) at %s mTLS.", ns.Name, d.Reason, strings.ToUpper(res.mode.Mode))
-		}
-		if res.mode.Mode == contract.MTLSPermissive {
-			permissive = append(permissive, ns.Name)
-			if !res.pending {
-				heldPermissive = append(heldPermissive, fmt.Sprintf("%s (%s)", ns.Name, res.mode.Reason))
-			}
-		}
-		if res.baselineWithheld {
-			withheld = append(withheld, fmt.Sprintf("%s (%s)", ns.Name, res.mode.Reason))
-		}
-		if res.foreign != "" {
-			foreign = append(foreign, res.foreign)
-			if c := meta.FindStatusCondition(mesh.Status.Conditions, string(v1alpha1.ConditionMTLSCutover)); c == nil ||
-				c.Reason != string(v1alpha1.ReasonForeignPeerAuthentication) || !strings.Contains(c.Message, res.foreign) {
-				// Once, when it is first reported, not every pass.
-				r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, string(v1alpha1.ReasonForeignPeerAuthentication), "Reconcile",
-					"%s is in force in enrolled namespace %s instead of %s: Istio applies the oldest namespace-wide PeerAuthentication. "+
-						"The operator leaves it alone; delete it, or give it a selector, for the operator's mTLS to apply.",
-					res.foreign, ns.Name, enroll.PeerAuthenticationName)
-			}
-		}
-		pending = pending || res.pending
-		switch {
-		case res.pending && res.edgeHeld:
-			waiting = append(waiting, fmt.Sprintf("%s (%s)", ns.Name, res.blocker))
-		case res.pending:
-			ownWaiting = true
-			waiting = append(waiting, fmt.Sprintf("%s (Pod %s)", ns.Name, res.blocker))
-		}
-	}
-	var unrelaxed []*corev1.Namespace
-	for i, ns := range todo {
-		if outcomes[i].err != nil {
-			unrelaxed = append(unrelaxed, ns)
-		}
-	}
-	for i, err := range r.releaseNamespaces(ctx, mesh, leaving, policies, unrelaxed) {
-		ns := leaving[i]
-		if err != nil {
-			errs = append(errs, err)
-		} else if slices.Contains(mesh.Status.EnrolledNamespaces, ns.Name) {
-			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.EventNamespaceReleased), "Reconcile",
-				"Released namespace %s (%s): state labels, policies and data-plane label removed.", ns.Name, decisions[ns.Name].Reason)
-		}
-	}
-	sort.Strings(enrolled)
-	sort.Strings(permissive)
-	sort.Strings(paused)
-	st.next.EnrolledNamespaces, st.next.PermissiveNamespaces, st.next.PausedObjects = enrolled, permissive, paused
-
-	ctrl.LoggerFrom(ctx).V(1).Info("enrollment", "holdOnly", holdOnly, "enrolled", len(enrolled), "permissive", len(permissive),
-		"awaitingCutover", len(waiting), "migrating", len(migrating), "conflicts", len(conflicts), "baselineWithheld", len(withheld),
-		"paused", len(paused), "errors", len(errs))
-	wait := setEnrollmentConditions(st, mesh.Spec, enrollmentTally{
-		holdOnly: holdOnly, waiting: waiting, ownWaiting: ownWaiting, heldPermissive: heldPermissive,
-		migrating: migrating, conflicts: conflicts, withheld: withheld, foreign: foreign,
-		ambientBlocked: ambientBlocked, ambientUnreadable: ambientUnreadable,
-	})
-	if pending && (wait == 0 || wait > convergingRecheck) {
-		wait = convergingRecheck
-	}
-	if len(errs) > 0 {
-		err := errors.Join(errs...)
-		r.Recorder.Eventf(mesh, nil, corev1.EventTypeWarning, string(v1alpha1.EventEnrollmentFailed), "Reconcile", "%s", err.Error())
-		return wait, err
-	}
-	return wait, nil
+	return outcomes
 }
 
 // reportOptOuts sets NamespaceOptOut from the namespaces asked for that an
@@ -605,6 +580,37 @@ type enrollmentTally struct {
 	// Pods in ambient ("ns: NetworkPolicy ns/name ..."); ambientUnreadable:
 	// namespaces whose NetworkPolicies could not be read ("ns (error)").
 	ambientBlocked, ambientUnreadable []string
+	// permissive: the enrolled namespaces at PERMISSIVE; pending: at least
+	// one waits for its cutover (looked at again soon).
+	permissive []string
+	pending    bool
+}
+
+// add counts one enrolled namespace's plan.
+func (t *enrollmentTally) add(ns string, res enroll.PolicyPlan) {
+	if res.Migration != "" {
+		t.migrating = append(t.migrating, res.Migration)
+	}
+	if res.Mode.Mode == contract.MTLSPermissive {
+		t.permissive = append(t.permissive, ns)
+		if !res.Pending {
+			t.heldPermissive = append(t.heldPermissive, fmt.Sprintf("%s (%s)", ns, res.Mode.Reason))
+		}
+	}
+	if res.BaselineWithheld {
+		t.withheld = append(t.withheld, fmt.Sprintf("%s (%s)", ns, res.Mode.Reason))
+	}
+	if res.Foreign != "" {
+		t.foreign = append(t.foreign, res.Foreign)
+	}
+	t.pending = t.pending || res.Pending
+	switch {
+	case res.Pending && res.EdgeHeld:
+		t.waiting = append(t.waiting, fmt.Sprintf("%s (%s)", ns, res.Blocker))
+	case res.Pending:
+		t.ownWaiting = true
+		t.waiting = append(t.waiting, fmt.Sprintf("%s (Pod %s)", ns, res.Blocker))
+	}
 }
 
 // setEnrollmentConditions decides MTLSCutover, DataPlaneMigration,
@@ -815,144 +821,195 @@ func setMaintenanceWindowCondition(st *status, spec v1alpha1.ServiceMeshSpec) ti
 	return 0
 }
 
-// enrollNamespace configures one enrolled namespace: its policies first
-// (PeerAuthentication, isolation DENY, strict baseline), and only then the
-// namespace labels, the data-plane label (with the enrollment request when
-// spec.enrollNamespaces asks for it) together with the state labels that
-// describe what is in place. A namespace is therefore never captured by the
-// data plane without its configuration; when a policy cannot be applied
-// because an object of its name belongs to someone else, what the operator
-// applied there is rolled back (the data-plane label included) and the
-// conflict is returned. When the data-plane label has just gone on and the
-// namespace waits for its cutover, the step returned is the second look
-// cutOver takes once the pass's other writes are done.
-//
-// With ready false (the control plane is not Ready) it changes only what
-// relaxes mTLS: the PeerAuthentication may go PERMISSIVE (the baseline
-// first) and the mtls state label follows; nothing else moves.
-func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alpha1.ServiceMesh, cp *v1alpha1.ControlPlaneStatus,
-	ns *corev1.Namespace, d enroll.Decision, live map[string]*unstructured.Unstructured, foreign []*unstructured.Unstructured, now time.Time, ready bool, leaving []string) (nsResult, *cutoverStep, error) {
-	dp := mesh.Spec.DataPlane
-	dpLabels := enroll.DataPlaneLabels(dp, cp.Revision)
-	base := maps.Clone(dpLabels)
-	if d.WriteRequest {
-		base[labels.Mesh] = labels.MeshEnabled
-	}
-	owned := ownedLabels(ns)
-	if !ready {
-		// Held: what the operator applied stays, except what relaxes.
-		base = map[string]string{}
-		for k := range owned {
-			if v, ok := ns.Labels[k]; ok && !slices.Contains(contract.StateKeys(), k) {
-				base[k] = v
-			}
+// enrollNamespace takes one namespace's pass: it reads what the planner
+// needs (the Pods istio-cni still redirects when the namespace leaves
+// ambient, its workloads once the data-plane label is on, its new edges),
+// plans (enroll.Pass.PlanNamespace) and takes the steps in order, stopping
+// at the first that fails. When a policy cannot be applied because an
+// object of its name belongs to someone else, the plan's rollback is taken
+// (the data-plane label included) and the conflict is returned. When the
+// data-plane label has just gone on and the namespace waits for its
+// cutover, the step returned is the second look cutOver takes once the
+// pass's other writes are done.
+func (r *ServiceMeshReconciler) enrollNamespace(ctx context.Context, mesh *v1alpha1.ServiceMesh, pass enroll.Pass,
+	ns *corev1.Namespace, world enroll.Namespace) (nsResult, *cutoverStep, error) {
+	heldBy := ""
+	if pass.StateNeedsPods(world) {
+		var err error
+		if heldBy, err = r.ambientHolder(ctx, ns); err != nil {
+			return nsResult{}, nil, err
 		}
 	}
 	// The cutover signal is read from Pods only once the data-plane label
 	// is on the namespace: Pods listed before it may have been created
 	// without injection or capture that is about to apply.
-	inPlace := ready && hasLabels(ns.Labels, dpLabels)
-
-	// What the mesh-dataplane state label may claim, read before the labels
-	// change: see stateDataPlane.
-	stateDP, heldBy := dp, ""
-	if ready {
-		var err error
-		if stateDP, heldBy, err = r.stateDataPlane(ctx, mesh, ns); err != nil {
-			return nsResult{}, nil, err
-		}
-	}
 	var workloads workloadsCheck
-	if inPlace {
-		workloads = r.readWorkloads(ctx, dp, ns)
+	if pass.InPlace(world) {
+		workloads = r.readWorkloads(ctx, mesh.Spec.DataPlane, ns)
 	}
-	res, mtlsInForce, err := r.applyPolicies(ctx, mesh, cp, ns, live, foreign, now, ready, workloads, leaving)
+	res := nsResult{policies: maps.Clone(world.Live)}
+	if res.policies == nil {
+		res.policies = map[string]*unstructured.Unstructured{}
+	}
+	facts, err := r.readFacts(ctx, pass, world, ns, workloads)
 	if err != nil {
+		return res, nil, err
+	}
+	plan := pass.PlanNamespace(world, heldBy, facts)
+	res.PolicyPlan = plan.PolicyPlan
+	if failed, err := r.takeSteps(ctx, mesh, ns, plan.Steps, &res); err != nil {
 		var conflict *apply.ConflictError
-		if errors.As(err, &conflict) && ready {
-			if rerr := r.rollbackNamespace(ctx, mesh, ns, d); rerr != nil {
+		if failed.Kind != enroll.StepLabels && errors.As(err, &conflict) && len(plan.OnConflict) > 0 {
+			if rerr := r.rollBack(ctx, mesh, ns, plan.OnConflict); rerr != nil {
 				return res, nil, errors.Join(err, rerr)
 			}
 			return res, nil, &enrollConflict{namespace: ns.Name, err: conflict}
 		}
 		return res, nil, err
 	}
-	if !ready {
-		// Held: the mtls state label follows the PeerAuthentication.
-		step := maps.Clone(base)
-		for _, k := range contract.StateKeys() {
-			if v, ok := ns.Labels[k]; ok && owned[k] {
-				step[k] = v
-			}
-		}
-		if _, ok := step[labels.MeshMTLS]; ok {
-			step[labels.MeshMTLS] = mtlsInForce
-		}
-		return res, nil, r.applyEnrolledLabels(ctx, ns, step)
-	}
-	if err := r.applyEnrollmentLabels(ctx, mesh, cp, ns, base, stateDP, mtlsInForce); err != nil {
-		return res, nil, err
-	}
-	if heldBy != "" {
-		res.migration = fmt.Sprintf("%s: relabelled for %s, PERMISSIVE; its state label says %s until istio-cni releases Pod %s",
-			ns.Name, dp, stateDP, heldBy)
-	}
-	if inPlace || !res.pending {
+	if !plan.SecondLook {
 		return res, nil, nil
 	}
-	return res, &cutoverStep{ns: ns, base: base, foreign: foreign, stateDP: stateDP, heldBy: heldBy, migration: res.migration}, nil
+	return res, &cutoverStep{ns: ns, world: world, first: plan}, nil
 }
 
 // cutOver is the second look at a namespace whose data-plane label went on
-// in this pass: its Pods now tell the truth, so a namespace that is ready
-// for STRICT does not wait for the next poll.
-func (r *ServiceMeshReconciler) cutOver(ctx context.Context, mesh *v1alpha1.ServiceMesh, cp *v1alpha1.ControlPlaneStatus,
-	first nsResult, step *cutoverStep, now time.Time, leaving []string) (nsResult, error) {
+// in this pass (enroll.Pass.PlanSecondLook): its Pods now tell the truth,
+// so a namespace that is ready for STRICT does not wait for the next poll.
+func (r *ServiceMeshReconciler) cutOver(ctx context.Context, mesh *v1alpha1.ServiceMesh, pass enroll.Pass, first nsResult, step *cutoverStep) (nsResult, error) {
 	workloads := step.workloads
 	if workloads == nil {
 		workloads = r.readWorkloads(ctx, mesh.Spec.DataPlane, step.ns)
 	}
-	res, mtlsInForce, err := r.applyPolicies(ctx, mesh, cp, step.ns, first.policies, step.foreign, now, true, workloads, leaving)
+	// The namespace as its labels were applied, with the policies as the
+	// first look left them.
+	world := observedNamespace(step.ns, step.world.Decision, first.policies, step.world.Foreign)
+	res := nsResult{policies: maps.Clone(first.policies)}
+	facts, err := r.readFacts(ctx, pass, world, step.ns, workloads)
 	if err != nil {
 		return res, err
 	}
-	if step.heldBy != "" {
-		res.migration = step.migration
-	}
-	return res, r.applyEnrollmentLabels(ctx, mesh, cp, step.ns, step.base, step.stateDP, mtlsInForce)
+	plan := pass.PlanSecondLook(world, step.first, facts)
+	res.PolicyPlan = plan
+	_, err = r.takeSteps(ctx, mesh, step.ns, plan.Steps, &res)
+	return res, err
 }
 
-// stateDataPlane is the data plane the namespace's mesh-dataplane state
-// label may claim: spec.dataPlane, except that a namespace leaving ambient
-// keeps saying ambient while istio-cni still redirects one of its running
-// Pods to ztunnel (named in the second result). The label tells workload
-// operators what is in place, and a fleet closes its HBONE port when it
-// reads sidecar: that must not happen while ztunnel still delivers there.
-func (r *ServiceMeshReconciler) stateDataPlane(ctx context.Context, mesh *v1alpha1.ServiceMesh, ns *corev1.Namespace) (v1alpha1.DataPlane, string, error) {
-	dp := mesh.Spec.DataPlane
-	if dp == v1alpha1.DataPlaneAmbient || enroll.AppliedDataPlane(ns.Labels, ownedLabels(ns)) != v1alpha1.DataPlaneAmbient {
-		return dp, "", nil
+// readFacts reads what the namespace's policy plan needs
+// (enroll.Pass.PolicyNeeds): its workloads' verdict, then each new edge's
+// Pods and namespace. workloads nil: the Pods are not to be looked at yet.
+func (r *ServiceMeshReconciler) readFacts(ctx context.Context, pass enroll.Pass, world enroll.Namespace, ns *corev1.Namespace, workloads workloadsCheck) (enroll.Facts, error) {
+	f := enroll.Facts{Evaluate: workloads != nil}
+	needs := pass.PolicyNeeds(world, f.Evaluate)
+	if needs.Workloads {
+		blocker, err := workloads()
+		if err != nil {
+			return f, err
+		}
+		f.Blocker = blocker
 	}
+	if len(needs.Edges) > 0 {
+		f.EdgePods, f.Redirecting = map[string][]corev1.Pod{}, map[string]bool{}
+	}
+	for _, e := range needs.Edges {
+		pods := &corev1.PodList{}
+		if err := r.Reader.List(ctx, pods, client.InNamespace(e)); err != nil {
+			return f, fmt.Errorf("listing Pods in %s (a declared edge of %s): %w", e, ns.Name, err)
+		}
+		f.EdgePods[e] = pods.Items
+		edgeNS := &corev1.Namespace{}
+		if err := r.Reader.Get(ctx, client.ObjectKey{Name: e}, edgeNS); client.IgnoreNotFound(err) != nil {
+			return f, fmt.Errorf("reading namespace %s (a declared edge of %s): %w", e, ns.Name, err)
+		}
+		f.Redirecting[e] = edgeNS.Labels[labels.IstioDataPlaneMode] == "ambient"
+	}
+	return f, nil
+}
+
+// takeSteps takes a namespace's steps in order and stops at the first
+// that fails, returning it and its error. res (nil for a release) records
+// the paused objects held and the policies as they stand.
+func (r *ServiceMeshReconciler) takeSteps(ctx context.Context, mesh *v1alpha1.ServiceMesh, ns *corev1.Namespace, steps []enroll.Step, res *nsResult) (enroll.Step, error) {
+	for _, s := range steps {
+		if err := r.takeStep(ctx, mesh, ns, s, res); err != nil {
+			return s, err
+		}
+	}
+	return enroll.Step{}, nil
+}
+
+func (r *ServiceMeshReconciler) takeStep(ctx context.Context, mesh *v1alpha1.ServiceMesh, ns *corev1.Namespace, s enroll.Step, res *nsResult) error {
+	switch s.Kind {
+	case enroll.StepLabels:
+		return r.applyNamespaceLabels(ctx, ns, s.Labels)
+	case enroll.StepHold:
+		// A paused policy is reported; a paused namespace is reported
+		// by the pass (its labels are simply not applied).
+		if kind, name, _ := strings.Cut(s.Key, "/"); res != nil && kind != "Namespace" {
+			res.paused = append(res.paused, fmt.Sprintf("%s/%s/%s", kind, s.Namespace, name))
+		}
+	case enroll.StepWait:
+		if s.Err != nil {
+			return s.Err
+		}
+		return errors.New(s.Why)
+	case enroll.StepDelete:
+		deleted, err := r.applier().Delete(ctx, s.Object, mesh)
+		if err != nil {
+			return err
+		}
+		if res != nil {
+			delete(res.policies, s.Key)
+		}
+		if deleted && s.Event == v1alpha1.EventBaselineWithdrawn {
+			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.EventBaselineWithdrawn), "Reconcile",
+				"Removed AuthorizationPolicy %s/%s: %s (%s).", s.Namespace, enroll.BaselinePolicyName, baselineWhy(mesh.Spec.Isolation), s.Why)
+		}
+	case enroll.StepApply:
+		result, after, err := r.applyPolicy(ctx, mesh, res.policies[s.Key], s.Object)
+		if err != nil {
+			return err
+		}
+		res.policies[s.Key] = after
+		if result == apply.Created && s.Event == v1alpha1.EventBaselineApplied {
+			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.EventBaselineApplied), "Reconcile",
+				"Applied the allow-nothing AuthorizationPolicy %s/%s (isolation strict, STRICT mTLS in force): workloads admit only what their own ALLOW policies admit.",
+				s.Namespace, enroll.BaselinePolicyName)
+		}
+	default:
+		return fmt.Errorf("unknown enrollment step %q", s.Kind)
+	}
+	return nil
+}
+
+// rollBack takes a plan's rollback steps (NamespacePlan.OnConflict): the
+// labels, then the operator's own policies; an object of someone else
+// with a policy's name is left alone.
+func (r *ServiceMeshReconciler) rollBack(ctx context.Context, mesh *v1alpha1.ServiceMesh, ns *corev1.Namespace, steps []enroll.Step) error {
+	for _, s := range steps {
+		var conflict *apply.ConflictError
+		if err := r.takeStep(ctx, mesh, ns, s, nil); err != nil && (s.Kind != enroll.StepDelete || !errors.As(err, &conflict)) {
+			return err
+		}
+	}
+	return nil
+}
+
+// ambientHolder is a running Pod of the namespace that istio-cni still
+// redirects to ztunnel ("" when none): while there is one, a namespace
+// leaving ambient keeps saying ambient in its state label
+// (enroll.Pass.PlanNamespace).
+func (r *ServiceMeshReconciler) ambientHolder(ctx context.Context, ns *corev1.Namespace) (string, error) {
 	pods := &corev1.PodList{}
 	if err := r.Reader.List(ctx, pods, client.InNamespace(ns.Name)); err != nil {
-		return dp, "", fmt.Errorf("listing Pods in %s: %w", ns.Name, err)
+		return "", fmt.Errorf("listing Pods in %s: %w", ns.Name, err)
 	}
 	for i := range pods.Items {
 		if p := &pods.Items[i]; podmesh.Running(p) && podmesh.Redirected(p) {
-			return v1alpha1.DataPlaneAmbient, p.Name, nil
+			return p.Name, nil
 		}
 	}
-	return dp, "", nil
-}
-
-// hasLabels: every label of want is on the object with the same value.
-func hasLabels(have, want map[string]string) bool {
-	for k, v := range want {
-		if have[k] != v {
-			return false
-		}
-	}
-	return true
+	return "", nil
 }
 
 // enrollConflict is a namespace whose policies could not be applied
@@ -966,269 +1023,6 @@ func (e *enrollConflict) Error() string {
 	return fmt.Sprintf("namespace %s is not enrolled: %s", e.namespace, e.err.Error())
 }
 func (e *enrollConflict) Unwrap() error { return e.err }
-
-// applyEnrollmentLabels applies the namespace's labels: base (data plane,
-// request) and the state labels describing what is in force.
-func (r *ServiceMeshReconciler) applyEnrollmentLabels(ctx context.Context, mesh *v1alpha1.ServiceMesh, cp *v1alpha1.ControlPlaneStatus,
-	ns *corev1.Namespace, base map[string]string, stateDP v1alpha1.DataPlane, mtlsInForce string) error {
-	sl, err := contract.Enrollment{DataPlane: contract.DataPlane(stateDP), MTLS: mtlsInForce, Isolation: string(mesh.Spec.Isolation),
-		ControlPlane: cp.Namespace}.StateLabels()
-	if err != nil {
-		return err
-	}
-	want := maps.Clone(base)
-	maps.Copy(want, sl)
-	return r.applyEnrolledLabels(ctx, ns, want)
-}
-
-// ownPolicyKeys are the operator's per-namespace policies, in the order
-// they are removed: the baseline first (it would drop plaintext without
-// STRICT), the PeerAuthentication last.
-func ownPolicyKeys() []string {
-	return []string{policyKey(enroll.KindAuthorizationPolicy, enroll.BaselinePolicyName),
-		policyKey(enroll.KindAuthorizationPolicy, enroll.IsolationPolicyName),
-		policyKey(enroll.KindPeerAuthentication, enroll.PeerAuthenticationName)}
-}
-
-// rollbackNamespace undoes a partial enrollment after a conflict: the
-// state labels and the data-plane label go first (nothing is captured
-// without configuration), then the operator's own policies of the
-// namespace; objects of others are left alone. Only the enrollment request
-// the operator wrote for spec.enrollNamespaces stays: it is still asked for.
-func (r *ServiceMeshReconciler) rollbackNamespace(ctx context.Context, mesh *v1alpha1.ServiceMesh, ns *corev1.Namespace, d enroll.Decision) error {
-	keep := map[string]string{}
-	if d.WriteRequest {
-		keep[labels.Mesh] = labels.MeshEnabled
-	}
-	if err := r.applyNamespaceLabels(ctx, ns, keep); err != nil {
-		return err
-	}
-	for _, k := range ownPolicyKeys() {
-		kind, name, _ := strings.Cut(k, "/")
-		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(enroll.SecurityGroupVersion.WithKind(kind))
-		u.SetNamespace(ns.Name)
-		u.SetName(name)
-		var conflict *apply.ConflictError
-		if _, err := r.applier().Delete(ctx, u, mesh); err != nil && !errors.As(err, &conflict) {
-			return err
-		}
-	}
-	return nil
-}
-
-// applyPolicies applies the namespace's policies and returns the mode in
-// force. workloads reads the cutover signal (nil: the Pods are not to be
-// looked at yet). With ready false only relaxing changes are made.
-func (r *ServiceMeshReconciler) applyPolicies(ctx context.Context, mesh *v1alpha1.ServiceMesh, cp *v1alpha1.ControlPlaneStatus,
-	ns *corev1.Namespace, live map[string]*unstructured.Unstructured, foreign []*unstructured.Unstructured, now time.Time, ready bool, workloads workloadsCheck, leaving []string) (nsResult, string, error) {
-	evaluate := workloads != nil
-	res := nsResult{policies: maps.Clone(live)}
-	if res.policies == nil {
-		res.policies = map[string]*unstructured.Unstructured{}
-	}
-	dp := mesh.Spec.DataPlane
-	// mTLS, PERMISSIVE until the workloads show they can take STRICT.
-	owner := enroll.Owner(mesh)
-	pa := live[policyKey(enroll.KindPeerAuthentication, enroll.PeerAuthenticationName)]
-	baseline := live[policyKey(enroll.KindAuthorizationPolicy, enroll.BaselinePolicyName)]
-	strictReady := ""
-	if pa != nil {
-		strictReady = pa.GetAnnotations()[labels.MeshStrictReady]
-	}
-	// A change of data plane: the namespace was configured for another one.
-	// Its cutover, and the edges accepted with it, no longer count: STRICT
-	// returns only once its workloads are meshed the new way.
-	applied := enroll.AppliedDataPlane(ns.Labels, ownedLabels(ns))
-	migrating := applied != "" && applied != dp
-	migratingFrom := ""
-	if pa != nil {
-		migratingFrom = pa.GetAnnotations()[labels.MeshMigratingFrom]
-	}
-	if migrating {
-		strictReady, migratingFrom = "", string(applied)
-	}
-	if strictReady == "" && evaluate {
-		blocker, err := workloads()
-		if err != nil {
-			return res, "", err
-		}
-		if blocker == "" {
-			strictReady = now.UTC().Format(time.RFC3339)
-		}
-		res.blocker = blocker
-	}
-	liveMode := ""
-	if pa != nil {
-		liveMode = enroll.ModeOf(pa)
-	}
-	// Declared edges hold STRICT back until their Pods are meshed: STRICT
-	// would reject the plaintext calls they were declared for. Only edges
-	// not yet accepted at a cutover are looked at, so a plaintext Pod that
-	// appears later in an accepted edge cannot switch STRICT off.
-	state, _ := contract.Parse(ns.Labels)
-	accepted := enroll.AcceptedEdges(pa, state.Edges)
-	if migrating {
-		accepted = nil
-	}
-	// An edge namespace leaving the mesh is accepted no more: its Pods
-	// are about to speak plaintext.
-	accepted, leavingEdge := enroll.WithoutLeaving(accepted, state.Edges, leaving)
-	newEdges := enroll.NewEdges(state.Edges, accepted)
-	edgeHolds := false
-	if leavingEdge != "" {
-		// Relaxing, so even while the control plane is not Ready (the
-		// leaving namespace is released in that reconcile too).
-		edgeHolds = true
-		res.blocker = fmt.Sprintf("edge %s: leaving the mesh", leavingEdge)
-	} else if ready && len(newEdges) > 0 {
-		if !evaluate {
-			edgeHolds = true // looked at once the data-plane label is on
-		} else {
-			edgePods := map[string][]corev1.Pod{}
-			redirecting := map[string]bool{}
-			for _, e := range newEdges {
-				pods := &corev1.PodList{}
-				if err := r.Reader.List(ctx, pods, client.InNamespace(e)); err != nil {
-					return res, "", fmt.Errorf("listing Pods in %s (a declared edge of %s): %w", e, ns.Name, err)
-				}
-				edgePods[e] = pods.Items
-				edgeNS := &corev1.Namespace{}
-				if err := r.Reader.Get(ctx, client.ObjectKey{Name: e}, edgeNS); client.IgnoreNotFound(err) != nil {
-					return res, "", fmt.Errorf("reading namespace %s (a declared edge of %s): %w", e, ns.Name, err)
-				}
-				redirecting[e] = edgeNS.Labels[labels.IstioDataPlaneMode] == "ambient"
-			}
-			if e, who := enroll.EdgeHolder(dp, newEdges, edgePods, redirecting); e != "" {
-				edgeHolds = true
-				if strictReady != "" {
-					res.blocker = fmt.Sprintf("edge %s: Pod %s", e, who)
-				}
-			}
-		}
-	}
-	res.mode = enroll.DecideMTLS(enroll.MTLSInputs{Spec: mesh.Spec.MTLS, Now: now, Ready: ready, Live: liveMode, CutOver: strictReady != "",
-		EdgeHolds: edgeHolds, Migrating: migrating})
-	res.pending = ready && (res.mode.Reason == enroll.MTLSAwaitingCutover || res.mode.Reason == enroll.MTLSAwaitingEdge || res.mode.Reason == enroll.MTLSMigrating)
-	res.edgeHeld = res.mode.Reason == enroll.MTLSAwaitingEdge
-	if ready && res.mode.Mode == contract.MTLSStrict {
-		// Every declared edge was meshed (or accepted before) now, and a
-		// migration is over for this namespace.
-		accepted = slices.Clone(state.Edges)
-		migratingFrom = ""
-	}
-	switch {
-	case migrating && ready:
-		res.migration = fmt.Sprintf("%s: PERMISSIVE, moving to %s now", ns.Name, dp)
-	case migrating:
-		res.migration = fmt.Sprintf("%s: PERMISSIVE, moves to %s once the control plane is Ready", ns.Name, dp)
-	case migratingFrom != "" && res.mode.Mode != contract.MTLSStrict:
-		who := res.blocker
-		switch {
-		case !ready:
-			who = "the control plane to be Ready"
-		case who == "":
-			who = "the next check"
-		case !res.edgeHeld:
-			who = "Pod " + who
-		}
-		res.migration = fmt.Sprintf("%s: on %s, STRICT once its workloads are meshed that way (waiting for: %s)", ns.Name, dp, who)
-	}
-	mtlsInForce := res.mode.Mode
-	paPaused := pa != nil && enroll.Paused(pa)
-	if paPaused {
-		res.paused = append(res.paused, fmt.Sprintf("%s/%s/%s", enroll.KindPeerAuthentication, ns.Name, pa.GetName()))
-		mtlsInForce = enroll.ModeOf(pa)
-		if mtlsInForce != res.mode.Mode {
-			res.mode.Reason = enroll.MTLSPaused
-		}
-		res.mode.Mode = mtlsInForce
-	}
-	// Istio applies the oldest namespace-wide PeerAuthentication: when that
-	// is someone else's, its mode is the one in force, whatever mesh-mtls
-	// says. Theirs is never touched; ours is still applied, to take over
-	// once theirs is gone, and the baseline follows the mode in force.
-	if f := enroll.ForeignPeerAuthentication(pa, foreign); f != nil {
-		mtlsInForce = enroll.ModeOf(f)
-		res.mode = enroll.MTLSDecision{Mode: mtlsInForce, Reason: enroll.MTLSForeign}
-		res.foreign = fmt.Sprintf("%s %s/%s (%s)", enroll.KindPeerAuthentication, ns.Name, f.GetName(), strings.ToUpper(mtlsInForce))
-	}
-	// The strict baseline exists only while the mode in force is STRICT:
-	// it goes before the PeerAuthentication turns PERMISSIVE and comes
-	// after it is STRICT, so it never drops plaintext that PERMISSIVE is
-	// meant to let through.
-	want := enroll.PolicySet(enroll.PolicyInputs{
-		Namespace: ns.Name, Isolation: mesh.Spec.Isolation, Mode: mtlsInForce,
-		StrictReady: strictReady, AcceptedEdges: accepted, MigratingFrom: migratingFrom,
-		// Isolation admits the control plane and the edges workload
-		// operators declared.
-		Allowed: enroll.AllowedSources(ns.Name, []string{cp.Namespace}, state.Edges),
-		Owner:   owner,
-	})
-	wantBaseline := want.Baseline
-	res.baselineWithheld = mesh.Spec.Isolation == v1alpha1.IsolationStrict && wantBaseline == nil
-	baselinePaused := baseline != nil && enroll.Paused(baseline)
-	if baselinePaused {
-		res.paused = append(res.paused, fmt.Sprintf("%s/%s/%s", enroll.KindAuthorizationPolicy, ns.Name, baseline.GetName()))
-	} else if wantBaseline == nil && baseline != nil {
-		deleted, err := r.applier().Delete(ctx, baseline, mesh)
-		if err != nil {
-			return res, mtlsInForce, err
-		}
-		delete(res.policies, policyKey(enroll.KindAuthorizationPolicy, enroll.BaselinePolicyName))
-		if deleted {
-			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.EventBaselineWithdrawn), "Reconcile",
-				"Removed AuthorizationPolicy %s/%s: %s (%s mTLS in force, %s).", ns.Name, enroll.BaselinePolicyName,
-				baselineWhy(mesh.Spec.Isolation), strings.ToUpper(mtlsInForce), res.mode.Reason)
-		}
-	}
-	if !paPaused {
-		_, after, err := r.applyPolicy(ctx, mesh, pa, want.PeerAuthentication)
-		if err != nil {
-			return res, mtlsInForce, err
-		}
-		res.policies[policyKey(enroll.KindPeerAuthentication, enroll.PeerAuthenticationName)] = after
-	}
-	if !ready {
-		// Held: isolation and the baseline stay as they are (withdrawing the
-		// baseline above was the only change allowed).
-		return res, mtlsInForce, nil
-	}
-
-	// Isolation, admitting the edges workload operators declared.
-	ap := live[policyKey(enroll.KindAuthorizationPolicy, enroll.IsolationPolicyName)]
-	desired := want.Isolation
-	switch {
-	case ap != nil && enroll.Paused(ap):
-		res.paused = append(res.paused, fmt.Sprintf("%s/%s/%s", enroll.KindAuthorizationPolicy, ns.Name, ap.GetName()))
-	case desired == nil && ap != nil:
-		if _, err := r.applier().Delete(ctx, ap, mesh); err != nil {
-			return res, mtlsInForce, err
-		}
-		delete(res.policies, policyKey(enroll.KindAuthorizationPolicy, enroll.IsolationPolicyName))
-	case desired != nil:
-		_, after, err := r.applyPolicy(ctx, mesh, ap, desired)
-		if err != nil {
-			return res, mtlsInForce, err
-		}
-		res.policies[policyKey(enroll.KindAuthorizationPolicy, enroll.IsolationPolicyName)] = after
-	}
-
-	// Isolation strict's baseline, once STRICT is in force.
-	if wantBaseline != nil && !baselinePaused {
-		result, after, err := r.applyPolicy(ctx, mesh, baseline, wantBaseline)
-		if err != nil {
-			return res, mtlsInForce, err
-		}
-		res.policies[policyKey(enroll.KindAuthorizationPolicy, enroll.BaselinePolicyName)] = after
-		if result == apply.Created {
-			r.Recorder.Eventf(mesh, nil, corev1.EventTypeNormal, string(v1alpha1.EventBaselineApplied), "Reconcile",
-				"Applied the allow-nothing AuthorizationPolicy %s/%s (isolation strict, STRICT mTLS in force): workloads admit only what their own ALLOW policies admit.",
-				ns.Name, enroll.BaselinePolicyName)
-		}
-	}
-	return res, mtlsInForce, nil
-}
 
 // migrationPending: some namespace the operator configured is configured
 // for another data plane than spec.dataPlane.
@@ -1284,87 +1078,37 @@ func sameJSON(a, b any) bool {
 
 // releaseNamespaces takes namespaces out of the mesh, on deletion of the
 // ServiceMesh as when they stop being asked for, in two rounds: first each
-// one stops enforcing (relaxNamespace: state labels, then policies), then
-// each one's Pods are let go (its data-plane label and any request the
-// operator wrote). A namespace that declared another as an edge is thus
-// never STRICT while that edge's Pods speak plaintext, whatever the names
-// sort like and in a cycle of edges too; a namespace that stays and
-// declared one of them relaxed earlier in the pass (enroll.WithoutLeaving).
-// unrelaxed are the namespaces outside leaving that may still be STRICT
-// (their pass failed): like a leaving namespace whose first round failed,
-// they keep their declared edges' data-plane labels on until a later pass.
-// The result holds each leaving namespace's error (nil: released).
+// one stops enforcing (enroll.PlanRelax: state labels, then policies), then
+// each one's Pods are let go (enroll.PlanLetGo: its data-plane label and any
+// request the operator wrote). A namespace that stays and declared one of
+// them relaxed earlier in the pass (enroll.WithoutLeaving). unrelaxed are
+// the namespaces outside leaving that may still be STRICT (their pass
+// failed): like a leaving namespace whose first round failed, they keep
+// their declared edges' data-plane labels on until a later pass. The result
+// holds each leaving namespace's error (nil: released).
 func (r *ServiceMeshReconciler) releaseNamespaces(ctx context.Context, mesh *v1alpha1.ServiceMesh, leaving []*corev1.Namespace,
 	policies map[string]map[string]*unstructured.Unstructured, unrelaxed []*corev1.Namespace) []error {
 	errs := make([]error, len(leaving))
-	held := map[string]string{} // edge → a namespace that declared it and may still be STRICT
-	hold := func(ns *corev1.Namespace) {
-		state, _ := contract.Parse(ns.Labels)
-		for _, e := range state.Edges {
-			held[e] = ns.Name
-		}
-	}
+	// Read as they stand now: a failed step may have changed them.
+	var stillStrict []enroll.Namespace
 	for _, ns := range unrelaxed {
-		hold(ns)
+		stillStrict = append(stillStrict, enroll.Namespace{Name: ns.Name, Labels: ns.Labels})
 	}
+	var relaxed []enroll.Namespace
+	var relaxedNS []int
 	for i, ns := range leaving {
-		if errs[i] = r.relaxNamespace(ctx, mesh, ns, policies[ns.Name]); errs[i] != nil {
-			hold(ns)
-		}
-	}
-	for i, ns := range leaving {
-		if errs[i] != nil {
+		if _, errs[i] = r.takeSteps(ctx, mesh, ns, enroll.PlanRelax(observedNamespace(ns, enroll.Decision{}, policies[ns.Name], nil)), nil); errs[i] != nil {
+			stillStrict = append(stillStrict, enroll.Namespace{Name: ns.Name, Labels: ns.Labels})
 			continue
 		}
-		if dependant, ok := held[ns.Name]; ok {
-			errs[i] = fmt.Errorf("namespace %s keeps its data-plane label for now: %s, which declares it as an edge, may still be STRICT", ns.Name, dependant)
-			continue
-		}
-		errs[i] = r.applyNamespaceLabels(ctx, ns, map[string]string{})
+		relaxed = append(relaxed, enroll.Namespace{Name: ns.Name})
+		relaxedNS = append(relaxedNS, i)
+	}
+	for j, s := range enroll.PlanLetGo(relaxed, stillStrict) {
+		i := relaxedNS[j]
+		errs[i] = r.takeStep(ctx, mesh, leaving[i], s, nil)
 	}
 	return errs
-}
-
-// relaxNamespace is the first round of leaving the mesh, in the reverse
-// order of enrolling: the state labels go first (workload operators stop
-// relying on the mesh), then the policies (the namespace stops enforcing
-// mTLS and isolation). The data-plane label stays, so its Pods keep their
-// mTLS. Labels someone else also holds stay.
-func (r *ServiceMeshReconciler) relaxNamespace(ctx context.Context, mesh *v1alpha1.ServiceMesh, ns *corev1.Namespace, live map[string]*unstructured.Unstructured) error {
-	owned := ownedLabels(ns)
-	keep := map[string]string{}
-	for k := range owned {
-		if v, ok := ns.Labels[k]; ok && !slices.Contains(contract.StateKeys(), k) && k != labels.Mesh {
-			keep[k] = v
-		}
-	}
-	if len(keep) != len(owned) {
-		if err := r.applyNamespaceLabels(ctx, ns, keep); err != nil {
-			return err
-		}
-	}
-	// The baseline before the PeerAuthentication (without it the namespace
-	// falls back to the mesh default, which may accept plaintext the
-	// baseline would drop), then any other policy of ours.
-	keys := slices.Sorted(maps.Keys(live))
-	first := []string{policyKey(enroll.KindAuthorizationPolicy, enroll.BaselinePolicyName),
-		policyKey(enroll.KindAuthorizationPolicy, enroll.IsolationPolicyName)}
-	last := policyKey(enroll.KindPeerAuthentication, enroll.PeerAuthenticationName)
-	order := slices.Clone(first)
-	for _, k := range keys {
-		if !slices.Contains(first, k) && k != last {
-			order = append(order, k)
-		}
-	}
-	order = append(order, last)
-	for _, k := range order {
-		if u := live[k]; u != nil {
-			if _, err := r.applier().Delete(ctx, u, mesh); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 // teardownEnrollment releases every namespace: on deletion of the
@@ -1384,7 +1128,7 @@ func (r *ServiceMeshReconciler) teardownEnrollment(ctx context.Context, mesh *v1
 	}
 	var leaving []*corev1.Namespace
 	for i := range nsList.Items {
-		if ns := &nsList.Items[i]; len(ownedLabels(ns)) > 0 || len(policies[ns.Name]) > 0 {
+		if ns := &nsList.Items[i]; enroll.Applied(observedNamespace(ns, enroll.Decision{}, policies[ns.Name], nil)) {
 			leaving = append(leaving, ns)
 		}
 	}

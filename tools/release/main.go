@@ -1,0 +1,96 @@
+// Command release builds every artifact a tagged release publishes, offline
+// and without a container runtime (docs/release.md):
+//
+//   - both operator images and the celld stand-in image as OCI image layouts
+//     (multi-arch index, linux/amd64 and linux/arm64): static binaries on a
+//     minimal base made here (an empty image plus /etc/passwd with nonroot
+//     65532 and the CA bundle), numeric USER, OCI labels;
+//   - both charts, packaged with bin/helm;
+//   - the kubectl-celld plugin and the mesh-license tool as archives for
+//     linux and darwin on amd64 and arm64;
+//   - a CycloneDX SBOM per binary and per image;
+//   - an OLM bundle per operator (and its bundle image);
+//   - SHA256SUMS over every file above, and images.txt naming each image's
+//     index digest.
+//
+// `make release-dry-run` runs it into bin/release; `make bundle` runs only the
+// bundles. The release workflow (.github/workflows/release.yaml) publishes the
+// same artifacts from a tag.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "release:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("release", flag.ContinueOnError)
+	root := fs.String("root", "../..", "repository root")
+	out := fs.String("out", "", "output directory (default ROOT/bin/release); emptied first")
+	version := fs.String("version", "", "release version X.Y.Z (default: both charts' version, which must agree)")
+	platforms := fs.String("image-platforms", "linux/amd64,linux/arm64", "image platforms")
+	archPlatforms := fs.String("archive-platforms", "linux/amd64,linux/arm64,darwin/amd64,darwin/arm64", "kubectl-celld and mesh-license archive platforms")
+	only := fs.String("only", "", "comma-separated steps to run (images,charts,archives,bundles; default all)")
+	source := fs.String("source", "https://github.com/ericdev/fleetmesh", "org.opencontainers.image.source")
+	registry := fs.String("registry", "ghcr.io/ericdev", "image repository prefix the chart and the bundle name")
+	checkRepo := fs.Bool("check-repo", true, "fail unless the charts and CHANGELOG.md carry this version")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	absRoot, err := filepath.Abs(*root)
+	if err != nil {
+		return err
+	}
+	r := &release{
+		Root: absRoot, Out: *out, Version: *version, Source: *source, Registry: *registry,
+		ImagePlatforms: splitList(*platforms), ArchivePlatforms: splitList(*archPlatforms),
+		Log: os.Stderr,
+	}
+	if r.Out == "" {
+		r.Out = filepath.Join(absRoot, "bin", "release")
+	}
+	if r.Version == "" {
+		if r.Version, err = chartVersions(absRoot); err != nil {
+			return err
+		}
+	}
+	if *checkRepo {
+		if err := checkRepoCarries(absRoot, r.Version); err != nil {
+			return err
+		}
+	}
+	steps := map[string]bool{"images": true, "charts": true, "archives": true, "bundles": true}
+	if *only != "" {
+		steps = map[string]bool{}
+		for _, s := range splitList(*only) {
+			steps[s] = true
+		}
+	}
+	start := time.Now()
+	if err := r.Run(steps); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "release %s: %s in %s\n", r.Version, r.Out, time.Since(start).Round(time.Second))
+	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
