@@ -109,11 +109,14 @@ func TestStatusVerdict(t *testing.T) {
 	a := st{Phase: "Provisioning", Members: map[string]string{"m-0": "Starting"}}
 	b := st{Phase: "Provisioning", Members: map[string]string{"m-0": "Healthy"}}
 	c := st{Phase: "Ready", Members: map[string]string{"m-0": "Healthy"}}
-	assert.Equal(t, Unchanged, w.Verdict(a, a, phase, true))
-	assert.Equal(t, Write, w.Verdict(a, b, phase, false), "nothing settling: any change is written")
-	assert.Equal(t, Hold, w.Verdict(a, b, phase, true), "only insignificant fields, while settling: held")
-	assert.Equal(t, Write, w.Verdict(a, c, phase, true), "a significant change never waits")
-	assert.Equal(t, 1.0, testutil.ToFloat64(coalescedMetric.WithLabelValues("test-status")))
+	assert.Equal(t, Unchanged, w.Verdict(a, a, phase, Details))
+	assert.Equal(t, Unchanged, w.Verdict(a, a, phase, Everything), "nothing changed: nothing to hold either")
+	assert.Equal(t, Write, w.Verdict(a, b, phase, Settled), "nothing settling: any change is written")
+	assert.Equal(t, Write, w.Verdict(a, c, phase, Settled))
+	assert.Equal(t, Hold, w.Verdict(a, b, phase, Details), "only insignificant fields, while details settle: held")
+	assert.Equal(t, Write, w.Verdict(a, c, phase, Details), "a significant change never waits for details")
+	assert.Equal(t, Hold, w.Verdict(a, c, phase, Everything), "the whole status is about to be replaced: held")
+	assert.Equal(t, 2.0, testutil.ToFloat64(coalescedMetric.WithLabelValues("test-status")))
 }
 
 func TestTable(t *testing.T) {

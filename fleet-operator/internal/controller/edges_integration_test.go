@@ -408,8 +408,9 @@ func testFailedStep(t *testing.T, env *testenv.Env) {
 		f := fleet("halfway", "swap")
 		f.Spec.Mesh = &v1alpha1.Mesh{Istio: &v1alpha1.IstioMesh{}}
 		require.NoError(t, env.Client.Create(ctx, f))
-		// The members' StatefulSet exists, so the pass below is not the
-		// one that creates it; without its finalizer that pass records
+		// The members' StatefulSet exists, so the pass below writes its
+		// status (the pass that creates it leaves the status to the next,
+		// membersAboutToAppear); without its finalizer that pass records
 		// the opt-in again, with the patch the spec change rides on.
 		newHarness(t, env, true).reconcile(f)
 		require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(f), f))

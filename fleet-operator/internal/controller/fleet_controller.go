@@ -805,7 +805,7 @@ func (r *FleetReconciler) updateStatus(ctx context.Context, fleet *v1alpha1.Cell
 		return nil
 	}
 	if r.statusVerdict(fleet.Status, next, obs) == pacing.Hold {
-		return nil // the look startingPoll later writes it
+		return nil // the look the requeue table asks for writes it (or the event expected before it)
 	}
 	updated := fleet.DeepCopy()
 	updated.Status = next

@@ -117,13 +117,12 @@ func newHarness(t *testing.T, env *testenv.Env, enforced bool) *harness {
 }
 
 // reconcile runs the pass an event would, and the pass after it when the
-// first created the members' StatefulSet: that is the pass the members'
-// creation wakes, and no StatefulSet controller runs here to create them.
+// first created the members' StatefulSet: that pass leaves the status to
+// the one the members' creation wakes (membersAboutToAppear), and no
+// StatefulSet controller runs here to create them.
 func (h *harness) reconcile(f *v1alpha1.CelldFleet) {
 	h.t.Helper()
-	existed := h.get(&appsv1.StatefulSet{}, f.Namespace, names.StatefulSet(f.Name)) == nil
-	h.reconcileOnce(f)
-	if !existed && h.get(&appsv1.StatefulSet{}, f.Namespace, names.StatefulSet(f.Name)) == nil {
+	if h.reconcileOnce(f).RequeueAfter == membersAppearWait {
 		h.reconcileOnce(f)
 	}
 }

@@ -52,14 +52,15 @@ var looks = pacing.Table[lookFacts]{
 		Final: true,
 	}, {
 		// The StatefulSet controller creates the members within moments
-		// and their Pod events wake the fleet; but a member the API server
+		// and their Pod events wake the fleet to write the status this
+		// pass held (membersAboutToAppear); but a member the API server
 		// refuses (Pod Security, a quota) sends no event, and the pass that
 		// created the StatefulSet could not judge that yet
 		// (observeRefusal). A look once the StatefulSet controller had its
-		// turn reports it. A route waiting for its verdict keeps its own
-		// poll (the cap).
+		// turn writes the status whatever it finds. A route waiting for its
+		// verdict keeps its own poll (the cap).
 		Fact:  "this pass created the members' StatefulSet",
-		Holds: func(f lookFacts) bool { return f.membersCreated && f.failed == nil && f.routing.ready() },
+		Holds: func(f lookFacts) bool { return membersAboutToAppear(f.observed) },
 		After: membersAppearWait,
 	}, {
 		// A member whose Pod just turned Ready is usually about to report

@@ -55,10 +55,13 @@ func TestNextLook(t *testing.T) {
 	assert.Equal(t, idleLooks*30*time.Second, r.nextLook(pending()), "a member being scheduled is not polled")
 	missing := &observed{reports: map[string]state.Result{}}
 	assert.Equal(t, idleLooks*30*time.Second, r.nextLook(missing), "a member the StatefulSet controller has yet to create is not polled")
-	// The pass that created the StatefulSet looks again once the
-	// StatefulSet controller had its turn: a refused member sends no event.
+	// The pass that created the StatefulSet writes no status; it looks
+	// again once the StatefulSet controller had its turn (a refused member
+	// sends no event), and that pass writes the status whatever it finds
+	// (membersAboutToAppear).
 	created := &observed{reports: map[string]state.Result{}, membersCreated: true}
-	assert.Equal(t, membersAppearWait, r.nextLook(created))
+	assert.True(t, membersAboutToAppear(created))
+	assert.Equal(t, membersAppearWait, r.nextLook(created), "the status that waits for the members is written by the next pass at the latest")
 	assert.Equal(t, handler.LowPriority, *r.look(created).Priority)
 	failedStep := &observed{membersCreated: true, failed: &stepError{step: "roll", err: errors.New("boom")}}
 	assert.Equal(t, idleLooks*30*time.Second, r.nextLook(failedStep), "a failed step: its usual look (outcome bounds it by the failure's backoff)")
@@ -66,6 +69,9 @@ func TestNextLook(t *testing.T) {
 	assert.Equal(t, 30*time.Second, r.nextLook(blockedToo), "a blockage: the blocked look")
 	routeWaits := &observed{membersCreated: true, routing: routingOutcome{readiness: &routing.Readiness{Status: metav1.ConditionUnknown}}}
 	assert.Equal(t, routingPoll, r.nextLook(routeWaits), "a route without its verdict keeps its poll")
+	for what, o := range map[string]*observed{"a failed step": failedStep, "a blockage": blockedToo, "a route without its verdict": routeWaits} {
+		assert.False(t, membersAboutToAppear(o), "%s is reported at once", what)
+	}
 	beside := steady()
 	beside.pods = append(beside.pods, pending().pods[0])
 	beside.pods[1].Name = "f-1"

@@ -554,7 +554,8 @@ var statusWriter = pacing.Status[v1alpha1.CelldFleetStatus]{Controller: controll
 // second. A member that became available beside them (progress, never a
 // loss) waits with them. Once the member stops counting as starting
 // (startingWindow) the status is written whatever it says. A blocked
-// fleet is written at once.
+// fleet is written at once. The pass that created the members'
+// StatefulSet holds its whole status (membersAboutToAppear).
 func (r *FleetReconciler) statusVerdict(stored, next v1alpha1.CelldFleetStatus, obs *observed) pacing.Verdict {
 	starting := r.startingMembers(obs)
 	quiet := maps.Clone(starting)
@@ -566,8 +567,28 @@ func (r *FleetReconciler) statusVerdict(stored, next v1alpha1.CelldFleetStatus, 
 			quiet[m.Name] = true
 		}
 	}
-	return statusWriter.Verdict(stored, next, func(s v1alpha1.CelldFleetStatus) any { return significantStatus(s, quiet) },
-		obs.blocked == nil && len(starting) > 0)
+	settling := pacing.Settled
+	switch {
+	case membersAboutToAppear(obs):
+		settling = pacing.Everything
+	case obs.blocked == nil && len(starting) > 0:
+		settling = pacing.Details
+	}
+	return statusWriter.Verdict(stored, next, func(s v1alpha1.CelldFleetStatus) any { return significantStatus(s, quiet) }, settling)
+}
+
+// membersAboutToAppear reports a pass that created the members'
+// StatefulSet and met no error: its status (no members yet) is held
+// (pacing.Everything), because the StatefulSet controller creates the
+// members within moments, and their creation wakes the fleet to write the
+// status that lists them. At 1,000 new fleets the status without members
+// was a thousand writes that lived about a second. The fleet looks again
+// after membersAppearWait in any case (the requeue table's row for the
+// same fact), and that pass writes its status whatever it finds: a fleet
+// whose members do not appear is reported within that wait. A failed
+// step, a blockage or a route without its verdict is reported at once.
+func membersAboutToAppear(obs *observed) bool {
+	return obs.membersCreated && obs.blocked == nil && obs.failed == nil && obs.routing.ready()
 }
 
 // significant is the part of a fleet's status that is written at once:
