@@ -24,6 +24,13 @@ const (
 	// shows (the object may have been deleted by someone else since, and a
 	// cache that far behind is better read past than waited for).
 	DefaultMaxWait = 10 * time.Second
+	// DefaultMissingWait: past it, an object the cache does not hold at
+	// all is no longer waited for. An informer delivers a create within
+	// milliseconds (the fleet operator's awaitCached waited at most this
+	// long for a StatefulSet it had created); one still missing was
+	// deleted since, by someone else, and the reconcile must see that to
+	// repair it.
+	DefaultMissingWait = time.Second
 )
 
 // Gate is a controller's read-your-writes gate. Every write of its own
@@ -40,8 +47,9 @@ type Gate struct {
 	Controller string
 	// Now is the clock (tests replace it); nil is time.Now.
 	Now func() time.Time
-	// Retry and MaxWait: zero is DefaultRetry, DefaultMaxWait.
-	Retry, MaxWait time.Duration
+	// Retry, MaxWait and MissingWait: zero is DefaultRetry,
+	// DefaultMaxWait, DefaultMissingWait.
+	Retry, MaxWait, MissingWait time.Duration
 
 	mu      sync.Mutex
 	pending map[types.NamespacedName][]expectation
@@ -99,7 +107,10 @@ func (g *Gate) Forget(owner types.NamespacedName) {
 // already (the owner itself, typically) and are not read again; the rest
 // are read from cache. An expectation the cache met, or one older than
 // MaxWait, is dropped. A read that fails other than with NotFound does not
-// defer: the reconcile finds the failure itself.
+// defer: the reconcile finds the failure itself. An object the cache does
+// not hold at all is waited for at most MissingWait: a child someone else
+// deleted right after this controller created it must not hold its owner
+// for MaxWait.
 func (g *Gate) Defer(ctx context.Context, cache client.Reader, owner types.NamespacedName, have ...client.Object) (ctrl.Result, bool) {
 	g.mu.Lock()
 	list := append([]expectation(nil), g.pending[owner]...)
@@ -107,9 +118,12 @@ func (g *Gate) Defer(ctx context.Context, cache client.Reader, owner types.Names
 	if len(list) == 0 {
 		return ctrl.Result{}, false
 	}
-	now, maxWait := g.now(), g.MaxWait
+	now, maxWait, missingWait := g.now(), g.MaxWait, g.MissingWait
 	if maxWait == 0 {
 		maxWait = DefaultMaxWait
+	}
+	if missingWait == 0 {
+		missingWait = DefaultMissingWait
 	}
 	var behind []expectation
 	for _, e := range list {
@@ -119,6 +133,9 @@ func (g *Gate) Defer(ctx context.Context, cache client.Reader, owner types.Names
 		seen, ok := seenVersion(ctx, cache, e.obj, have)
 		if ok && !Older(seen, e.rv) {
 			continue
+		}
+		if !ok && now.Sub(e.at) >= missingWait {
+			continue // deleted since: the reconcile is to see it missing
 		}
 		behind = append(behind, e)
 	}

@@ -90,6 +90,28 @@ func TestGateDefersUntilTheCacheShowsOwnWrites(t *testing.T) {
 	assert.False(t, wait, "a forgotten owner has nothing to wait for")
 }
 
+// TestGateWaitsBrieflyForAMissingChild: a child the cache does not hold
+// at all is waited for at most MissingWait (an informer delivers a create
+// within milliseconds); one still missing was deleted since, and the
+// owner's reconcile must run to see that and repair it, not wait MaxWait.
+func TestGateWaitsBrieflyForAMissingChild(t *testing.T) {
+	ctx := context.Background()
+	clock := &fakeClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	g := &Gate{Controller: "test-gate-missing", Now: clock.now}
+	owner := types.NamespacedName{Namespace: "ns", Name: "owner"}
+	g.Wrote(owner, cm("child", "8"))
+	_, wait := g.Defer(ctx, cacheAt{}, owner, cm("owner", "5"))
+	assert.True(t, wait, "just created: the cache has yet to show it")
+	clock.step(DefaultMissingWait)
+	_, wait = g.Defer(ctx, cacheAt{}, owner, cm("owner", "5"))
+	assert.False(t, wait, "still missing after MissingWait: deleted since, the reconcile runs")
+
+	g.Wrote(owner, cm("owner", "9"))
+	clock.step(DefaultMissingWait)
+	_, wait = g.Defer(ctx, cacheAt{"owner": cm("owner", "7")}, owner)
+	assert.True(t, wait, "an object the cache shows older than written is waited for up to MaxWait")
+}
+
 func TestOlder(t *testing.T) {
 	assert.True(t, Older("9", "10"), "numerically, not as strings")
 	assert.False(t, Older("10", "10"))
