@@ -7,6 +7,7 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"fmt"
+	"path"
 	"regexp"
 	"strings"
 	"text/template"
@@ -71,6 +72,8 @@ func Manifest(version string, checksums []byte) ([]byte, error) {
 }
 
 // ParseChecksums reads sha256sum output: file name to lower-case hex sum.
+// A file listed under a directory (the dry run's one SHA256SUMS over its
+// output tree) is keyed by its base name, which is what a release uploads.
 func ParseChecksums(raw []byte) (map[string]string, error) {
 	out := map[string]string{}
 	for i, line := range strings.Split(string(raw), "\n") {
@@ -80,7 +83,7 @@ func ParseChecksums(raw []byte) (map[string]string, error) {
 		}
 		sum, file, ok := strings.Cut(line, " ")
 		// sha256sum marks binary mode with '*' before the name.
-		file = strings.TrimPrefix(strings.TrimSpace(file), "*")
+		file = path.Base(strings.TrimPrefix(strings.TrimSpace(file), "*"))
 		if b, err := hex.DecodeString(sum); !ok || err != nil || len(b) != 32 || file == "" {
 			return nil, fmt.Errorf("checksums line %d: want \"SHA256  FILE\", got %q", i+1, line)
 		}
