@@ -137,6 +137,9 @@ func TestManifestFromTheDryRunsChecksums(t *testing.T) {
 		fmt.Fprintf(&tree, "%s  archives/%s\n", sum, file)
 	}
 	fmt.Fprintf(&tree, "%s  images.txt\n", strings.Repeat("ab", 32))
+	// Two files of one name in other directories: not the plugin's.
+	fmt.Fprintf(&tree, "%s  bundle/fleet-operator/metadata/annotations.yaml\n", strings.Repeat("cd", 32))
+	fmt.Fprintf(&tree, "%s  bundle/mesh-operator/metadata/annotations.yaml\n", strings.Repeat("ef", 32))
 	raw, err := Manifest("0.1.0", []byte(tree.String()))
 	if err != nil {
 		t.Fatal(err)
