@@ -113,13 +113,17 @@ e2e-kind: ## kind end-to-end: real cluster, images loaded, both charts installed
 
 # The release, built offline as the release workflow publishes it (docs/release.md): both operator images
 # and the celld stand-in as multi-arch OCI layouts, the packaged charts, kubectl-celld and mesh-license
-# archives (linux/darwin × amd64/arm64), CycloneDX SBOMs, OLM bundles, SHA256SUMS; into bin/release.
+# archives (linux/darwin × amd64/arm64), CycloneDX SBOMs, OLM bundles, SHA256SUMS and the krew manifest
+# rendered from it; into bin/release.
 # RELEASE_VERSION defaults to the charts' version, which CHANGELOG.md must have cut.
 RELEASE_VERSION ?=
 RELEASE_OUT ?= $(BIN)/release
 release-dry-run: ## build every artifact of a release into bin/release, offline, without Docker (docs/release.md)
 	@test -x $(BIN)/helm || hack/build-tools.sh helm
 	cd tools/release && GOWORK=off go run . -root $(ROOT) -out $(RELEASE_OUT) $(if $(RELEASE_VERSION),-version $(RELEASE_VERSION))
+	mkdir -p $(RELEASE_OUT)/krew
+	cd fleet-operator && GOWORK=off go run ./krew/render -version $(or $(RELEASE_VERSION),$(shell awk '/^version:/{print $$2}' charts/fleet-operator/Chart.yaml)) \
+		-checksums $(RELEASE_OUT)/SHA256SUMS > $(RELEASE_OUT)/krew/celld.yaml
 
 bundle: ## the OLM bundles (CSV, CRDs, metadata) and bundle images of both operators into bin/release/bundle
 	@test -x $(BIN)/helm || hack/build-tools.sh helm

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -337,60 +338,44 @@ func (b *bench) meshFloor(ctx context.Context, names []string, res *MeshResult) 
 		return err
 	}
 	start := time.Now()
-	next := make(chan job)
-	errs := make(chan error, floorClients)
-	var wg sync.WaitGroup
-	for w := 0; w < floorClients; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range next {
-				applyPolicy := func(gvr schema.GroupVersionResource, u *unstructured.Unstructured) error {
-					_, err := b.dyn.Resource(gvr).Namespace(j.ns).Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: "bench-floor", Force: true})
-					return err
-				}
-				var err error
-				for i, u := range j.policies {
-					if err == nil {
-						err = applyPolicy(j.gvrs[i], u)
-					}
-				}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(floorClients)
+	for _, j := range jobs {
+		if gctx.Err() != nil {
+			break // a job failed: Wait returns its error
+		}
+		g.Go(func() error {
+			applyPolicy := func(gvr schema.GroupVersionResource, u *unstructured.Unstructured) error {
+				_, err := b.dyn.Resource(gvr).Namespace(j.ns).Apply(gctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: "bench-floor", Force: true})
+				return err
+			}
+			var err error
+			for i, u := range j.policies {
 				if err == nil {
-					err = applyNS(j.ns, j.first)
-				}
-				if err == nil && j.strict != nil {
-					err = applyPolicy(paGVR, j.strict)
-				}
-				if err == nil {
-					err = applyNS(j.ns, j.second)
-				}
-				if err != nil {
-					errs <- fmt.Errorf("namespace %s: %w", j.ns, err)
-					return
-				}
-				writes.Add(int64(2 + len(j.policies)))
-				if j.strict != nil {
-					writes.Add(1)
+					err = applyPolicy(j.gvrs[i], u)
 				}
 			}
-		}()
+			if err == nil {
+				err = applyNS(j.ns, j.first)
+			}
+			if err == nil && j.strict != nil {
+				err = applyPolicy(paGVR, j.strict)
+			}
+			if err == nil {
+				err = applyNS(j.ns, j.second)
+			}
+			if err != nil {
+				return fmt.Errorf("namespace %s: %w", j.ns, err)
+			}
+			writes.Add(int64(2 + len(j.policies)))
+			if j.strict != nil {
+				writes.Add(1)
+			}
+			return nil
+		})
 	}
-	var applyErr error
-feed:
-	for _, j := range jobs {
-		select {
-		case next <- j:
-		case applyErr = <-errs:
-			break feed
-		}
-	}
-	close(next)
-	wg.Wait()
-	if applyErr == nil && len(errs) > 0 {
-		applyErr = <-errs
-	}
-	if applyErr != nil {
-		return applyErr
+	if err := g.Wait(); err != nil {
+		return err
 	}
 	res.FloorSeconds = round(time.Since(start).Seconds(), 2)
 	if res.FloorCPU, err = cpu.stop(); err != nil {

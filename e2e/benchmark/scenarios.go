@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -417,39 +418,22 @@ func (b *bench) floor(ctx context.Context, prefix string, clients int, seconds *
 	}
 	defer pods.stop()
 	start := time.Now()
-	next := make(chan int)
-	errs := make(chan error, clients)
-	var wg sync.WaitGroup
-	for w := 0; w < clients; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				u := objs[i]
-				if _, err := b.dyn.Resource(gvrs[i]).Namespace(u.GetNamespace()).Apply(ctx, u.GetName(), u,
-					metav1.ApplyOptions{FieldManager: "bench-floor", Force: true}); err != nil {
-					errs <- fmt.Errorf("apply %s %s/%s: %w", gvrs[i].Resource, u.GetNamespace(), u.GetName(), err)
-					return
-				}
-			}
-		}()
-	}
-	var applyErr error
-feed:
-	for i := range objs {
-		select {
-		case next <- i:
-		case applyErr = <-errs:
-			break feed
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(clients)
+	for i, u := range objs {
+		if gctx.Err() != nil {
+			break // an apply failed: Wait returns its error
 		}
+		g.Go(func() error {
+			if _, err := b.dyn.Resource(gvrs[i]).Namespace(u.GetNamespace()).Apply(gctx, u.GetName(), u,
+				metav1.ApplyOptions{FieldManager: "bench-floor", Force: true}); err != nil {
+				return fmt.Errorf("apply %s %s/%s: %w", gvrs[i].Resource, u.GetNamespace(), u.GetName(), err)
+			}
+			return nil
+		})
 	}
-	close(next)
-	wg.Wait()
-	if applyErr == nil && len(errs) > 0 {
-		applyErr = <-errs
-	}
-	if applyErr != nil {
-		return applyErr
+	if err := g.Wait(); err != nil {
+		return err
 	}
 	var namespaces []string
 	for i := 0; i < b.res.Namespaces; i++ {

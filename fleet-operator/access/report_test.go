@@ -2,51 +2,21 @@ package access
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/mesh"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/network"
+	"github.com/ericdev/fleetmesh/shared/golden"
 )
 
 var stateNames = []string{"fleet-only", "no-mesh", "routing", "sidecar-meshed", "sidecar-mixed-roll", "ambient-namespace-isolation", "ambient-namespace-permissive", "ambient-strict-isolation"}
-
-// updating is shared/golden's -update flag (one flag for every golden file).
-func updating() bool {
-	f := flag.Lookup("update")
-	return f != nil && f.Value.String() == "true"
-}
-
-func assertText(t *testing.T, path string, got []byte) {
-	t.Helper()
-	path = filepath.Join("testdata", path)
-	if updating() {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("reading %s (run with -update to create it): %v", path, err)
-	}
-	if d := cmp.Diff(string(want), string(got)); d != "" {
-		t.Errorf("%s differs (-want +got); rerun with -update if intended:\n%s", path, d)
-	}
-}
 
 // TestReportGolden pins the default and the wide table and the JSON for
 // every recorded state.
@@ -54,7 +24,7 @@ func TestReportGolden(t *testing.T) {
 	// With -update the states are rewritten in the same run
 	// (TestRecordedStates); judge what they are becoming.
 	var composed map[string]*Snapshot
-	if updating() {
+	if golden.Updating() {
 		composed = composeStates(t)
 	}
 	for _, name := range stateNames {
@@ -77,8 +47,8 @@ func TestReportGolden(t *testing.T) {
 			if err := r.JSON(&js); err != nil {
 				t.Fatal(err)
 			}
-			assertText(t, "report/"+name+".txt", table.Bytes())
-			assertText(t, "report/"+name+".wide.txt", wide.Bytes())
+			golden.AssertFile(t, "report/"+name+".txt", table.Bytes())
+			golden.AssertFile(t, "report/"+name+".wide.txt", wide.Bytes())
 			// The JSON schema is pinned on two states, for one member: the
 			// table goldens already hold every verdict.
 			if name == "fleet-only" || name == "ambient-namespace-isolation" {
@@ -90,7 +60,7 @@ func TestReportGolden(t *testing.T) {
 				if err := one.JSON(&js); err != nil {
 					t.Fatal(err)
 				}
-				assertText(t, "report/"+name+".vault-0.json", js.Bytes())
+				golden.AssertFile(t, "report/"+name+".vault-0.json", js.Bytes())
 			}
 		})
 	}

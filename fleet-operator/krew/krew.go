@@ -7,6 +7,7 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"fmt"
+	"path"
 	"regexp"
 	"strings"
 	"text/template"
@@ -52,9 +53,9 @@ func Manifest(version string, checksums []byte) ([]byte, error) {
 	}{Version: version}
 	for _, p := range Platforms {
 		p.Archive = Archive(version, p.OS, p.Arch)
-		sum, ok := sums[p.Archive]
-		if !ok {
-			return nil, fmt.Errorf("the checksums list no %s", p.Archive)
+		sum, err := archiveSum(sums, p.Archive)
+		if err != nil {
+			return nil, err
 		}
 		p.SHA256 = sum
 		data.Platforms = append(data.Platforms, p)
@@ -70,7 +71,28 @@ func Manifest(version string, checksums []byte) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// ParseChecksums reads sha256sum output: file name to lower-case hex sum.
+// archiveSum is the sum of the file named archive, listed at the top or
+// under a directory (the dry run's one SHA256SUMS over its output tree); a
+// release uploads it by that name, so two different files of it are refused.
+func archiveSum(sums map[string]string, archive string) (string, error) {
+	found := ""
+	for file, sum := range sums {
+		if path.Base(file) != archive {
+			continue
+		}
+		if found != "" && found != sum {
+			return "", fmt.Errorf("the checksums list two different %s", archive)
+		}
+		found = sum
+	}
+	if found == "" {
+		return "", fmt.Errorf("the checksums list no %s", archive)
+	}
+	return found, nil
+}
+
+// ParseChecksums reads sha256sum output: file name (as listed, directories
+// included) to lower-case hex sum.
 func ParseChecksums(raw []byte) (map[string]string, error) {
 	out := map[string]string{}
 	for i, line := range strings.Split(string(raw), "\n") {

@@ -125,3 +125,28 @@ func TestManifestRefuses(t *testing.T) {
 		t.Errorf("sha256sum -b output: %v", err)
 	}
 }
+
+// TestManifestFromTheDryRunsChecksums: `make release-dry-run` writes one
+// SHA256SUMS over its whole output tree, so the archives are listed under
+// archives/; the manifest is rendered from that file as it is.
+func TestManifestFromTheDryRunsChecksums(t *testing.T) {
+	text, sums := checksums("0.1.0")
+	var tree strings.Builder
+	for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
+		sum, file, _ := strings.Cut(line, "  ")
+		fmt.Fprintf(&tree, "%s  archives/%s\n", sum, file)
+	}
+	fmt.Fprintf(&tree, "%s  images.txt\n", strings.Repeat("ab", 32))
+	// Two files of one name in other directories: not the plugin's.
+	fmt.Fprintf(&tree, "%s  bundle/fleet-operator/metadata/annotations.yaml\n", strings.Repeat("cd", 32))
+	fmt.Fprintf(&tree, "%s  bundle/mesh-operator/metadata/annotations.yaml\n", strings.Repeat("ef", 32))
+	raw, err := Manifest("0.1.0", []byte(tree.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range Platforms {
+		if sum := sums[Archive("0.1.0", p.OS, p.Arch)]; !strings.Contains(string(raw), sum) {
+			t.Errorf("the manifest lacks %s/%s's sha256 %s", p.OS, p.Arch, sum)
+		}
+	}
+}

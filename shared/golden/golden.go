@@ -30,7 +30,25 @@ func AssertYAML(t testing.TB, name string, objs ...any) {
 		}
 		got = append(got, b...)
 	}
-	path := filepath.Join("testdata", name+".golden.yaml")
+	AssertFile(t, name+".golden.yaml", got)
+}
+
+// AssertText compares got with testdata/NAME.golden, a text file such as a
+// planner's sequence log (one line per step).
+func AssertText(t testing.TB, name, got string) {
+	t.Helper()
+	AssertFile(t, name+".golden", []byte(got))
+}
+
+// Updating says whether this run rewrites the golden files (-update), for a
+// test that must compute something else first when it does.
+func Updating() bool { return *update }
+
+// AssertFile compares got with testdata/NAME byte for byte; with -update it
+// writes got there instead.
+func AssertFile(t testing.TB, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
 	if *update {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
@@ -45,29 +63,6 @@ func AssertYAML(t testing.TB, name string, objs ...any) {
 		t.Fatalf("reading %s (run the test with -update to create it): %v", path, err)
 	}
 	if diff := cmp.Diff(string(want), string(got)); diff != "" {
-		t.Errorf("%s differs from the golden file (-want +got); rerun with -update if the change is intended:\n%s", path, diff)
-	}
-}
-
-// AssertText compares got with testdata/NAME.golden, a text file such as a
-// planner's sequence log (one line per step).
-func AssertText(t testing.TB, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("reading %s (run the test with -update to create it): %v", path, err)
-	}
-	if diff := cmp.Diff(string(want), got); diff != "" {
 		t.Errorf("%s differs from the golden file (-want +got); rerun with -update if the change is intended:\n%s", path, diff)
 	}
 }

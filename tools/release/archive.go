@@ -24,11 +24,7 @@ func (r *release) buildArchives() error {
 	for _, c := range archives {
 		for _, p := range r.ArchivePlatforms {
 			goos, goarch, _ := strings.Cut(p, "/")
-			bin := filepath.Join(r.Out, "bin", goos+"_"+goarch, c.Name)
-			if err := r.build(c, p, bin); err != nil {
-				return err
-			}
-			b, err := os.ReadFile(bin)
+			bin, b, err := r.build(c, p)
 			if err != nil {
 				return err
 			}

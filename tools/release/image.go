@@ -198,11 +198,7 @@ func (r *release) buildImages() error {
 		var imgs []v1.Image
 		for _, p := range r.ImagePlatforms {
 			goos, goarch, _ := strings.Cut(p, "/")
-			bin := filepath.Join(r.Out, "bin", goos+"_"+goarch, c.Name)
-			if err := r.build(c, p, bin); err != nil {
-				return err
-			}
-			b, err := os.ReadFile(bin)
+			bin, b, err := r.build(c, p)
 			if err != nil {
 				return err
 			}

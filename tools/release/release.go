@@ -112,13 +112,15 @@ func (r *release) logf(format string, args ...any) {
 	fmt.Fprintf(r.Log, format+"\n", args...)
 }
 
-// build compiles c for platform ("os/arch") into path: static (CGO off),
-// trimmed paths, stripped, with the version stamped.
-func (r *release) build(c component, platform, path string) error {
+// build compiles c for platform ("os/arch") into bin/OS_ARCH/NAME under
+// Out: static (CGO off), trimmed paths, stripped, with the version stamped.
+// It returns the binary's path and content.
+func (r *release) build(c component, platform string) (string, []byte, error) {
 	goos, goarch, ok := strings.Cut(platform, "/")
 	if !ok {
-		return fmt.Errorf("platform %q is not os/arch", platform)
+		return "", nil, fmt.Errorf("platform %q is not os/arch", platform)
 	}
+	path := filepath.Join(r.Out, "bin", goos+"_"+goarch, c.Name)
 	ldflags := fmt.Sprintf("-s -w -X %s=%s", versionPkg, r.Version)
 	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", ldflags, "-o", path, c.Pkg)
 	cmd.Dir = filepath.Join(r.Root, c.Module)
@@ -128,10 +130,11 @@ func (r *release) build(c component, platform, path string) error {
 	}
 	start := time.Now()
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %s for %s: %v\n%s", c.Name, platform, err, out)
+		return "", nil, fmt.Errorf("go build %s for %s: %v\n%s", c.Name, platform, err, out)
 	}
 	r.logf("built %s %s in %s", c.Name, platform, time.Since(start).Round(time.Millisecond))
-	return nil
+	b, err := os.ReadFile(path)
+	return path, b, err
 }
 
 // packageCharts packages both charts with bin/helm, stamped with the version.

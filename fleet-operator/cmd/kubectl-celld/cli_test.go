@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,36 +12,11 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/google/go-cmp/cmp"
-
-	_ "github.com/ericdev/fleetmesh/shared/golden" // registers -update
+	"github.com/ericdev/fleetmesh/shared/golden"
 	"github.com/ericdev/fleetmesh/shared/version"
 )
 
 var allStates = []string{"fleet-only", "no-mesh", "routing", "sidecar-meshed", "sidecar-mixed-roll", "ambient-namespace-isolation", "ambient-namespace-permissive", "ambient-strict-isolation"}
-
-// assertGolden compares got with testdata/NAME; -update (shared/golden's
-// flag) rewrites it.
-func assertGolden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if f := flag.Lookup("update"); f != nil && f.Value.String() == "true" {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("reading %s (run with -update to create it): %v", path, err)
-	}
-	if d := cmp.Diff(string(want), string(got)); d != "" {
-		t.Errorf("%s differs (-want +got); rerun with -update if intended:\n%s", path, d)
-	}
-}
 
 func runOK(t *testing.T, args ...string) string {
 	t.Helper()
@@ -97,12 +71,12 @@ func TestDefaultTableFits120Columns(t *testing.T) {
 // Golden files for every output format the plugin prints.
 func TestOutputGolden(t *testing.T) {
 	st := state("ambient-namespace-isolation")
-	assertGolden(t, "ambient-namespace-isolation.txt", []byte(runOK(t, "access", "vault", "--snapshot", st)))
-	assertGolden(t, "ambient-namespace-isolation.wide.txt", []byte(runOK(t, "access", "vault", "--snapshot", st, "-o", "wide")))
+	golden.AssertFile(t, "ambient-namespace-isolation.txt", []byte(runOK(t, "access", "vault", "--snapshot", st)))
+	golden.AssertFile(t, "ambient-namespace-isolation.wide.txt", []byte(runOK(t, "access", "vault", "--snapshot", st, "-o", "wide")))
 	pair := []string{"access", "vault", "--snapshot", st, "--from", "team-a/web-1", "--to", "vault-0"}
-	assertGolden(t, "ambient-namespace-isolation.web-1.json", []byte(runOK(t, append(pair, "-o", "json")...)))
-	assertGolden(t, "ambient-namespace-isolation.web-1.yaml", []byte(runOK(t, append(pair, "-o", "yaml")...)))
-	assertGolden(t, "routing.txt", []byte(runOK(t, "access", "vault", "--snapshot", state("routing"))))
+	golden.AssertFile(t, "ambient-namespace-isolation.web-1.json", []byte(runOK(t, append(pair, "-o", "json")...)))
+	golden.AssertFile(t, "ambient-namespace-isolation.web-1.yaml", []byte(runOK(t, append(pair, "-o", "yaml")...)))
+	golden.AssertFile(t, "routing.txt", []byte(runOK(t, "access", "vault", "--snapshot", state("routing"))))
 	// -o table is the default's old name.
 	if got, want := runOK(t, "access", "vault", "--snapshot", st, "-o", "table"), runOK(t, "access", "vault", "--snapshot", st); got != want {
 		t.Errorf("-o table differs from the default")

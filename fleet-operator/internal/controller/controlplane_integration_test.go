@@ -135,18 +135,11 @@ func testControlPlaneMove(t *testing.T, env *testenv.Env, viaLabel bool) {
 	}
 	require.NoError(t, env.Client.Create(ctx, f))
 	h := newHarness(t, env, true)
-	require.Eventually(t, func() bool {
-		h.reconcile(f)
-		return h.get(&appsv1.StatefulSet{}, ns, "m") == nil
-	}, 30*time.Second, time.Second)
-	playStatefulSet(t, env.Client, ns, "m", "rev1")
 	ips := map[int]string{}
-	for i := range 3 {
-		ips[i] = fmt.Sprintf("127.42.8.%d", i+ipBase)
-		serveState(t, ips[i])
-		proxyMember(t, env.Client, ns, "m", i, "rev1", ips[i], "istio-old")
-	}
-	h.reconcile(f)
+	h.startMembers(f, "127.42.8.%d", ipBase, func(i int, ip string) {
+		ips[i] = ip
+		proxyMember(t, env.Client, ns, "m", i, "rev1", ip, "istio-old")
+	})
 	require.NoError(t, h.get(f, ns, "m"))
 	require.Equal(t, "Meshed", f.Status.Mesh)
 

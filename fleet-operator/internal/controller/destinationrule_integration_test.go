@@ -87,17 +87,7 @@ func TestMutualTLSDestinationRuleHoldsMeshRoll(t *testing.T) {
 		f.Spec.Mesh = &v1alpha1.Mesh{Istio: &v1alpha1.IstioMesh{}}
 		require.NoError(t, env.Client.Create(ctx, f))
 		h := newHarness(t, env, true)
-		require.Eventually(t, func() bool {
-			h.reconcile(f)
-			return h.get(&appsv1.StatefulSet{}, ns, "dl") == nil
-		}, 30*time.Second, time.Second)
-		playStatefulSet(t, env.Client, ns, "dl", "rev1")
-		for i := range 3 {
-			ip := fmt.Sprintf("127.14.110.%d", i+11)
-			serveState(t, ip)
-			runningMember(t, env.Client, ns, "dl", i, true, "rev1", ip)
-		}
-		h.reconcile(f)
+		h.startMembers(f, "127.14.110.%d", 11, func(i int, ip string) { runningMember(t, env.Client, ns, "dl", i, true, "rev1", ip) })
 		require.NoError(t, h.get(f, ns, "dl"))
 		require.Equal(t, "Meshed", f.Status.Mesh)
 

@@ -87,6 +87,29 @@ func runningMember(t *testing.T, c client.Client, ns, fleet string, ordinal int,
 	require.NoError(t, c.Status().Update(ctx, p), "playing the kubelet for %s", p.Name)
 }
 
+// startMembers brings a created fleet to three running members: it
+// reconciles until the members' StatefulSet exists, plays it at rev1,
+// serves /state for member i at fmt.Sprintf(ipFormat, i+ipBase), runs the
+// member with member(i, ip), and reconciles once more. It returns the
+// /state servers by ordinal.
+func (h *harness) startMembers(f *v1alpha1.CelldFleet, ipFormat string, ipBase int, member func(i int, ip string)) []*stateServer {
+	t := h.t
+	t.Helper()
+	require.Eventually(t, func() bool {
+		h.reconcile(f)
+		return h.get(&appsv1.StatefulSet{}, f.Namespace, f.Name) == nil
+	}, 30*time.Second, time.Second)
+	playStatefulSet(t, h.env.Client, f.Namespace, f.Name, "rev1")
+	servers := make([]*stateServer, 3)
+	for i := range servers {
+		ip := fmt.Sprintf(ipFormat, i+ipBase)
+		servers[i] = serveState(t, ip)
+		member(i, ip)
+	}
+	h.reconcile(f)
+	return servers
+}
+
 // playStatefulSet plays the StatefulSet controller: it has observed the
 // current template, which is revision.
 func playStatefulSet(t *testing.T, c client.Client, ns, name, revision string) {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -143,17 +142,7 @@ func TestNoMeshNoIstioTrace(t *testing.T) {
 		f := fleet(ns, "a")
 		require.NoError(t, env.Client.Create(ctx, f))
 		h := newHarness(t, env, true)
-		require.Eventually(t, func() bool {
-			h.reconcile(f)
-			return h.get(&appsv1.StatefulSet{}, ns, "a") == nil
-		}, 30*time.Second, time.Second)
-		playStatefulSet(t, env.Client, ns, "a", "rev1")
-		for i := range 3 {
-			ip := fmt.Sprintf("127.42.4.%d", i+1)
-			serveState(t, ip)
-			runningMember(t, env.Client, ns, "a", i, false, "rev1", ip)
-		}
-		h.reconcile(f)
+		h.startMembers(f, "127.42.4.%d", 1, func(i int, ip string) { runningMember(t, env.Client, ns, "a", i, false, "rev1", ip) })
 		noMeshTrace(t, h, ns, "a", "auto without a mesh")
 		peersAndOperatorOn8081(t, accessReport(t, env, f), "auto without a mesh", true)
 		assert.Equal(t, labels.MeshEnabled, namespaceLabels(t, h, ns)[labels.Mesh], "auto still asks for its namespace's enrollment")
@@ -166,17 +155,7 @@ func TestNoMeshNoIstioTrace(t *testing.T) {
 		f.Spec.Mesh = &v1alpha1.Mesh{Istio: &v1alpha1.IstioMesh{}}
 		require.NoError(t, env.Client.Create(ctx, f))
 		h := newHarness(t, env, true)
-		require.Eventually(t, func() bool {
-			h.reconcile(f)
-			return h.get(&appsv1.StatefulSet{}, ns, "m") == nil
-		}, 30*time.Second, time.Second)
-		playStatefulSet(t, env.Client, ns, "m", "rev1")
-		for i := range 3 {
-			ip := fmt.Sprintf("127.42.5.%d", i+1)
-			serveState(t, ip)
-			saMember(t, env.Client, ns, "m", i, true, "rev1", "m", ip)
-		}
-		h.reconcile(f)
+		h.startMembers(f, "127.42.5.%d", 1, func(i int, ip string) { saMember(t, env.Client, ns, "m", i, true, "rev1", "m", ip) })
 		require.NoError(t, h.get(f, ns, "m"))
 		require.Equal(t, "Meshed", f.Status.Mesh)
 
@@ -215,17 +194,7 @@ func TestNoMeshNoIstioTrace(t *testing.T) {
 		f := fleet(ns, "m")
 		require.NoError(t, env.Client.Create(ctx, f))
 		h := newHarness(t, env, true)
-		require.Eventually(t, func() bool {
-			h.reconcile(f)
-			return h.get(&appsv1.StatefulSet{}, ns, "m") == nil
-		}, 30*time.Second, time.Second)
-		playStatefulSet(t, env.Client, ns, "m", "rev1")
-		for i := range 3 {
-			ip := fmt.Sprintf("127.42.6.%d", i+1)
-			serveState(t, ip)
-			meshMember(t, env.Client, ns, i, true, "rev1", "m", ip)
-		}
-		h.reconcile(f)
+		h.startMembers(f, "127.42.6.%d", 1, func(i int, ip string) { meshMember(t, env.Client, ns, i, true, "rev1", "m", ip) })
 		require.NoError(t, h.get(f, ns, "m"))
 		require.Equal(t, "Ambient", f.Status.Mesh)
 		check := func(step string) {
@@ -315,18 +284,10 @@ func TestDisabledWithdrawsEdgesAfterItsMembersLeft(t *testing.T) {
 		Source: v1alpha1.RoutingSource{Namespace: "edge", PodLabels: map[string]v1alpha1.LabelValue{"app": "edge"}}}
 	require.NoError(t, env.Client.Create(ctx, f))
 	h := newHarness(t, env, true)
-	require.Eventually(t, func() bool {
-		h.reconcile(f)
-		return h.get(&appsv1.StatefulSet{}, ns, "m") == nil
-	}, 30*time.Second, time.Second)
-	playStatefulSet(t, env.Client, ns, "m", "rev1")
 	servers := map[string]*stateServer{}
-	for i := range 3 {
-		ip := fmt.Sprintf("127.42.7.%d", i+1)
-		servers[fmt.Sprintf("m-%d", i)] = serveState(t, ip)
-		meshMember(t, env.Client, ns, i, true, "rev1", "m", ip)
+	for i, s := range h.startMembers(f, "127.42.7.%d", 1, func(i int, ip string) { meshMember(t, env.Client, ns, i, true, "rev1", "m", ip) }) {
+		servers[fmt.Sprintf("m-%d", i)] = s
 	}
-	h.reconcile(f)
 	require.NoError(t, h.get(f, ns, "m"))
 	require.Equal(t, "Ambient", f.Status.Mesh)
 	edgeOperator, edgeRouting := labels.AllowFromPrefix+"fleet-system", labels.AllowFromPrefix+"edge"

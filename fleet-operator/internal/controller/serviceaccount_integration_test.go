@@ -230,17 +230,7 @@ func testServiceAccountRoll(t *testing.T, env *testenv.Env, ambient bool) {
 	}
 	require.NoError(t, env.Client.Create(ctx, f))
 	h := newHarness(t, env, true)
-	require.Eventually(t, func() bool {
-		h.reconcile(f)
-		return h.get(&appsv1.StatefulSet{}, ns, "m") == nil
-	}, 30*time.Second, time.Second)
-	playStatefulSet(t, env.Client, ns, "m", "rev1")
-	for i := range 3 {
-		ip := fmt.Sprintf("127.14.42.%d", i+ipBase)
-		serveState(t, ip)
-		meshMember(t, env.Client, ns, i, ambient, "rev1", "m", ip)
-	}
-	h.reconcile(f)
+	h.startMembers(f, "127.14.42.%d", ipBase, func(i int, ip string) { meshMember(t, env.Client, ns, i, ambient, "rev1", "m", ip) })
 	require.NoError(t, h.get(f, ns, "m"))
 	if ambient {
 		require.Equal(t, "Ambient", f.Status.Mesh)

@@ -4,6 +4,8 @@
 -- Ready does not sum up (MeshReady, RoutingReady, DisksResized,
 -- NamespaceDeclared). Tested in e2e/argocd against status the operator's own
 -- code computed (fleet-operator/internal/controller/testdata/argocd).
+-- Argo CD runs each kind's script alone, with no module to share, so the
+-- small helpers below stand in both operators' scripts.
 local hs = {}
 
 local function said(c)
