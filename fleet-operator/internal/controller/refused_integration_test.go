@@ -182,8 +182,11 @@ func TestRefusedStepsDoNotFreezeTheFleet(t *testing.T) {
 		h.reconcileOnce(gone)
 		assert.True(t, apierrors.IsNotFound(h.get(&v1alpha1.CelldFleet{}, "nolabels", "gone")), "the deleted fleet is gone")
 
-		// The policy goes: the next pass declares the label.
+		// The policy goes: the first pass after the fleet's poll declares
+		// the label (a refused write is asked again at the poll, not at
+		// every look: TestRefusedNamespaceLabelsRetriedAtThePoll).
 		allow()
+		h.r.Now = func() time.Time { return time.Now().Add(h.r.Config.StateInterval) }
 		require.Eventually(t, func() bool {
 			h.reconcile(f)
 			c := condition(t, h, f, v1alpha1.ConditionNamespaceDeclared)
