@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -185,9 +186,13 @@ func TestRefusedStepsDoNotFreezeTheFleet(t *testing.T) {
 		// The policy goes: the first pass after the fleet's poll declares
 		// the label (a refused write is asked again at the poll, not at
 		// every look: TestRefusedNamespaceLabelsRetriedAtThePoll).
+		// Each look here comes a poll later (the policy's removal takes a
+		// moment to reach admission: a look still refused waits a poll).
 		allow()
-		h.r.Now = func() time.Time { return time.Now().Add(h.r.Config.StateInterval) }
+		var later atomic.Int64
+		h.r.Now = func() time.Time { return time.Now().Add(time.Duration(later.Load())) }
 		require.Eventually(t, func() bool {
+			later.Add(int64(h.r.Config.StateInterval))
 			h.reconcile(f)
 			c := condition(t, h, f, v1alpha1.ConditionNamespaceDeclared)
 			return c != nil && c.Status == metav1.ConditionTrue
