@@ -110,6 +110,9 @@ type FleetReconciler struct {
 	istioCaches *optionalCaches
 	// failures spaces the retries of each fleet's failed passes (outcome).
 	failures failureBackoff
+	// refusals: namespace labels the API server refused, asked again at
+	// the poll (refusedDeclarations).
+	refusals refusedDeclarations
 }
 
 // SetupWithManager builds the reconciler from cfg and registers it.
@@ -421,6 +424,7 @@ func (r *FleetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		if apierrors.IsNotFound(err) {
 			r.forget(req.NamespacedName)
 			r.failures.forget(req.NamespacedName)
+			r.refusals.forget(req.NamespacedName)
 			forgetMetrics(req.Namespace, req.Name)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
