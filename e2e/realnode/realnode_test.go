@@ -218,12 +218,14 @@ func installCharts(e *env) bool {
 		t.Fatalf("helm install mesh-operator: %v", err)
 	}
 	e.timing("  helm install mesh-operator", start)
-	pods, err := e.cs.CoreV1().Pods(fleetNS).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range pods.Items {
-		t.Logf("operator Pod %s/%s on %s, %s, IP %s, image %s", p.Namespace, p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.PodIP, p.Spec.Containers[0].Image)
+	for _, opNS := range []string{fleetNS, meshNS} {
+		pods, err := e.cs.CoreV1().Pods(opNS).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			t.Logf("operator Pod %s/%s on %s, %s, ready %v, IP %s, image %s", p.Namespace, p.Name, p.Spec.NodeName, p.Status.Phase, podReady(&p), p.Status.PodIP, p.Spec.Containers[0].Image)
+		}
 	}
 	return true
 }
@@ -248,6 +250,24 @@ func plainFleet(e *env) bool {
 	}
 	waitFleet(t, e, ns, name, 2, true)
 	e.timing("  fleet of 2 Ready (/state over the Pod network)", start)
+
+	// Peers resolve POD.FLEET-peers.NAMESPACE.svc through CoreDNS: a client
+	// of the fleet dials every member by that name.
+	start = time.Now()
+	var names []string
+	for i := range 2 {
+		names = append(names, fmt.Sprintf("%s-%d.%s-peers.%s.svc:8080", name, i, name, ns))
+	}
+	startProbe(t, e, caller{NS: ns, Name: "dns", Labels: map[string]string{"celld.eric.dev/client-of": name}}, "a", names)
+	for _, r := range probeResults(t, e, ns, "dns-a", len(names)) {
+		if !r.Open {
+			t.Errorf("%s: %s (CoreDNS and the peer Service should resolve it, the policy admits clients on 8080)", r.Addr, r.Error)
+		} else {
+			t.Logf("%s: connected by name", r.Addr)
+		}
+	}
+	_ = e.cs.CoreV1().Pods(ns).Delete(ctx, "dns-a", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	e.timing("  members dialled by their peer DNS names", start)
 
 	callers := standardCallers(ns, name)
 	start = time.Now()
