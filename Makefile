@@ -155,7 +155,7 @@ bench-smoke: tools ## the benchmark's smoke test alone (part of test-e2e): N=10 
 # Not part of `make test` (yet): a real node on this machine, as root, in its own network and mount
 # namespaces; the host is compared before and after (docs/development.md, "The real-node tier").
 test-realnode: tools tools-realnode ## the real-node tier: operators' images on a real kubelet, NetworkPolicy judged by packets (root)
-	cd e2e && go test -tags realnode -count=1 -timeout 60m -v ./realnode/
+	cd e2e && go test -tags realnode -count=1 -timeout 60m -p 1 -v ./cluster/real/ ./realnode/
 
 # Not part of `make test` beyond its smoke seeds and the checked-in regressions
 # (TestExplore in test-e2e). EXPLORE_COUNT random sequences of EXPLORE_ACTIONS

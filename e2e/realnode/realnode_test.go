@@ -23,7 +23,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -54,15 +53,14 @@ func (w logWriter) Write(b []byte) (int, error) {
 
 // env is what the specs share: one cluster for the whole run.
 type env struct {
-	t        *testing.T
-	c        *cluster.Cluster
-	cs       kubernetes.Interface
-	k8s      client.Client
-	rel      *real.Release
-	plugin   string // kubectl-celld built from this tree
-	standin  string // the stand-in's image reference
-	timings  []string
-	pStarted time.Time
+	t       *testing.T
+	c       *cluster.Cluster
+	cs      kubernetes.Interface
+	k8s     client.Client
+	rel     *real.Release
+	plugin  string // kubectl-celld built from this tree
+	standin string // the stand-in's image reference
+	timings []string
 	// networkOnly compares packets with the NetworkPolicy layer's verdict
 	// alone (an Istio layer that applies cannot be judged here).
 	networkOnly bool
@@ -933,7 +931,6 @@ func plantedBug(t *testing.T, e *env, ns, fleet string, callers []caller, ref []
 			t.Errorf("%s: %s before the bug, %s after the operator restored its policy", r.key(), verdict(rr.Packet), verdict(r.Packet))
 		}
 	}
-	_ = networkingv1.NetworkPolicy{}
 }
 
 func scaleOperator(t *testing.T, e *env, n int32) {

@@ -164,6 +164,11 @@ func Preflight(binDir, runc string) error {
 	if _, err := os.Stat(runc); err != nil {
 		missing = append(missing, runc+" (hack/node-packages.sh installs Debian's runc)")
 	}
+	// One real node per machine: its cgroup root, address and kubelet port
+	// are fixed.
+	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/memory", CgroupRoot)); err == nil {
+		missing = append(missing, "no other real node: /sys/fs/cgroup/memory/"+CgroupRoot+" exists (one runs, or a killed run left it: remove its cgroups)")
+	}
 	if _, err := os.Stat("/sys/fs/cgroup/memory"); err != nil {
 		missing = append(missing, "cgroup v1 hierarchies under /sys/fs/cgroup (this provider drives the kubelet with cgroupfs on v1)")
 	}
