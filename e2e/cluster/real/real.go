@@ -9,7 +9,7 @@
 // `unshare` process: its links, routes, iptables rules, ipsets and the fixed
 // host paths kubelet and containerd write (/var/lib, /var/log, /run are
 // bind-mounted from the work dir there) never reach the host. The host sees a
-// veth pair (host side 10.213.0.1/30, node side 10.213.0.2/30) through which
+// veth pair (host side 198.18.0.1/30, node side 198.18.0.2/30) through which
 // the node reaches the API server (a proxy in this process listens on the
 // host side and forwards to 127.0.0.1), and through which the API server
 // reaches the kubelet; the host does not forward (ip_forward stays as it is),
@@ -50,9 +50,14 @@ import (
 const (
 	NodeName = "real-node-0"
 	// HostAddr is the host side of the veth (the API server proxy listens
-	// here), NodeAddr the node's InternalIP.
-	HostAddr = "10.213.0.1"
-	NodeAddr = "10.213.0.2"
+	// here), NodeAddr the node's InternalIP. They come from 198.18.0.0/15,
+	// the range reserved for network benchmark tests (RFC 2544): in the
+	// host's namespace it cannot clash with a private network the machine
+	// is on, and the tests send nothing to a 10/8, 172.16/12 or 192.168/16
+	// address outside the node's own namespace. (Loopback and link-local
+	// addresses cannot serve: an EndpointSlice refuses them.)
+	HostAddr = "198.18.0.1"
+	NodeAddr = "198.18.0.2"
 	vethCIDR = 30
 	// APIPort is the proxy's port on HostAddr; the "kubernetes" Service's
 	// endpoint.
