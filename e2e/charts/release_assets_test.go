@@ -41,6 +41,12 @@ func TestReleaseSignsEveryPublishedFile(t *testing.T) {
 				want = append(want, fmt.Sprintf("%s_%s_%s.tar.gz", tc.tool, version, osArch))
 			}
 			want = append(want, tc.operator+"-"+version+".tgz", tc.operator+"_"+version+"_checksums.txt")
+			if tc.tool == "kubectl-celld" {
+				// The krew manifest, rendered from the archives' checksums.
+				want = append(want, "celld.yaml")
+				assert.Len(t, r.calls("go run ./krew/render -version "+version+" -checksums ../dist/"+tc.operator+"_"+version+"_checksums.txt"), 1,
+					"the krew manifest is rendered from the release's checksums")
+			}
 			var files, bundles []string
 			for _, f := range r.published {
 				if strings.HasSuffix(f, ".sigstore.json") {

@@ -69,8 +69,11 @@ type judgement struct {
 	// before: the mesh part of the state judged before (snapshot.meshPart).
 	before *snapshot
 	// optOuts: the Istio opt-out labels an admin set during the sequence
-	// (checkTenants).
-	optOuts []optOut
+	// (checkTenants); optOutSeen, optOutRelaxed: per opt-out (index),
+	// the first state it stood in, and the first one after that in which
+	// its namespace was not STRICT (optOutRelaxing).
+	optOuts                   []optOut
+	optOutSeen, optOutRelaxed map[int]time.Time
 	// faults: the API faults played (checkFaultStatus); handEdits: when
 	// the explorer deleted a fleet's NetworkPolicy itself; documented:
 	// the reasons docs/troubleshooting.md explains (faults.go).
@@ -109,6 +112,7 @@ type row struct {
 // license cannot be known.
 func (j *judgement) check(s *snapshot, step int) {
 	ambient := len(s.objs[gvrZTunnels]) > 0
+	j.trackOptOuts(s)
 	j.lastAllowed = map[string]verdict{}
 	required := map[string]bool{}
 	byName := map[string]*corev1.Pod{}
@@ -173,7 +177,7 @@ func (j *judgement) check(s *snapshot, step int) {
 					j.lastAllowed[key] = v
 					if v.allowed {
 						j.established[key] = true
-					} else if j.established[key] && !j.frozenEdge(s, r.src, dst) {
+					} else if j.established[key] && !j.frozenEdge(s, r.src, dst) && !j.optOutRelaxing(s, dst, v) {
 						j.fail("lost "+key, "step %d, after %s: required connection LOST (%s): %s -> %s:%d: %s", step, s.last, r.why, r.src, dst.Name, r.port, v.why)
 					}
 				case v.allowed && !grace && !(v.hbone && !j.atRest && s.istioPoliciesMissing()) && (r.why != "labelled client on 8080"):
@@ -735,6 +739,71 @@ func namesNamespace(v any, ns string) bool {
 		}
 	case string:
 		return t == ns || strings.Contains(t, "/ns/"+ns+"/")
+	}
+	return false
+}
+
+// optOutGrace and optOutRelaxBound bound the excuse for an admin's Istio
+// opt-out on a STRICT namespace (optOutRelaxing): the relaxation observed,
+// plus optOutGrace for Istio to push it to ztunnel and the sidecars (the
+// judge reads the PeerAuthentication, the data plane follows it within
+// about a second); and when no relaxation is observed, optOutRelaxBound
+// after the admin's label, the mesh operator's reaction on a loaded bed
+// (it relaxes in the pass the label's watch event starts).
+const (
+	optOutGrace      = 2 * time.Second
+	optOutRelaxBound = 10 * time.Second
+)
+
+// trackOptOuts records, for each of the admin's Istio opt-outs, the first
+// state in which it stands and the first one after that in which its
+// namespace has no STRICT PeerAuthentication.
+func (j *judgement) trackOptOuts(s *snapshot) {
+	for i, o := range j.optOuts {
+		if _, istio := istioOptOuts[o.key]; !istio || !o.stands(s.rv) {
+			continue
+		}
+		if j.optOutSeen == nil {
+			j.optOutSeen, j.optOutRelaxed = map[int]time.Time{}, map[int]time.Time{}
+		}
+		if _, ok := j.optOutSeen[i]; !ok {
+			j.optOutSeen[i] = s.at
+		}
+		if _, ok := j.optOutRelaxed[i]; !ok && namespaceStrict(s, o.namespace) == nil {
+			j.optOutRelaxed[i] = s.at
+		}
+	}
+}
+
+// optOutRelaxing: a required connection to dst refused by STRICT mTLS
+// (verdict v) is excused while an admin's Istio opt-out on dst's namespace
+// (istio.io/dataplane-mode=none, istio-injection=disabled) has the data
+// plane release its Pods before the mesh operator can relax STRICT
+// (issue 43, seed 7039: a released member's plaintext to a still captured
+// peer): from the admin's write until the relaxation is observed, plus
+// optOutGrace, and at most optOutRelaxBound without one. Never at rest,
+// and never for another reason of refusal.
+func (j *judgement) optOutRelaxing(s *snapshot, dst *corev1.Pod, v verdict) bool {
+	if j.atRest || !strings.Contains(v.why, "rejected by STRICT mTLS") {
+		return false
+	}
+	for i, o := range j.optOuts {
+		if o.namespace != dst.Namespace || !o.stands(s.rv) {
+			continue
+		}
+		seen, ok := j.optOutSeen[i]
+		if !ok {
+			continue
+		}
+		if relaxed, ok := j.optOutRelaxed[i]; ok {
+			if s.at.Sub(relaxed) <= optOutGrace {
+				return true
+			}
+			continue
+		}
+		if s.at.Sub(seen) <= optOutRelaxBound {
+			return true
+		}
 	}
 	return false
 }

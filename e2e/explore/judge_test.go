@@ -1,6 +1,7 @@
 package explore
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -299,4 +300,92 @@ func TestJudgeMembersAtRest(t *testing.T) {
 	wantViolation(t, j.membersAtRest(state(t, 0, "", base()...)))
 	wantViolation(t, j.membersAtRest(state(t, 0, "", paused)))
 	wantViolation(t, j.membersAtRest(state(t, 0, "", fleet("a", 2), member("a", 0, pending))), "at rest, fleet a wants 2 member(s) and runs none")
+}
+
+// TestJudgeIstioOptOutWindow (issue 43, seed 7039): an admin's Istio
+// opt-out on a STRICT ambient namespace releases its Pods one by one at
+// once, and STRICT refuses a released member's plaintext to a still
+// captured one until the mesh operator relaxes the namespace. That loss is
+// excused from the admin's write until the relaxation is observed (plus
+// optOutGrace), and for at most optOutRelaxBound when the operator never
+// relaxes; a loss for another reason, or before the admin's write, is not.
+func TestJudgeIstioOptOutWindow(t *testing.T) {
+	zt := &unstructured.Unstructured{}
+	zt.SetName("default")
+	pa := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"mtls": map[string]any{"mode": "STRICT"}}}}
+	pa.SetNamespace("x1-app")
+	pa.SetName(meshMTLSPolicy)
+	nsWith := func(l map[string]string) typed {
+		u := &unstructured.Unstructured{}
+		u.SetName("x1-app")
+		u.SetLabels(l)
+		return typed{gvrNamespaces, u}
+	}
+	ambientNS := nsWith(map[string]string{labels.IstioDataPlaneMode: "ambient"})
+	optedOut := nsWith(map[string]string{labels.IstioDataPlaneMode: "none"})
+	// world: the fleet's members (a-0 released or not), the namespace, STRICT or not.
+	world := func(sec int, rv int64, event string, ns typed, strict, a0Captured bool, extra ...typed) *snapshot {
+		m0 := member("a", 0)
+		if a0Captured {
+			m0 = member("a", 0, captured)
+		}
+		in := []typed{fleet("a", 2), m0, member("a", 1, captured), fleetPolicy("a", ruleOn(hbonePort, false)), ns, {gvrZTunnels, zt}}
+		if strict {
+			in = append(in, typed{gvrPAs, pa})
+		}
+		s := state(t, sec, event, append(in, extra...)...)
+		s.rv = rv
+		return s
+	}
+	judge := func(optOuts []optOut, states ...*snapshot) []string {
+		j := newJudgement(testWorld())
+		j.optOuts = optOuts
+		for i, s := range states {
+			j.check(s, i+1)
+		}
+		// Only the access table's required rows are this test's: the
+		// world has no fleet AuthorizationPolicy, so forbidden rows open.
+		var lost []string
+		for _, v := range j.violations {
+			if strings.Contains(v, "required connection") {
+				lost = append(lost, v)
+			}
+		}
+		return lost
+	}
+	admin := []optOut{{namespace: "x1-app", key: labels.IstioDataPlaneMode, value: "none", from: 10}}
+	before := world(0, 5, "ADDED", ambientNS, true, true)
+	released := world(1, 10, "MODIFIED pods x1-app/a-0", optedOut, true, false)
+	const lost = "required connection LOST (peers on 8081): x1-app/a-0 -> a-1:8081: NetworkPolicy admits :8081; istio (STRICT) plaintext rejected by STRICT mTLS"
+	t.Run("relaxed by the operator: excused until then", func(t *testing.T) {
+		wantViolation(t, judge(admin, before, released, world(3, 12, "DELETED peerauthentications x1-app/mesh-mtls", optedOut, false, false)))
+	})
+	t.Run("no admin opt-out: reported", func(t *testing.T) {
+		wantViolation(t, judge(nil, before, released), "step 2, after MODIFIED pods x1-app/a-0: "+lost)
+	})
+	t.Run("never relaxed: reported past optOutRelaxBound", func(t *testing.T) {
+		wantViolation(t, judge(admin, before, released, world(1+int(optOutRelaxBound/time.Second)+1, 14, "MODIFIED something", optedOut, true, false)),
+			"step 3, after MODIFIED something: "+lost)
+	})
+	t.Run("STRICT again after the relaxation: reported past optOutGrace", func(t *testing.T) {
+		wantViolation(t, judge(admin, before, released,
+			world(2, 12, "DELETED peerauthentications x1-app/mesh-mtls", optedOut, false, false),
+			world(2+int(optOutGrace/time.Second)+1, 14, "ADDED peerauthentications x1-app/mesh-mtls", optedOut, true, false)),
+			"step 4, after ADDED peerauthentications x1-app/mesh-mtls: "+lost)
+	})
+	t.Run("a loss by NetworkPolicy within the span: reported", func(t *testing.T) {
+		np := fleetPolicy("a", ruleOn(hbonePort, false))
+		np.obj.(*networkingv1.NetworkPolicy).Spec.Ingress = slices.Delete(np.obj.(*networkingv1.NetworkPolicy).Spec.Ingress, 1, 2)
+		cut := state(t, 1, "MODIFIED networkpolicies x1-app/a", fleet("a", 2), member("a", 0), member("a", 1, captured), np, optedOut, typed{gvrZTunnels, zt}, typed{gvrPAs, pa})
+		cut.rv = 10
+		wantViolation(t, judge(admin, before, cut), "step 2, after MODIFIED networkpolicies x1-app/a: required connection LOST (peers on 8081): x1-app/a-0 -> a-1:8081: NetworkPolicy denies")
+	})
+	t.Run("at rest: reported", func(t *testing.T) {
+		j := newJudgement(testWorld())
+		j.optOuts = admin
+		j.check(before, 1)
+		j.atRest = true
+		j.check(released, 2)
+		wantViolation(t, j.violations, "step 2, after MODIFIED pods x1-app/a-0: "+lost)
+	})
 }

@@ -500,7 +500,12 @@ func (r *Runner) quiet(ctx context.Context, rec *recorder) []string {
 	rec.mu.Lock()
 	seen := len(rec.events)
 	rec.mu.Unlock()
+	start := time.Now()
 	time.Sleep(12 * time.Second)
+	writes := map[string][]harness.WriteRecord{}
+	for name, p := range r.Bed.Proxies {
+		writes[name] = p.Writes(start)
+	}
 	after, err := cluster.APIServerWrites(ctx, r.Bed.Cluster.REST, operatorWrites)
 	if err != nil {
 		return []string{err.Error()}
@@ -509,7 +514,10 @@ func (r *Runner) quiet(ctx context.Context, rec *recorder) []string {
 	if err != nil {
 		return []string{err.Error()}
 	}
-	out := writesAtRest(before, after, refusedBefore, refusedAfter)
+	if n := refusedTally(writes); n != "" {
+		fmt.Fprintf(r.Log, "explore: at rest, refused writes in 12 s: %s\n", n)
+	}
+	out := append(writesAtRest(before, after, refusedBefore, refusedAfter), refusedRetries(writes)...)
 	if len(out) == 0 {
 		return nil
 	}

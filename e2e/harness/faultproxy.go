@@ -51,7 +51,37 @@ type FaultProxy struct {
 
 	mu    sync.Mutex
 	rules []*FaultRule
+	// writes: what the API server answered to the operator's writes
+	// (Writes), the last writeMemory of them.
+	writes []WriteRecord
 }
+
+// WriteRecord is one write (create, update, patch, delete) the operator
+// sent through the proxy and the API server answered: when the answer
+// came, what was written, with which field manager, and the status code.
+// The API server's own metrics count requests per kind only; a record per
+// writer and object tells several pollers from one retry loop.
+type WriteRecord struct {
+	At                              time.Time
+	Verb, Resource, Namespace, Name string
+	// FieldManager is the request's fieldManager parameter ("" without).
+	FieldManager string
+	Code         int
+}
+
+// Object names the written object as namespace/name (cluster-scoped:
+// /name) with its resource.
+func (w WriteRecord) Object() string {
+	ns := w.Namespace
+	if strings.HasPrefix(w.Resource, "namespaces") {
+		ns = ""
+	}
+	return w.Resource + " " + ns + "/" + w.Name
+}
+
+// writeMemory bounds the records kept (the explorer reads the last few
+// seconds'; a sequence writes a few thousand times at most).
+const writeMemory = 20000
 
 // The fault shapes.
 const (
@@ -319,7 +349,14 @@ func (p *FaultProxy) handler(next http.Handler) http.Handler {
 		}
 		p.mu.Unlock()
 		if matched == nil {
-			next.ServeHTTP(w, req)
+			if !writeVerbs[in.verb] {
+				next.ServeHTTP(w, req)
+				return
+			}
+			sw := &statusWriter{ResponseWriter: w}
+			next.ServeHTTP(sw, req)
+			p.recordWrite(WriteRecord{At: time.Now(), Verb: in.verb, Resource: in.resource, Namespace: in.namespace, Name: in.name,
+				FieldManager: req.URL.Query().Get("fieldManager"), Code: sw.code()})
 			return
 		}
 		if in.step {
@@ -329,6 +366,60 @@ func (p *FaultProxy) handler(next http.Handler) http.Handler {
 		}
 		answerFault(w, req, rule, in, p.Name)
 	})
+}
+
+// writeVerbs are the verbs Writes records.
+var writeVerbs = map[string]bool{"create": true, "update": true, "patch": true, "delete": true, "deletecollection": true}
+
+// statusWriter remembers the status code written through it.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusWriter) code() int {
+	if s.status == 0 {
+		return http.StatusOK
+	}
+	return s.status
+}
+
+func (p *FaultProxy) recordWrite(w WriteRecord) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.writes) >= writeMemory {
+		p.writes = append(p.writes[:0], p.writes[len(p.writes)-writeMemory/2:]...)
+	}
+	p.writes = append(p.writes, w)
+}
+
+// Writes returns the writes the API server answered at or after since, in
+// the order their answers came (a write the proxy faulted is not among
+// them: that answer was not the API server's).
+func (p *FaultProxy) Writes(since time.Time) []WriteRecord {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []WriteRecord
+	for _, w := range p.writes {
+		if !w.At.Before(since) {
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 // countFailedStep records a step that has failed: once its client has the

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -41,6 +42,13 @@ func fakeAPIServer(t *testing.T) (*httptest.Server, *sync.Map) {
 				TypeMeta: metav1.TypeMeta{Kind: "Namespace", APIVersion: "v1"}, ObjectMeta: metav1.ObjectMeta{Name: "watched", ResourceVersion: "2"}}})
 			w.(http.Flusher).Flush()
 			<-r.Context().Done() // a watch stays open
+		case r.URL.Path == "/api/v1/namespaces/refusing" && r.Method == http.MethodPatch:
+			// A ValidatingAdmissionPolicy's answer: 422 Invalid.
+			w.WriteHeader(http.StatusUnprocessableEntity)
+			_ = json.NewEncoder(w).Encode(metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure,
+				Code: http.StatusUnprocessableEntity, Reason: metav1.StatusReasonInvalid, Message: "denied by the explorer's policy"})
+		case r.URL.Path == "/api/v1/namespaces/accepting" && r.Method == http.MethodPatch:
+			_ = json.NewEncoder(w).Encode(corev1.Namespace{TypeMeta: metav1.TypeMeta{Kind: "Namespace", APIVersion: "v1"}, ObjectMeta: metav1.ObjectMeta{Name: "accepting"}})
 		case r.URL.Path == "/api/v1/namespaces":
 			_ = json.NewEncoder(w).Encode(corev1.NamespaceList{TypeMeta: metav1.TypeMeta{Kind: "NamespaceList", APIVersion: "v1"},
 				Items: []corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: "listed"}}}})
@@ -282,5 +290,49 @@ func TestFaultProxyThroughAKubeconfig(t *testing.T) {
 	}
 	if auth, _ := seen.Load("GET /api/v1/namespaces/mesh-system/secrets/license"); auth != "Bearer sa-token" {
 		t.Fatalf("the API server saw Authorization %q through the kubeconfig, want the token", auth)
+	}
+}
+
+// TestFaultProxyRecordsWrites: every write the operator sends through the
+// proxy is recorded with the API server's answer, its object and its field
+// manager, so the explorer can count refused retries per writer and object
+// (issue 43: the API server's metrics count them per kind only). A write
+// the proxy faulted itself is not the API server's answer and is left out.
+func TestFaultProxyRecordsWrites(t *testing.T) {
+	p, cs, _ := startProxy(t)
+	start := time.Now()
+	patch := []byte(`{"metadata":{"labels":{"a":"b"}}}`)
+	for range 2 {
+		_, err := cs.CoreV1().Namespaces().Patch(context.Background(), "refusing", types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "fleet-operator/fleet/x1-app/a"})
+		if !apierrors.IsInvalid(err) {
+			t.Fatalf("the refused patch: %v", err)
+		}
+	}
+	if _, err := cs.CoreV1().Namespaces().Patch(context.Background(), "accepting", types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "mesh-operator"}); err != nil {
+		t.Fatal(err)
+	}
+	p.Set(FaultRule{Resource: "namespaces", Verb: "patch", Fault: Fault403})
+	_, _ = cs.CoreV1().Namespaces().Patch(context.Background(), "refusing", types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "faulted"})
+	listNamespaces(t, cs) // reads are not writes
+	got := p.Writes(start)
+	if len(got) != 3 {
+		t.Fatalf("recorded %d writes, want the three the API server answered: %+v", len(got), got)
+	}
+	for i, want := range []WriteRecord{
+		{Verb: "patch", Resource: "namespaces", Namespace: "refusing", Name: "refusing", FieldManager: "fleet-operator/fleet/x1-app/a", Code: 422},
+		{Verb: "patch", Resource: "namespaces", Namespace: "refusing", Name: "refusing", FieldManager: "fleet-operator/fleet/x1-app/a", Code: 422},
+		{Verb: "patch", Resource: "namespaces", Namespace: "accepting", Name: "accepting", FieldManager: "mesh-operator", Code: 200},
+	} {
+		g := got[i]
+		if g.At.Before(start) {
+			t.Errorf("write %d recorded at %s, before the test began", i, g.At)
+		}
+		g.At = time.Time{}
+		if g != want {
+			t.Errorf("write %d: got %+v, want %+v", i, g, want)
+		}
+	}
+	if later := p.Writes(time.Now()); len(later) != 0 {
+		t.Fatalf("writes since now: %+v", later)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
@@ -209,6 +210,9 @@ func (r *release) buildImages() error {
 				return fmt.Errorf("image %s %s: %w", c.Name, p, err)
 			}
 			imgs = append(imgs, img)
+			if r.NodeArchive != "" && len(imgs) == 1 {
+				r.addNodeImage(fmt.Sprintf("%s/%s:%s", r.Registry, c.Name, r.Version), img)
+			}
 			d, err := img.Digest()
 			if err != nil {
 				return err
@@ -307,5 +311,51 @@ func (r *release) bundleImage(op, dir string) error {
 		return err
 	}
 	r.imageLines = append(r.imageLines, fmt.Sprintf("%s/%s-bundle:%s@%s", r.Registry, op, r.Version, d))
+	return nil
+}
+
+func (r *release) addNodeImage(ref string, img v1.Image) {
+	if r.nodeImages == nil {
+		r.nodeImages = map[string]v1.Image{}
+	}
+	r.nodeImages[ref] = img
+}
+
+// writeNodeArchive writes NodeArchive: the release images' first platform and
+// the extra images, each a base layer plus its binary as /NAME, run as
+// 65532:65532, as one docker-archive tar that `ctr images import` reads.
+// It is not a release file (not in SHA256SUMS).
+func (r *release) writeNodeArchive() error {
+	if r.NodeArchive == "" {
+		return nil
+	}
+	goos, goarch, _ := strings.Cut(r.ImagePlatforms[0], "/")
+	for _, e := range r.ExtraImages {
+		b, err := os.ReadFile(e.Binary)
+		if err != nil {
+			return fmt.Errorf("extra image %s: %w", e.Ref, err)
+		}
+		img, err := buildImage(imageSpec{Name: filepath.Base(e.Binary), Version: r.Version, Revision: r.revision,
+			Source: r.Source, OS: goos, Arch: goarch, Binary: b, Created: r.created})
+		if err != nil {
+			return fmt.Errorf("extra image %s: %w", e.Ref, err)
+		}
+		r.addNodeImage(e.Ref, img)
+	}
+	refs := map[name.Reference]v1.Image{}
+	for ref, img := range r.nodeImages {
+		tag, err := name.NewTag(ref)
+		if err != nil {
+			return err
+		}
+		refs[tag] = img
+	}
+	if err := os.MkdirAll(filepath.Dir(r.NodeArchive), 0o755); err != nil {
+		return err
+	}
+	if err := tarball.MultiRefWriteToFile(r.NodeArchive, refs); err != nil {
+		return fmt.Errorf("node archive: %w", err)
+	}
+	r.logf("node archive %s: %d image(s)", r.NodeArchive, len(refs))
 	return nil
 }

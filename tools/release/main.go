@@ -45,6 +45,9 @@ func run(args []string) error {
 	source := fs.String("source", "https://github.com/ericdev/fleetmesh", "org.opencontainers.image.source")
 	registry := fs.String("registry", "ghcr.io/ericdev", "image repository prefix the chart and the bundle name")
 	checkRepo := fs.Bool("check-repo", true, "fail unless the charts and CHANGELOG.md carry this version")
+	nodeArchive := fs.String("node-archive", "", "also write the images (first platform) as one docker-archive tar a node's containerd imports (`ctr images import`), for the real-node tier")
+	var extra extraImages
+	fs.Var(&extra, "extra-image", "REF=BINARY: also build an image of a prebuilt static binary (entrypoint /NAME) into -node-archive; repeatable")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -55,7 +58,7 @@ func run(args []string) error {
 	r := &release{
 		Root: absRoot, Out: *out, Version: *version, Source: *source, Registry: *registry,
 		ImagePlatforms: splitList(*platforms), ArchivePlatforms: splitList(*archPlatforms),
-		Log: os.Stderr,
+		Log: os.Stderr, NodeArchive: *nodeArchive, ExtraImages: extra,
 	}
 	if r.Out == "" {
 		r.Out = filepath.Join(absRoot, "bin", "release")
@@ -93,4 +96,20 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// extraImages collects -extra-image REF=BINARY flags.
+type extraImages []extraImage
+
+type extraImage struct{ Ref, Binary string }
+
+func (e *extraImages) String() string { return fmt.Sprint(*e) }
+
+func (e *extraImages) Set(v string) error {
+	ref, bin, ok := strings.Cut(v, "=")
+	if !ok || ref == "" || bin == "" {
+		return fmt.Errorf("-extra-image wants REF=BINARY, got %q", v)
+	}
+	*e = append(*e, extraImage{Ref: ref, Binary: bin})
+	return nil
 }

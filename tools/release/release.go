@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -53,6 +54,11 @@ type release struct {
 	Root, Out, Version, Source, Registry string
 	ImagePlatforms, ArchivePlatforms     []string
 	Log                                  io.Writer
+	// NodeArchive, when set, is a docker-archive tar of the images' first
+	// platform plus ExtraImages, for a real node to import (the real-node
+	// tier, e2e/cluster/real): no registry is involved.
+	NodeArchive string
+	ExtraImages []extraImage
 
 	revision string
 	created  time.Time
@@ -60,6 +66,8 @@ type release struct {
 	sums []string
 	// imageLines name each image built by digest (images.txt).
 	imageLines []string
+	// nodeImages are the images NodeArchive holds, by reference.
+	nodeImages map[string]v1.Image
 }
 
 // Run builds the selected steps into a fresh Out.
@@ -76,6 +84,9 @@ func (r *release) Run(steps map[string]bool) error {
 	}
 	if steps["images"] {
 		if err := r.buildImages(); err != nil {
+			return err
+		}
+		if err := r.writeNodeArchive(); err != nil {
 			return err
 		}
 	}

@@ -181,3 +181,60 @@ func writeSAKeys(keyPath, pubPath string) error {
 	}
 	return os.WriteFile(pubPath, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o644)
 }
+
+// IssueClientCert returns a client certificate and key (PEM) for user in
+// groups, signed by the running cluster's CA, and the CA certificate: the
+// credentials of a real node's kubelet (system:node:NAME in system:nodes) or
+// kube-proxy. It fails before Up.
+func (p *Provider) IssueClientCert(user string, groups ...string) (certPEM, keyPEM, caPEM []byte, err error) {
+	p.mu.Lock()
+	certs := p.certs
+	p.mu.Unlock()
+	if certs == nil {
+		return nil, nil, nil, fmt.Errorf("no cluster: IssueClientCert needs a running cluster")
+	}
+	ca, err := loadPair(certs.CACert, certs.CAKey)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("cluster CA: %w", err)
+	}
+	kp, err := ca.issue(clientTemplate(user, groups...))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(kp.key)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: kp.cert.Raw}),
+		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), certs.caPEM, nil
+}
+
+// loadPair reads a certificate and its ECDSA key written by writePair.
+func loadPair(certPath, keyPath string) (*keyPair, error) {
+	certPEM, err := os.ReadFile(certPath)
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := os.ReadFile(keyPath)
+	if err != nil {
+		return nil, err
+	}
+	cb, _ := pem.Decode(certPEM)
+	kb, _ := pem.Decode(keyPEM)
+	if cb == nil || kb == nil {
+		return nil, fmt.Errorf("%s or %s is not PEM", certPath, keyPath)
+	}
+	cert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	key, err := x509.ParsePKCS8PrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	ec, ok := key.(*ecdsa.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("%s: not an ECDSA key", keyPath)
+	}
+	return &keyPair{cert: cert, key: ec}, nil
+}

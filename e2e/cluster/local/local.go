@@ -52,6 +52,11 @@ type Options struct {
 	BinDir string
 	// Nodes is the number of kwok nodes; 0 selects the API-server-only tier.
 	Nodes int
+	// ExternalNodes starts the full tier's controllers, scheduler,
+	// StorageClass and volume provisioner with no kwok and no Nodes: the
+	// caller brings its own nodes (the real-node provider, e2e/cluster/real,
+	// runs a kubelet). Requires Nodes == 0.
+	ExternalNodes bool
 	// MaxPodsPerNode is each node's Pod capacity; 0 means DefaultMaxPods.
 	MaxPodsPerNode int
 	// NoDefaultCRDs skips the Gateway API (standard channel) and Istio CRDs.
@@ -105,6 +110,8 @@ type Provider struct {
 	// reached (RestartAPIServer starts it again the same way).
 	apiArgs []string
 	apiCfg  *rest.Config
+	// certs are the cluster's credentials (IssueClientCert signs with its CA).
+	certs *pki
 }
 
 var _ cluster.Provider = (*Provider)(nil)
@@ -170,7 +177,7 @@ func (p *Provider) Up(ctx context.Context) (c *cluster.Cluster, err error) {
 	// node tier's start; the first failure cancels the other.
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return p.installCRDs(gctx, cfg) })
-	if p.opts.Nodes > 0 {
+	if p.opts.Nodes > 0 || p.opts.ExternalNodes {
 		g.Go(func() error { return p.startNodeTier(gctx, certs, cfg) })
 	}
 	if err := g.Wait(); err != nil {
@@ -182,6 +189,9 @@ func (p *Provider) Up(ctx context.Context) (c *cluster.Cluster, err error) {
 	if err := p.checkAllRunning(); err != nil {
 		return nil, err
 	}
+	p.mu.Lock()
+	p.certs = certs
+	p.mu.Unlock()
 	p.logf("cluster ready with %d node(s) (%s)", p.opts.Nodes, since(started))
 	return &cluster.Cluster{Name: "local", Kubeconfig: p.layout.kubeconfig(), REST: cfg, WorkDir: p.layout.root}, nil
 }
@@ -284,7 +294,13 @@ func (p *Provider) validate() error {
 			return err
 		}
 	}
+	if p.opts.ExternalNodes && p.opts.Nodes > 0 {
+		return fmt.Errorf("ExternalNodes and %d kwok nodes: choose one", p.opts.Nodes)
+	}
 	names := []string{"etcd", "kube-apiserver"}
+	if p.opts.ExternalNodes {
+		names = append(names, "kube-controller-manager", "kube-scheduler")
+	}
 	if p.opts.Nodes > 0 {
 		names = append(names, "kube-controller-manager", "kube-scheduler", "kwok")
 	}
@@ -573,8 +589,10 @@ func (p *Provider) startNodeTier(ctx context.Context, certs *pki, cfg *rest.Conf
 	if _, err := p.start("kube-scheduler", schedulerArgs(schedConfig), nil); err != nil {
 		return err
 	}
-	if _, err := p.start("kwok", kwokArgs(p.layout, stages), kwokEnv(p.layout)); err != nil {
-		return err
+	if !p.opts.ExternalNodes {
+		if _, err := p.start("kwok", kwokArgs(p.layout, stages), kwokEnv(p.layout)); err != nil {
+			return err
+		}
 	}
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -586,14 +604,16 @@ func (p *Provider) startNodeTier(ctx context.Context, certs *pki, cfg *rest.Conf
 	if err := p.startProvisioner(ctx, client); err != nil {
 		return err
 	}
-	if err := createNodes(ctx, client, p.opts.Nodes, p.opts.MaxPodsPerNode, p.ranges); err != nil {
-		return err
-	}
-	err = p.waitUntil(ctx, fmt.Sprintf("%d kwok node(s) Ready and untainted", p.opts.Nodes), func(ctx context.Context) (bool, error) {
-		return nodesSchedulable(ctx, client, p.opts.Nodes)
-	})
-	if err != nil {
-		return err
+	if !p.opts.ExternalNodes {
+		if err := createNodes(ctx, client, p.opts.Nodes, p.opts.MaxPodsPerNode, p.ranges); err != nil {
+			return err
+		}
+		err = p.waitUntil(ctx, fmt.Sprintf("%d kwok node(s) Ready and untainted", p.opts.Nodes), func(ctx context.Context) (bool, error) {
+			return nodesSchedulable(ctx, client, p.opts.Nodes)
+		})
+		if err != nil {
+			return err
+		}
 	}
 	err = p.waitUntil(ctx, "the default ServiceAccount", func(ctx context.Context) (bool, error) {
 		return defaultServiceAccountExists(ctx, client)

@@ -108,7 +108,7 @@ const (
 	// ReasonNamespaceLabelsRefused: the API server (RBAC, an admission
 	// webhook or policy) refused the fleet's namespace label write; the
 	// message names the labels and quotes its answer. The members run
-	// regardless; the write is tried again at each look.
+	// regardless; the write is tried again at the fleet's poll (--state-interval), or at once when the namespace changes.
 	ReasonNamespaceLabelsRefused ConditionReason = "NamespaceLabelsRefused"
 )
 

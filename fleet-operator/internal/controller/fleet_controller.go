@@ -90,6 +90,9 @@ type FleetReconciler struct {
 	istioCaches *optionalCaches
 	// failures spaces the retries of each fleet's failed passes (outcome).
 	failures failureBackoff
+	// refusals: namespace labels the API server refused, asked again at
+	// the poll (refusedDeclarations).
+	refusals refusedDeclarations
 }
 
 // SetupWithManager builds the reconciler from cfg and registers it.
@@ -288,6 +291,7 @@ func (r *FleetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 			r.forget(req.NamespacedName)
 			r.gate.Forget(req.NamespacedName)
 			r.failures.forget(req.NamespacedName)
+			r.refusals.forget(req.NamespacedName)
 			forgetMetrics(req.Namespace, req.Name)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)

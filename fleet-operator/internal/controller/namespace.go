@@ -105,16 +105,26 @@ func (r *FleetReconciler) reconcileDeclarations(ctx context.Context, fleet *v1al
 		controllerutil.AddFinalizer(fleet, DeclarationsFinalizer)
 		r.gate.Wrote(client.ObjectKeyFromObject(fleet), added)
 	}
+	// A policy (RBAC, an admission webhook or policy) judged the write
+	// itself: asking again before the fleet's poll, for the same labels on
+	// the same namespace, would get the same answer (refusedDeclarations).
+	key := types.NamespacedName{Namespace: fleet.Namespace, Name: fleet.Name}
+	now := r.Now()
+	if held := r.refusals.holds(key, want, view.ns.ResourceVersion, now, r.Config.StateInterval); held != nil {
+		obs.declared = namespaceOutcome{reached: true, labels: want, refused: held}
+		return nil
+	}
 	_, err = contract.ApplyLabels(ctx, r.Client, r.freshReader(), contract.WorkloadOperator, declarationManager(fleet), view.ns.DeepCopy(), want)
 	switch {
 	case refused(err):
-		// A policy (RBAC, an admission webhook or policy) judged the write
-		// itself: asking again at once would get the same answer. It is
-		// reported, and asked again at the fleet's next look.
+		// Reported, and asked again at the fleet's poll.
+		r.refusals.refused(key, want, view.ns.ResourceVersion, now, err)
 		obs.declared = namespaceOutcome{reached: true, labels: want, refused: err}
 	case err != nil:
+		r.refusals.forget(key)
 		return fmt.Errorf("declaring namespace labels: %w", err)
 	default:
+		r.refusals.forget(key)
 		obs.declared = namespaceOutcome{reached: true, labels: want, withheld: withheld}
 	}
 	return nil

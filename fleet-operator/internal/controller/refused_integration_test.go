@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -182,9 +183,16 @@ func TestRefusedStepsDoNotFreezeTheFleet(t *testing.T) {
 		h.reconcileOnce(gone)
 		assert.True(t, apierrors.IsNotFound(h.get(&v1alpha1.CelldFleet{}, "nolabels", "gone")), "the deleted fleet is gone")
 
-		// The policy goes: the next pass declares the label.
+		// The policy goes: the first pass after the fleet's poll declares
+		// the label (a refused write is asked again at the poll, not at
+		// every look: TestRefusedNamespaceLabelsRetriedAtThePoll).
+		// Each look here comes a poll later (the policy's removal takes a
+		// moment to reach admission: a look still refused waits a poll).
 		allow()
+		var later atomic.Int64
+		h.r.Now = func() time.Time { return time.Now().Add(time.Duration(later.Load())) }
 		require.Eventually(t, func() bool {
+			later.Add(int64(h.r.Config.StateInterval))
 			h.reconcile(f)
 			c := condition(t, h, f, v1alpha1.ConditionNamespaceDeclared)
 			return c != nil && c.Status == metav1.ConditionTrue

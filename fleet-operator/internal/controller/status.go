@@ -151,7 +151,7 @@ func setNamespaceCondition(fleet *v1alpha1.CelldFleet, st *v1alpha1.CelldFleetSt
 		set(v1alpha1.ConditionNamespaceDeclared, metav1.ConditionFalse, v1alpha1.ReasonNamespaceLabelsRefused, fmt.Sprintf(
 			"The API server refused the fleet's labels on namespace %s (%s): %v. They ask the mesh operator to enroll the namespace and, "+
 				"under namespace isolation, to admit the operator's /state reads and the routing source; without them the namespace is not "+
-				"enrolled for this fleet. The members run regardless, and the write is tried again at each look. Let the fleet operator's "+
+				"enrolled for this fleet. The members run regardless, and the write is tried again at the fleet's poll, or at once when the namespace changes. Let the fleet operator's "+
 				"identity write these labels (fix the policy that refused it), or set spec.mesh.mode: %s on a fleet that wants no mesh.",
 			fleet.Namespace, labelList(d.labels), d.refused, v1alpha1.MeshDisabled))
 	case len(d.labels) == 0:

@@ -323,12 +323,24 @@ func (r *ServiceMeshReconciler) reconcileEnrollment(ctx context.Context, mesh *v
 		return 0, err
 	}
 	r.reportOptOuts(mesh, st, w.namespaces, w.decisions)
+	var errs []error
+	// An admin's Istio opt-out acts in the data plane at once: STRICT goes
+	// before anything else of this pass (enroll.RelaxOptedOut).
+	for _, ns := range w.leaving {
+		steps := enroll.RelaxOptedOut(observedNamespace(ns, enroll.Decision{}, w.policies[ns.Name], nil))
+		if _, err := r.takeSteps(ctx, mesh, ns, steps, nil); err != nil {
+			errs = append(errs, fmt.Errorf("relaxing namespace %s, opted out: %w", ns.Name, err))
+			continue
+		}
+		for _, s := range steps {
+			delete(w.policies[ns.Name], s.Key)
+		}
+	}
 	pass := enroll.Pass{Spec: mesh.Spec, Now: st.now, Ready: !holdOnly, ControlPlane: w.cp.Namespace, Revision: w.cp.Revision,
 		Owner: enroll.Owner(mesh), Leaving: make([]string, 0, len(w.leaving))}
 	for _, ns := range w.leaving {
 		pass.Leaving = append(pass.Leaving, ns.Name)
 	}
-	var errs []error
 	// In ambient, a namespace whose NetworkPolicies would cut off its
 	// captured Pods is not enrolled (an enrolled one is only reported).
 	var gates map[string]enroll.AmbientGate

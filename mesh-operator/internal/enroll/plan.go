@@ -522,6 +522,36 @@ func OwnPolicyKeys() []string {
 	return []string{keyBaseline, keyIsolation, keyPeerAuthentication}
 }
 
+// RelaxOptedOut is what a namespace an admin opted out with Istio's own
+// label (contract.IstioOptOut, a label the operator does not hold) needs
+// before anything else of its leave: Istio acts on that label at once
+// (istio-cni releases the Pods one by one, new Pods come without their
+// sidecar), so while some Pods already speak plaintext and others are
+// still meshed, a STRICT PeerAuthentication refuses the plaintext. STRICT
+// goes at once: the allow-nothing baseline (which drops plaintext too),
+// then the PeerAuthentication; the namespace then has the mesh's default
+// (PERMISSIVE unless the root namespace says otherwise, as after any
+// leave). The rest of the leave (PlanRelax, PlanLetGo) follows as usual.
+// Nothing when the namespace is not STRICT, or the opt-out label is one
+// the operator holds itself.
+func RelaxOptedOut(ns Namespace) []Step {
+	optOut := contract.IstioOptOut(ns.Labels)
+	if optOut == "" {
+		return nil
+	}
+	key, _, _ := strings.Cut(optOut, "=")
+	pa := ns.Live[keyPeerAuthentication]
+	if ns.Owned[key] || pa == nil || ModeOf(pa) != contract.MTLSStrict {
+		return nil
+	}
+	why := "opted out by the admin's " + optOut + ": STRICT goes before the Pods are released"
+	var steps []Step
+	if b := ns.Live[keyBaseline]; b != nil {
+		steps = append(steps, Step{Kind: StepDelete, Namespace: ns.Name, Key: keyBaseline, Object: b, Why: why})
+	}
+	return append(steps, Step{Kind: StepDelete, Namespace: ns.Name, Key: keyPeerAuthentication, Object: pa, Why: why})
+}
+
 // PlanRelax is the first round of leaving the mesh, in the reverse order
 // of enrolling: the state labels go first (workload operators stop relying
 // on the mesh), then the policies (the namespace stops enforcing mTLS and

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/shared/contract"
 	"github.com/ericdev/fleetmesh/shared/golden"
 	"github.com/ericdev/fleetmesh/shared/labels"
 )
@@ -424,6 +425,53 @@ func TestPlanRelaxOrder(t *testing.T) {
 	}
 	if steps := PlanRelax(Namespace{Name: "b", Labels: map[string]string{labels.IstioInjection: "enabled"}, Owned: map[string]bool{labels.IstioInjection: true}}); len(steps) != 0 {
 		t.Errorf("nothing to relax: %v", steps)
+	}
+}
+
+// TestRelaxOptedOut: an admin's Istio opt-out on a STRICT namespace takes
+// the baseline and the STRICT PeerAuthentication away before anything else
+// of the leave (issue 43, seed 7039); nothing when the namespace is not
+// STRICT, has no Istio opt-out, or the label is the operator's own.
+func TestRelaxOptedOut(t *testing.T) {
+	pa := func(mode string) *unstructured.Unstructured {
+		return PeerAuthentication("a", mode, "", metav1.OwnerReference{})
+	}
+	baseline := &unstructured.Unstructured{}
+	baseline.SetKind(KindAuthorizationPolicy)
+	baseline.SetName(BaselinePolicyName)
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+		owned  map[string]bool
+		live   map[string]*unstructured.Unstructured
+		want   []string
+	}{
+		{"ambient, admin's none, STRICT", map[string]string{labels.IstioDataPlaneMode: "none"}, nil,
+			map[string]*unstructured.Unstructured{keyPeerAuthentication: pa(contract.MTLSStrict)},
+			[]string{"delete a PeerAuthentication/mesh-mtls"}},
+		{"with the baseline", map[string]string{labels.IstioDataPlaneMode: "none"}, nil,
+			map[string]*unstructured.Unstructured{keyPeerAuthentication: pa(contract.MTLSStrict), keyBaseline: baseline},
+			[]string{"delete a AuthorizationPolicy/mesh-baseline", "delete a PeerAuthentication/mesh-mtls"}},
+		{"sidecars, admin's injection disabled", map[string]string{labels.IstioInjection: "disabled"}, nil,
+			map[string]*unstructured.Unstructured{keyPeerAuthentication: pa(contract.MTLSStrict)},
+			[]string{"delete a PeerAuthentication/mesh-mtls"}},
+		{"PERMISSIVE already", map[string]string{labels.IstioDataPlaneMode: "none"}, nil,
+			map[string]*unstructured.Unstructured{keyPeerAuthentication: pa(contract.MTLSPermissive)}, nil},
+		{"no PeerAuthentication", map[string]string{labels.IstioDataPlaneMode: "none"}, nil, nil, nil},
+		{"core.navique.com/mesh=disabled: the ordinary leave", map[string]string{labels.Mesh: labels.MeshDisabled, labels.IstioDataPlaneMode: "ambient"}, nil,
+			map[string]*unstructured.Unstructured{keyPeerAuthentication: pa(contract.MTLSStrict)}, nil},
+		{"the operator's own label", map[string]string{labels.IstioDataPlaneMode: "none"}, map[string]bool{labels.IstioDataPlaneMode: true},
+			map[string]*unstructured.Unstructured{keyPeerAuthentication: pa(contract.MTLSStrict)}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, s := range RelaxOptedOut(Namespace{Name: "a", Labels: tc.labels, Owned: tc.owned, Live: tc.live}) {
+				got = append(got, s.String())
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
 	}
 }
 
