@@ -5,18 +5,22 @@ package controller
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	"github.com/ericdev/fleetmesh/shared/pacing"
 	"github.com/ericdev/fleetmesh/shared/testenv"
 )
 
@@ -138,4 +142,71 @@ func TestNewFleetsStatusWaitsForItsMembers(t *testing.T) {
 	require.NoError(t, h.get(lonely, "fresh", "lonely"))
 	assert.Equal(t, lonely.Generation, lonely.Status.ObservedGeneration)
 	assert.Empty(t, lonely.Status.Members)
+}
+
+// TestPassWaitsForTheCacheToShowItsOwnWrites: a pass whose cache has yet
+// to show what the previous pass wrote (the fleet's finalizer, the
+// StatefulSet it created) is put off for pacing.DefaultRetry and writes
+// nothing, instead of deciding from the world before those writes (the
+// refused create-only apply of a StatefulSet it cannot see and a read of
+// it). Once the cache shows them the pass runs: it writes the fleet's
+// first status (the creating pass held it: membersAboutToAppear), once;
+// the pass after it finds nothing to write.
+func TestPassWaitsForTheCacheToShowItsOwnWrites(t *testing.T) {
+	ctx := context.Background()
+	env := testenv.Start(t, newScheme(t), "fleet-operator/config/crd/bases")
+	createNamespace(t, env.Client, "fresh")
+	h := newHarness(t, env, true)
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Client.Scheme()})
+	require.NoError(t, err)
+	// A cache that is behind: it shows the fleet as created and no
+	// StatefulSet, while frozen.
+	var frozen atomic.Pointer[v1alpha1.CelldFleet]
+	behind := interceptor.NewClient(wc, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			stale := frozen.Load()
+			switch o := obj.(type) {
+			case *v1alpha1.CelldFleet:
+				if stale != nil && key == client.ObjectKeyFromObject(stale) {
+					stale.DeepCopyInto(o)
+					return nil
+				}
+			case *appsv1.StatefulSet:
+				if stale != nil && key.Name == stale.Name {
+					return apierrors.NewNotFound(appsv1.Resource("statefulsets"), key.Name)
+				}
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	c := h.writes.client(behind)
+	h.r.Client, h.r.Applier.Client = c, c
+
+	f := fleet("fresh", "members")
+	require.NoError(t, env.Client.Create(ctx, f))
+	created := f.DeepCopy()
+	assert.Equal(t, membersAppearWait, h.reconcileOnce(f).RequeueAfter)
+	require.NoError(t, h.get(&appsv1.StatefulSet{}, "fresh", "members"), "the pass created the StatefulSet")
+	require.NoError(t, h.get(f, "fresh", "members"))
+	assert.Zero(t, f.Status.ObservedGeneration, "the creating pass holds the status: %+v", f.Status)
+	assert.Contains(t, f.Finalizers, DeclarationsFinalizer)
+
+	frozen.Store(created)
+	before := h.writes.n.Load()
+	res := h.reconcileOnce(f)
+	assert.Equal(t, pacing.DefaultRetry, res.RequeueAfter, "put off: the cache has yet to show the pass's own writes")
+	assert.Equal(t, before, h.writes.n.Load(), "a deferred pass writes nothing")
+
+	frozen.Store(nil)
+	res = h.reconcileOnce(f)
+	assert.NotEqual(t, pacing.DefaultRetry, res.RequeueAfter, "the cache shows them: the pass runs")
+	assert.Equal(t, before+1, h.writes.n.Load(), "and writes the first status, nothing else")
+	require.NoError(t, h.get(f, "fresh", "members"))
+	assert.Equal(t, f.Generation, f.Status.ObservedGeneration)
+	assert.Empty(t, f.Status.Members, "no member yet (nothing creates them here)")
+	assert.Equal(t, PhaseProvisioning, f.Status.Phase)
+
+	before = h.writes.n.Load()
+	h.reconcileOnce(f)
+	assert.Equal(t, before, h.writes.n.Load(), "the pass after it finds nothing to write")
 }

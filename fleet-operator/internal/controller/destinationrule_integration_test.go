@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -184,7 +187,12 @@ func TestDestinationRuleDeletionWakesTheHeldFleet(t *testing.T) {
 	f.Spec.Replicas = ptr.To[int32](1)
 	require.NoError(t, env.Client.Create(ctx, f))
 	var n requestCounter
-	startOperator(t, env, n.wrap(env.Config), cfg)
+	// On a loaded machine the status patch that ends a pass comes a while
+	// after the pass applied the members' StatefulSet (the /state reads
+	// and the roll step are in between): lag makes that while 500 ms once
+	// the rule is deleted, so the test does not depend on the machine.
+	lag := &statusLag{lag: 500 * time.Millisecond}
+	startOperator(t, env, lag.wrap(n.wrap(env.Config)), cfg)
 	require.Eventually(t, func() bool { return playStatefulSetErr(env.Client, ns, "w", "rev1") == nil }, 30*time.Second, 100*time.Millisecond)
 	ip := "127.14.110.31"
 	serveState(t, ip)
@@ -219,12 +227,39 @@ func TestDestinationRuleDeletionWakesTheHeldFleet(t *testing.T) {
 	assert.Zero(t, counts["LIST destinationrules"], "the held fleet's passes read the rules from the cache")
 	assertTemplateInject(t, h, f, "", "still held")
 
+	lag.armed.Store(true)
 	require.NoError(t, env.Client.Delete(ctx, dr))
 	require.Eventually(t, func() bool {
 		sts := &appsv1.StatefulSet{}
 		return h.get(sts, ns, "w") == nil && sts.Spec.Template.Labels[labels.IstioInject] == "true"
 	}, 5*time.Second, 50*time.Millisecond, "the rule's deletion wakes the held fleet: the members roll into the mesh")
+	// The pass that applied the template writes the status last: the test
+	// saw the template first and waits for the status (it failed once
+	// reading it at once, under load, still MutualTLSDestinationRule).
+	require.Eventually(t, func() bool {
+		c := condition(t, h, f, v1alpha1.ConditionInfrastructureBlocked)
+		return c != nil && c.Status == metav1.ConditionFalse
+	}, 5*time.Second, 50*time.Millisecond, "the status says the hold is over")
 	assertNotHeld(t, h, f)
+}
+
+// statusLag delays the status patches sent through it by lag once armed.
+type statusLag struct {
+	armed atomic.Bool
+	lag   time.Duration
+}
+
+func (l *statusLag) wrap(cfg *rest.Config) *rest.Config {
+	out := rest.CopyConfig(cfg)
+	out.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if l.armed.Load() && req.Method == http.MethodPatch && strings.HasSuffix(req.URL.Path, "/status") {
+				time.Sleep(l.lag)
+			}
+			return rt.RoundTrip(req)
+		})
+	})
+	return out
 }
 
 func destinationRule(ns, name, host string, trafficPolicy map[string]any) *unstructured.Unstructured {

@@ -275,7 +275,8 @@ func testCleanupFromObjects(t *testing.T, env *testenv.Env) {
 		routingCondition(t, h, f)
 		require.NoError(t, env.Client.Patch(ctx, f, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"routing":null}}`))))
 
-		broken := newHarness(t, env, true)
+		// The same operator (one reconciler: one read-your-writes gate)
+		// whose delete of the policy fails once.
 		wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Client.Scheme()})
 		require.NoError(t, err)
 		c := interceptor.NewClient(wc, interceptor.Funcs{
@@ -286,11 +287,13 @@ func testCleanupFromObjects(t *testing.T, env *testenv.Env) {
 				return c.Delete(ctx, o, opts...)
 			},
 		})
-		broken.r.Client = c
-		broken.r.Applier = &apply.Applier{Client: c, FieldManager: names.Operator, HashAnnotation: HashAnnotation}
-		res, err := broken.r.Reconcile(ctx, reconcileRequest(f))
+		good, goodApplier := h.r.Client, h.r.Applier
+		h.r.Client = c
+		h.r.Applier = &apply.Applier{Client: c, FieldManager: names.Operator, HashAnnotation: HashAnnotation}
+		res, err := h.r.Reconcile(ctx, reconcileRequest(f))
+		h.r.Client, h.r.Applier = good, goodApplier
 		require.NoError(t, err, "a failed step is reported in status and looked at again within the fleet's poll")
-		assertBoundedLook(t, broken, res)
+		assertBoundedLook(t, h, res)
 		failed := condition(t, h, f, v1alpha1.ConditionReconciled)
 		require.NotNil(t, failed)
 		assert.Equal(t, metav1.ConditionFalse, failed.Status)

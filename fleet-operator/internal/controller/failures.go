@@ -32,10 +32,11 @@ import (
 // periodic look: a step that keeps failing (a policy refusing a write)
 // froze the fleet with the status of its last good pass.
 func (r *FleetReconciler) outcome(ctx context.Context, key types.NamespacedName, obs *observed, err error) ctrl.Result {
-	next := r.nextLook(obs)
+	look := r.look(obs)
+	next := look.After
 	retry := r.failures.next(key, err)
 	if err == nil {
-		return ctrl.Result{RequeueAfter: next, Priority: lookPriority(next)}
+		return ctrl.Result{RequeueAfter: next, Priority: look.Priority}
 	}
 	after := min(retry, next, r.Config.StateInterval)
 	failedPassesMetric.Inc()

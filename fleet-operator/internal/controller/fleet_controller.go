@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -25,16 +24,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -52,7 +47,7 @@ import (
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/state"
 	"github.com/ericdev/fleetmesh/shared/apply"
 	"github.com/ericdev/fleetmesh/shared/labels"
-	"github.com/ericdev/fleetmesh/shared/podmesh"
+	"github.com/ericdev/fleetmesh/shared/pacing"
 	"github.com/ericdev/fleetmesh/shared/served"
 )
 
@@ -62,24 +57,8 @@ const HashAnnotation = labels.FleetGroup + "/applied-hash"
 // revisionLabel is set by the StatefulSet controller on every Pod it creates.
 const revisionLabel = appsv1.ControllerRevisionHashLabelKey
 
-// How soon a fleet is looked at again without an event (see nextLook).
-const (
-	// startingPoll: a member whose Pod turned Ready less than startingWindow
-	// ago but whose /state does not report healthy yet is usually about to
-	// be healthy, and /state sends no event when it is. Looking again soon
-	// lets a roll replace the next member (or report Ready) right away.
-	startingPoll   = 250 * time.Millisecond
-	startingWindow = 5 * time.Second
-	rollPoll       = time.Second
-	notReadyPoll   = 5 * time.Second
-	routingPoll    = 10 * time.Second
-	// membersAppearWait: how long the status of a pass that created the
-	// members' StatefulSet waits for the members (membersAboutToAppear).
-	membersAppearWait = 2 * time.Second
-	// idleLooks: a fleet none of whose members runs looks again after this
-	// many /state intervals (see nextLook).
-	idleLooks = 6
-)
+// controllerName names the fleet controller's pacing metrics.
+const controllerName = "celldfleet"
 
 // FleetReconciler reconciles CelldFleets.
 type FleetReconciler struct {
@@ -100,9 +79,10 @@ type FleetReconciler struct {
 	// second member while the first is down.
 	mu      sync.Mutex
 	deleted map[types.NamespacedName]types.UID
-	// written remembers the status patches the cache has yet to show (see
-	// statusView).
-	written map[types.NamespacedName]writtenStatus
+	// gate holds a pass whose cache has yet to show the operator's own
+	// writes to the fleet (its status, its finalizer) and the children it
+	// created (pacing.Gate).
+	gate pacing.Gate
 	// Served answers whether the API server serves a kind (see servedMaxAge).
 	Served *served.Catalog
 	// istioCaches serve the Applier's reads of Istio's kinds while they are
@@ -148,6 +128,7 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 
 // SetupWithManager registers the reconciler's watches.
 func (r *FleetReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.gate.Controller = controllerName
 	b := ctrl.NewControllerManagedBy(mgr)
 	owned := []client.Object{&appsv1.StatefulSet{}, &corev1.Service{}, &corev1.ServiceAccount{}, &networkingv1.NetworkPolicy{}, &networkingv1.Ingress{}}
 	// Watch HTTPRoutes (for their status) only where the Gateway API is
@@ -203,119 +184,8 @@ func (r *FleetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// Member Pods belong to the StatefulSet; map them to their fleet by label.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToFleet), builder.WithPredicates(unreadPodChangesDropped)).
 		// Namespace labels carry the mesh contract (enrollment, state, edges).
-		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.namespaceToFleets), builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.namespaceToFleets), builder.WithPredicates(namespaceLabelsOnly)).
 		Complete(r)
-}
-
-// statusOnlyDropped drops the update events of a fleet in which only its status
-// (and so its resourceVersion and managedFields) changed. The operator writes
-// that status itself, and each write came back as a reconcile that found
-// nothing to do: about six per fleet while its members start, a sixth of
-// the reconciles of 300 fleets converging. Spec (generation), labels,
-// annotations, finalizers and deletion still wake the fleet. A status that
-// someone else rewrote is corrected at the fleet's next look (at most the
-// /state interval) or at its next event; status reports, it never steers.
-//
-// The update that adds the operator's own finalizer is dropped too: the
-// pass that added it goes on to apply the fleet's objects, and the pass the
-// update woke found nothing new (one per fleet while 1,000 fleets were
-// created; docs/benchmark.md, fifteenth round).
-var statusOnlyDropped = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-	return !onlyStatusChanged(e.ObjectOld, e.ObjectNew) && !declarationsFinalizerAdded(e.ObjectOld, e.ObjectNew)
-}}
-
-// declarationsFinalizerAdded reports an update that only added
-// DeclarationsFinalizer (besides status).
-func declarationsFinalizerAdded(before, after client.Object) bool {
-	if controllerutil.ContainsFinalizer(before, DeclarationsFinalizer) || !controllerutil.ContainsFinalizer(after, DeclarationsFinalizer) {
-		return false
-	}
-	withOurs := before.DeepCopyObject().(client.Object)
-	controllerutil.AddFinalizer(withOurs, DeclarationsFinalizer)
-	return onlyStatusChanged(withOurs, after)
-}
-
-// ownCreatesDropped drops the create events of the fleets' owned objects,
-// as the Istio caches' handler does: the operator made the object (the pass
-// that made it is still running or just ended; the next one, woken at once
-// by the create, found the newest object missing from the cache and had to
-// read it from the API server), or an informer just started and listed it
-// (every fleet is then woken by its own create event). Updates and deletes
-// still wake the fleet. The routing objects keep their create event: they
-// are the owned objects a spec change deletes again, and finding them reads
-// the cache without confirming a miss (removeOwned), so a route removed
-// from the spec right after its creation is deleted when its create event
-// brings the fleet back, not at the fleet's next look.
-var ownCreatesDropped = predicate.Funcs{CreateFunc: func(e event.CreateEvent) bool {
-	c := metav1.GetControllerOf(e.Object)
-	return c != nil && e.Object.GetName() == names.Routing(c.Name)
-}}
-
-// countersOnlyDropped drops the updates of a member StatefulSet in which
-// only status counters changed (replicas, readyReplicas, availableReplicas
-// and the like): the StatefulSet controller writes one as it creates each
-// member and as each turns ready, and that member's own Pod event wakes the
-// fleet already. What the operator reads of that status (observedGeneration
-// and the two revisions) still wakes it, as does any change of the spec or
-// metadata.
-var countersOnlyDropped = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-	before, ok1 := e.ObjectOld.(*appsv1.StatefulSet)
-	after, ok2 := e.ObjectNew.(*appsv1.StatefulSet)
-	return !ok1 || !ok2 || !onlyStatusChanged(before, after) ||
-		before.Status.ObservedGeneration != after.Status.ObservedGeneration ||
-		before.Status.CurrentRevision != after.Status.CurrentRevision ||
-		before.Status.UpdateRevision != after.Status.UpdateRevision
-}}
-
-// unreadPodChangesDropped drops the updates of a member Pod that change
-// nothing the fleet reads of it (memberFacts): the scheduler's PodScheduled
-// condition and binding, container states, host IP and the like: a pass
-// they woke found nothing new. While 1,000 fleets start, that is one of
-// the three updates each member goes through (docs/benchmark.md,
-// thirteenth round).
-var unreadPodChangesDropped = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-	before, ok1 := e.ObjectOld.(*corev1.Pod)
-	after, ok2 := e.ObjectNew.(*corev1.Pod)
-	return !ok1 || !ok2 || !equality.Semantic.DeepEqual(memberFactsOf(before), memberFactsOf(after))
-}}
-
-// memberFacts is everything the reconciler reads of a member Pod: what
-// status, the roll, the mesh state and the /state reads are computed
-// from. A new read of a Pod field belongs here too, or an update of that
-// field alone would not wake the fleet (TestUnreadPodChangesDropped).
-type memberFacts struct {
-	Labels, Annotations map[string]string
-	Terminating         bool
-	Phase               corev1.PodPhase
-	IP                  string
-	Ready               *corev1.PodCondition
-	Restarts            map[string]int32
-	Proxy               bool
-}
-
-func memberFactsOf(p *corev1.Pod) memberFacts {
-	f := memberFacts{
-		Labels: p.Labels, Annotations: p.Annotations, Terminating: p.DeletionTimestamp != nil,
-		Phase: p.Status.Phase, IP: p.Status.PodIP, Ready: readyCondition(p), Proxy: podmesh.HasProxy(p),
-	}
-	for _, c := range p.Status.ContainerStatuses {
-		if f.Restarts == nil {
-			f.Restarts = map[string]int32{}
-		}
-		f.Restarts[c.Name] = c.RestartCount
-	}
-	return f
-}
-
-// onlyStatusChanged reports an update that changed neither spec (generation)
-// nor the metadata anyone acts on.
-func onlyStatusChanged(before, after client.Object) bool {
-	return before.GetGeneration() == after.GetGeneration() &&
-		maps.Equal(before.GetLabels(), after.GetLabels()) &&
-		maps.Equal(before.GetAnnotations(), after.GetAnnotations()) &&
-		slices.Equal(before.GetFinalizers(), after.GetFinalizers()) &&
-		before.GetDeletionTimestamp().Equal(after.GetDeletionTimestamp()) &&
-		equality.Semantic.DeepEqual(before.GetOwnerReferences(), after.GetOwnerReferences())
 }
 
 // cachedKinds are the group-kinds of the watched objects.
@@ -379,15 +249,11 @@ type observed struct {
 	// formerAccounts: ServiceAccounts other than the spec's that members run
 	// as or the live template names (mesh.FormerAccounts).
 	formerAccounts []string
-	// ownVersions are the resourceVersions of the operator's own writes to
-	// the fleet in this pass (its finalizer), for statusView.
-	ownVersions []string
 	// failed is the step that failed, if one did; what the reconcile did
 	// not get to see is then reported as last known.
 	failed *stepError
-	// membersCreated: this pass created the members' StatefulSet, so the
-	// StatefulSet controller is about to create the members (see
-	// membersAboutToAppear).
+	// membersCreated: this pass created the members' StatefulSet; the
+	// StatefulSet controller has not tried to create the members yet.
 	membersCreated bool
 	// refusal: why members the StatefulSet should run are missing, when
 	// the API server refuses them (observeRefusal).
@@ -423,11 +289,15 @@ func (r *FleetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if err := r.Client.Get(ctx, req.NamespacedName, fleet); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.forget(req.NamespacedName)
+			r.gate.Forget(req.NamespacedName)
 			r.failures.forget(req.NamespacedName)
 			r.refusals.forget(req.NamespacedName)
 			forgetMetrics(req.Namespace, req.Name)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if res, wait := r.gate.Defer(ctx, r.Client, req.NamespacedName, fleet); wait {
+		return res, nil
 	}
 	if fleet.DeletionTimestamp != nil {
 		// Owned objects go with the fleet through garbage collection; disks
@@ -457,125 +327,6 @@ func (r *FleetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		err = statusErr
 	}
 	return r.outcome(ctx, req.NamespacedName, obs, err), nil
-}
-
-// lookPriority is the work-queue priority of the next look. Left alone,
-// controller-runtime's priority queue gives a requeue the priority its
-// reconcile was taken with, so a fleet once woken by an event keeps
-// re-reading its /state at the priority of events: at a thousand fleets a
-// spec change would queue behind every periodic look that is due. A look
-// at a fleet at rest (or waiting on something outside) is low priority, so
-// events (priority 0) go first; a look at members that move (a roll, a
-// member starting or not ready) keeps the events' priority: the roll in
-// progress is what the user waits for.
-func lookPriority(next time.Duration) *int {
-	switch next {
-	case startingPoll, rollPoll, notReadyPoll:
-		return ptr.To(0)
-	}
-	return ptr.To(handler.LowPriority)
-}
-
-// nextLook is when to reconcile again without an event: soon while members
-// run but are not healthy or a roll goes on (/state health changes without
-// one); later while waiting on something outside (a CRD being installed, a
-// conflicting object removed, a Gateway's verdict), and at the /state
-// interval otherwise. A StatefulSet the StatefulSet controller has yet to
-// observe is not polled: its status update wakes the fleet. Polled every
-// second, each of a thousand new fleets was reconciled every second until
-// a busy controller got to it (docs/benchmark.md, twelfth round). A fleet
-// none of whose members runs has no /state to read: what it waits for (the
-// StatefulSet controller, the scheduler, a claim being bound) ends in a Pod
-// event, and until then a look at the /state interval found nothing new
-// (docs/benchmark.md, fourteenth round). It still looks every idleLooks
-// intervals: an API being installed or removed (Istio's, the Gateway API)
-// sends no event.
-func (r *FleetReconciler) nextLook(obs *observed) time.Duration {
-	next := r.Config.StateInterval
-	switch {
-	case obs.blocked != nil:
-		return next
-	case membersAboutToAppear(obs):
-		return membersAppearWait
-	case r.memberStarting(obs):
-		next = startingPoll
-	case obs.decision.Rolling():
-		next = rollPoll
-	case runningUnhealthy(obs):
-		next = notReadyPoll
-	case !slices.ContainsFunc(obs.pods, readable) && obs.diskResize == "":
-		// A claim that cannot grow sends the fleet no event: it keeps its
-		// look, so the condition clears once the claim can.
-		next *= idleLooks
-	}
-	if !obs.routing.ready() && next > routingPoll {
-		next = routingPoll
-	}
-	return next
-}
-
-// membersAboutToAppear reports a pass that created the members'
-// StatefulSet and met no error: its status (no members yet) is not
-// written, because the StatefulSet controller creates the members within
-// moments, and their creation wakes the fleet to write the status that
-// lists them. At 1,000 new fleets the status without members was a
-// thousand writes that lived about a second (docs/benchmark.md, sixteenth
-// round). The fleet looks again after membersAppearWait in any case, and
-// that pass writes its status whatever it finds: a fleet whose members do
-// not appear is reported within that wait. A failed step, a blockage or a
-// route without its verdict is reported at once.
-func membersAboutToAppear(obs *observed) bool {
-	return obs.membersCreated && obs.blocked == nil && obs.failed == nil && obs.routing.ready()
-}
-
-// readable is a member whose /state is read: its Pod runs and is not
-// being deleted.
-func readable(p corev1.Pod) bool {
-	return p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning
-}
-
-// runningUnhealthy reports a running member that /state does not report
-// healthy: its health changes without an event, so the fleet looks again
-// soon. A member that does not run yet (being scheduled, its claim bound,
-// its image pulled) changes through Pod events, which wake the fleet by
-// themselves; looking every 5 s meanwhile only re-applied the fleet's
-// objects while a busy cluster scheduled its Pods (docs/benchmark.md,
-// twelfth round).
-func runningUnhealthy(obs *observed) bool {
-	for i := range obs.pods {
-		p := &obs.pods[i]
-		if readable(*p) && !healthy(obs.reports[p.Name]) {
-			return true
-		}
-	}
-	return false
-}
-
-// memberStarting reports a member whose Pod turned Ready within
-// startingWindow and that /state does not report healthy yet. Past the
-// window the usual polls apply, so a member that stays unhealthy is not
-// read four times a second.
-func (r *FleetReconciler) memberStarting(obs *observed) bool {
-	return len(r.startingMembers(obs)) > 0
-}
-
-// startingMembers names the members memberStarting looks for.
-func (r *FleetReconciler) startingMembers(obs *observed) map[string]bool {
-	now := r.Now()
-	var starting map[string]bool
-	for i := range obs.pods {
-		p := &obs.pods[i]
-		if p.DeletionTimestamp != nil || healthy(obs.reports[p.Name]) {
-			continue
-		}
-		if c := readyCondition(p); c != nil && c.Status == corev1.ConditionTrue && now.Sub(c.LastTransitionTime.Time) < startingWindow {
-			if starting == nil {
-				starting = map[string]bool{}
-			}
-			starting[p.Name] = true
-		}
-	}
-	return starting
 }
 
 // stepError is a reconcile step that failed: status names the step.
@@ -772,15 +523,48 @@ func (r *FleetReconciler) liveStatefulSet(ctx context.Context, fleet *v1alpha1.C
 }
 
 func (r *FleetReconciler) apply(ctx context.Context, fleet *v1alpha1.CelldFleet, obj client.Object) error {
-	res, err := r.Applier.Apply(ctx, obj, fleet)
-	return r.applied(ctx, obj, res, err)
+	_, _, err := r.applyAndRead(ctx, fleet, obj)
+	return err
 }
 
 // applyAndRead is apply that also returns the object as it stands after it
-// (apply.Applier.ApplyAndRead).
+// (apply.Applier.ApplyAndRead). A child it created is recorded in the
+// gate: the fleet's next pass waits until the cache holds it, rather than
+// finding it missing, sending the refused create-only apply and reading it
+// from the API server.
 func (r *FleetReconciler) applyAndRead(ctx context.Context, fleet *v1alpha1.CelldFleet, obj client.Object) (apply.Result, client.Object, error) {
 	res, after, err := r.Applier.ApplyAndRead(ctx, obj, fleet)
+	if err == nil && res == apply.Created {
+		if typed := r.typedCopy(after); typed != nil {
+			r.gate.Wrote(client.ObjectKeyFromObject(fleet), typed)
+		}
+	}
 	return res, after, r.applied(ctx, obj, res, err)
+}
+
+// typedCopy is obj as its typed kind, which the gate reads from the
+// informer this controller runs (an unstructured read would start another
+// one); nil for a kind the scheme does not know (an HTTPRoute, Istio's).
+func (r *FleetReconciler) typedCopy(obj client.Object) client.Object {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj
+	}
+	typed, err := r.Client.Scheme().New(u.GroupVersionKind())
+	if err != nil {
+		return nil
+	}
+	if _, isU := typed.(*unstructured.Unstructured); isU {
+		return nil
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, typed); err != nil {
+		return nil
+	}
+	o, ok := typed.(client.Object)
+	if !ok {
+		return nil
+	}
+	return o
 }
 
 // applied notes what an apply did: an error may say that the kind's API is
@@ -873,7 +657,6 @@ func (r *FleetReconciler) reconcileStatefulSet(ctx context.Context, fleet *v1alp
 	}
 	if res == apply.Created {
 		obs.membersCreated = true
-		r.awaitCached(ctx, desired)
 	}
 	if res != apply.Unchanged {
 		r.Recorder.Eventf(fleet, desired, corev1.EventTypeNormal, string(membersEvent[res]), "Apply",
@@ -892,24 +675,6 @@ func (r *FleetReconciler) reconcileStatefulSet(ctx context.Context, fleet *v1alp
 	}
 	return sts, false, nil
 }
-
-// awaitCached waits, at most cacheCatchUp, until the cache holds obj, which
-// this pass has just created. A pass that an event (another fleet's label
-// on the shared namespace, say) starts right after this one would find it
-// missing from the cache, send the refused create-only apply and read it
-// from the API server. The status write that used to end the creating
-// pass gave the cache that time (membersAboutToAppear); the bench's smoke
-// test found the read without it.
-func (r *FleetReconciler) awaitCached(ctx context.Context, obj client.Object) {
-	key, cached := client.ObjectKeyFromObject(obj), obj.DeepCopyObject().(client.Object)
-	_ = wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, cacheCatchUp, true, func(ctx context.Context) (bool, error) {
-		return r.Client.Get(ctx, key, cached) == nil, nil
-	})
-}
-
-// cacheCatchUp bounds awaitCached: past it, the next pass reads what it
-// misses, as before.
-const cacheCatchUp = time.Second
 
 func (r *FleetReconciler) memberPods(ctx context.Context, fleet *v1alpha1.CelldFleet) ([]corev1.Pod, error) {
 	list := &corev1.PodList{}
@@ -1032,78 +797,26 @@ func (r *FleetReconciler) forget(key types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.deleted, key)
-	delete(r.written, key)
-}
-
-// writtenStatus is what a fleet's status patches wrote while the cache had
-// yet to show them: the status the last one wrote, and the
-// resourceVersions the cache may still show that precede it (the fleet the
-// first of them was computed from, the operator's own writes since).
-type writtenStatus struct {
-	behind []string
-	// written is the resourceVersion the last patch made; a later patch
-	// puts it behind.
-	written string
-	status  v1alpha1.CelldFleetStatus
-}
-
-// statusView is the fleet with the status it holds: the one the last status
-// patch wrote while the cache still shows a fleet from before that patch,
-// else the cache's own. A pass woken right after the previous one (by the
-// finalizer it added, or a member's event) compared with the stale status
-// and sent the same status again. Once the cache shows the last patch, or
-// any write of someone else's, its status counts again.
-func (r *FleetReconciler) statusView(fleet *v1alpha1.CelldFleet) *v1alpha1.CelldFleet {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	key := client.ObjectKeyFromObject(fleet)
-	w, ok := r.written[key]
-	if !ok || !slices.Contains(w.behind, fleet.ResourceVersion) {
-		delete(r.written, key) // the cache has caught up: nothing to keep
-		return fleet
-	}
-	view := *fleet // read only: computeStatus changes nothing it is given
-	view.Status = w.status
-	return &view
-}
-
-// rememberWritten notes a status patch: it wrote status over the fleet the
-// cache showed (read) and the operator's writes of this pass (obs), and
-// answered with the resourceVersion written.
-func (r *FleetReconciler) rememberWritten(read *v1alpha1.CelldFleet, obs *observed, status v1alpha1.CelldFleetStatus, written string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.written == nil {
-		r.written = map[types.NamespacedName]writtenStatus{}
-	}
-	key := client.ObjectKeyFromObject(read)
-	behind := r.written[key].behind // set only if this pass compared with it
-	if last := r.written[key].written; last != "" {
-		behind = append(behind, last)
-	}
-	behind = append(behind, read.ResourceVersion)
-	r.written[key] = writtenStatus{behind: append(behind, obs.ownVersions...), written: written, status: status}
 }
 
 // updateStatus writes status only when it differs from what is stored.
+// The cache shows the status this controller wrote last (the gate holds a
+// pass until it does), so comparing with it never sends the same status
+// twice.
 func (r *FleetReconciler) updateStatus(ctx context.Context, fleet *v1alpha1.CelldFleet, obs *observed) error {
-	view := r.statusView(fleet)
-	next := computeStatus(view, obs, r.Now())
-	if equality.Semantic.DeepEqual(view.Status, next) {
+	next := computeStatus(fleet, obs, r.Now())
+	if equality.Semantic.DeepEqual(fleet.Status, next) {
 		return nil
 	}
-	if obs.blocked == nil && onlyStartingMembersMoved(view.Status, next, r.startingMembers(obs)) {
-		return nil
-	}
-	if membersAboutToAppear(obs) {
-		return nil
+	if r.statusVerdict(fleet.Status, next, obs) == pacing.Hold {
+		return nil // the look the requeue table asks for writes it (or the event expected before it)
 	}
 	updated := fleet.DeepCopy()
 	updated.Status = next
 	if err := r.Client.Status().Patch(ctx, updated, client.MergeFrom(fleet)); err != nil {
 		return fmt.Errorf("updating status: %w", err)
 	}
-	r.rememberWritten(fleet, obs, next, updated.ResourceVersion)
+	r.gate.Wrote(client.ObjectKeyFromObject(fleet), updated)
 	return nil
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/mesh"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/names"
 	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/pacing"
 )
 
 // +kubebuilder:rbac:groups=security.istio.io,resources=authorizationpolicies;peerauthentications,verbs=list;watch
@@ -396,11 +397,13 @@ func (oc *optionalCaches) handler(ctx context.Context) toolscache.ResourceEventH
 				return // resync, or not an object
 			}
 			if o.GetAnnotations()[HashAnnotation] != n.GetAnnotations()[HashAnnotation] {
+				pacing.Dropped(controllerName, "istio-own-applies").Inc()
 				return
 			}
 			// Status written by Istio's control plane changes no generation
 			// and none of what the operator applies.
 			if onlyStatusChanged(o, n) {
+				pacing.Dropped(controllerName, "istio-status-only").Inc()
 				return
 			}
 			send(n)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ericdev/fleetmesh/shared/pacing"
 	"github.com/ericdev/fleetmesh/shared/testenv"
 )
 
@@ -21,7 +22,7 @@ func TestMetricsDocumented(t *testing.T) {
 	}
 	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
 	ch := make(chan *prometheus.Desc, 10)
-	for _, c := range []prometheus.Collector{fleetSeries, replacementsMetric, failedPassesMetric} {
+	for _, c := range append([]prometheus.Collector{fleetSeries, replacementsMetric, failedPassesMetric}, pacing.Collectors...) {
 		c.Describe(ch)
 	}
 	close(ch)
@@ -36,7 +37,7 @@ func TestMetricsDocumented(t *testing.T) {
 			t.Errorf("docs/monitoring.md has no row for %s", m[1])
 		}
 	}
-	if n != 4 {
-		t.Fatalf("described %d metrics, want 4", n)
+	if n != 7 {
+		t.Fatalf("described %d metrics, want 7", n)
 	}
 }

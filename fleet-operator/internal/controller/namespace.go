@@ -103,7 +103,7 @@ func (r *FleetReconciler) reconcileDeclarations(ctx context.Context, fleet *v1al
 			return err
 		}
 		controllerutil.AddFinalizer(fleet, DeclarationsFinalizer)
-		obs.ownVersions = append(obs.ownVersions, added.ResourceVersion)
+		r.gate.Wrote(client.ObjectKeyFromObject(fleet), added)
 	}
 	// A policy (RBAC, an admission webhook or policy) judged the write
 	// itself: asking again before the fleet's poll, for the same labels on
@@ -146,12 +146,11 @@ type namespaceOutcome struct {
 
 // addDeclarationsFinalizer adds the finalizer with the fleet's cached
 // resourceVersion as the patch's lock, so the first pass over a new fleet
-// reads nothing (a read per new fleet before: bench/results/history.md,
-// fourteenth round). Only when the lock fails (an earlier step of this
-// pass, or someone else, wrote the fleet since the cache saw it) is the
-// fleet read and the patch sent again. The patch goes through a copy: the
-// answer may carry a newer spec, which this reconcile must not switch to
-// halfway (nor report as observed). It returns the fleet as written.
+// reads nothing (a read per new fleet otherwise). Only when the lock
+// fails (an earlier step of this pass, or someone else, wrote the fleet
+// since the cache saw it) is the fleet read and the patch sent again.
+// The patch goes through a copy: the answer may carry a newer spec, which
+// this reconcile must not switch to halfway (nor report as observed). It returns the fleet as written.
 func (r *FleetReconciler) addDeclarationsFinalizer(ctx context.Context, fleet *v1alpha1.CelldFleet) (*v1alpha1.CelldFleet, error) {
 	added := fleet.DeepCopy()
 	err := apply.AddFinalizer(ctx, r.Client, added, DeclarationsFinalizer)

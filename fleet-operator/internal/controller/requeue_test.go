@@ -9,20 +9,16 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 
 	"github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/roll"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/routing"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/state"
-	"github.com/ericdev/fleetmesh/shared/labels"
-	"github.com/ericdev/fleetmesh/shared/podmesh"
 )
 
 func TestNextLook(t *testing.T) {
@@ -59,17 +55,21 @@ func TestNextLook(t *testing.T) {
 	assert.Equal(t, idleLooks*30*time.Second, r.nextLook(pending()), "a member being scheduled is not polled")
 	missing := &observed{reports: map[string]state.Result{}}
 	assert.Equal(t, idleLooks*30*time.Second, r.nextLook(missing), "a member the StatefulSet controller has yet to create is not polled")
-	// The pass that created the StatefulSet writes no status; the next
-	// one does, whatever it finds (membersAboutToAppear).
+	// The pass that created the StatefulSet writes no status; it looks
+	// again once the StatefulSet controller had its turn (a refused member
+	// sends no event), and that pass writes the status whatever it finds
+	// (membersAboutToAppear).
 	created := &observed{reports: map[string]state.Result{}, membersCreated: true}
 	assert.True(t, membersAboutToAppear(created))
 	assert.Equal(t, membersAppearWait, r.nextLook(created), "the status that waits for the members is written by the next pass at the latest")
-	for what, o := range map[string]*observed{
-		"a failed step": {membersCreated: true, failed: &stepError{step: "roll", err: errors.New("boom")}},
-		"a blockage":    {membersCreated: true, blocked: &blockage{reason: v1alpha1.ReasonOwnershipConflict}},
-		"a route without its verdict": {membersCreated: true,
-			routing: routingOutcome{readiness: &routing.Readiness{Status: metav1.ConditionUnknown}}},
-	} {
+	assert.Equal(t, handler.LowPriority, *r.look(created).Priority)
+	failedStep := &observed{membersCreated: true, failed: &stepError{step: "roll", err: errors.New("boom")}}
+	assert.Equal(t, idleLooks*30*time.Second, r.nextLook(failedStep), "a failed step: its usual look (outcome bounds it by the failure's backoff)")
+	blockedToo := &observed{membersCreated: true, blocked: &blockage{reason: v1alpha1.ReasonOwnershipConflict}}
+	assert.Equal(t, 30*time.Second, r.nextLook(blockedToo), "a blockage: the blocked look")
+	routeWaits := &observed{membersCreated: true, routing: routingOutcome{readiness: &routing.Readiness{Status: metav1.ConditionUnknown}}}
+	assert.Equal(t, routingPoll, r.nextLook(routeWaits), "a route without its verdict keeps its poll")
+	for what, o := range map[string]*observed{"a failed step": failedStep, "a blockage": blockedToo, "a route without its verdict": routeWaits} {
 		assert.False(t, membersAboutToAppear(o), "%s is reported at once", what)
 	}
 	beside := steady()
@@ -174,181 +174,34 @@ celld_fleet_members{fleet="m",namespace="ns",state="updated"} 1
 	assert.Zero(t, testutil.CollectAndCount(c), "a failed read leaves the fleets out, it fails no scrape")
 }
 
+// TestLookPriority: a look at members that move keeps the events'
+// priority; a look at rest or at something outside goes after events.
 func TestLookPriority(t *testing.T) {
-	for _, moving := range []time.Duration{startingPoll, rollPoll, notReadyPoll} {
-		assert.Equal(t, 0, *lookPriority(moving), "members move: %s keeps the events' priority", moving)
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	r := &FleetReconciler{Config: Config{StateInterval: 30 * time.Second}, Now: func() time.Time { return now }}
+	running := func(report state.Result, readyFor time.Duration) *observed {
+		return &observed{pods: []corev1.Pod{{ObjectMeta: metav1.ObjectMeta{Name: "f-0"}, Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now.Add(-readyFor))}}}}},
+			reports: map[string]state.Result{"f-0": report}}
 	}
-	for _, rest := range []time.Duration{30 * time.Second, routingPoll, 50 * time.Millisecond} {
-		assert.Equal(t, handler.LowPriority, *lookPriority(rest), "at rest or waiting outside: %s goes after events", rest)
-	}
-}
-
-// TestOnlyStatusChanged: the fleet's own status writes wake no reconcile;
-// every change a user or another controller makes to what the operator reads
-// does.
-func TestOnlyStatusChanged(t *testing.T) {
-	base := func() *v1alpha1.CelldFleet {
-		return &v1alpha1.CelldFleet{ObjectMeta: metav1.ObjectMeta{
-			Name: "f", Generation: 2, ResourceVersion: "10",
-			Labels: map[string]string{"team": "a"}, Annotations: map[string]string{"note": "x"}, Finalizers: []string{"celld.eric.dev/declarations"},
-		}}
-	}
-	for _, tc := range []struct {
-		name   string
-		change func(f *v1alpha1.CelldFleet)
-		only   bool
-	}{
-		{"status and resourceVersion", func(f *v1alpha1.CelldFleet) {
-			f.ResourceVersion = "11"
-			f.Status.Phase = PhaseReady
-			f.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "fleet-operator", Subresource: "status"}}
-		}, true},
-		{"nothing (a resync)", func(*v1alpha1.CelldFleet) {}, true},
-		{"spec", func(f *v1alpha1.CelldFleet) { f.Generation = 3 }, false},
-		{"a label", func(f *v1alpha1.CelldFleet) { f.Labels["team"] = "b" }, false},
-		{"an annotation added", func(f *v1alpha1.CelldFleet) { f.Annotations["poke"] = "1" }, false},
-		{"annotations removed", func(f *v1alpha1.CelldFleet) { f.Annotations = nil }, false},
-		{"a finalizer", func(f *v1alpha1.CelldFleet) { f.Finalizers = nil }, false},
-		{"deletion", func(f *v1alpha1.CelldFleet) { f.DeletionTimestamp = ptr.To(metav1.Now()) }, false},
-		{"owner references", func(f *v1alpha1.CelldFleet) { f.OwnerReferences = []metav1.OwnerReference{{Name: "x"}} }, false},
+	healthy := state.Result{Report: &state.Report{Healthy: true}}
+	rolling := running(healthy, time.Hour)
+	rolling.decision = roll.Decision{Outdated: 1}
+	routePending := running(healthy, time.Hour)
+	routePending.routing = routingOutcome{readiness: &routing.Readiness{Status: metav1.ConditionUnknown}}
+	for what, obs := range map[string]*observed{
+		"starting":    running(state.Result{Report: &state.Report{Phase: "Starting"}}, time.Second),
+		"rolling":     rolling,
+		"not healthy": running(state.Result{Err: errors.New("refused")}, time.Hour),
 	} {
-		after := base()
-		tc.change(after)
-		assert.Equal(t, tc.only, onlyStatusChanged(base(), after), tc.name)
+		assert.Equal(t, 0, *r.look(obs).Priority, "members move: %s keeps the events' priority", what)
 	}
-}
-
-// TestFleetUpdatesThatWake: of a fleet's updates, its own status writes and
-// the operator adding its own finalizer wake no reconcile (the pass that
-// added it goes on); anyone else's finalizer, ours removed, and every
-// change onlyStatusChanged lets through do.
-func TestFleetUpdatesThatWake(t *testing.T) {
-	base := func() *v1alpha1.CelldFleet {
-		return &v1alpha1.CelldFleet{ObjectMeta: metav1.ObjectMeta{Name: "f", Generation: 2, ResourceVersion: "10", Finalizers: []string{"example.com/backup"}}}
-	}
-	for _, tc := range []struct {
-		name   string
-		change func(f *v1alpha1.CelldFleet)
-		wakes  bool
-	}{
-		{"status", func(f *v1alpha1.CelldFleet) { f.ResourceVersion = "11"; f.Status.Phase = PhaseReady }, false},
-		{"our finalizer added", func(f *v1alpha1.CelldFleet) {
-			f.ResourceVersion = "11"
-			f.Finalizers = append(f.Finalizers, DeclarationsFinalizer)
-		}, false},
-		{"our finalizer added with a new spec", func(f *v1alpha1.CelldFleet) {
-			f.Finalizers = append(f.Finalizers, DeclarationsFinalizer)
-			f.Generation = 3
-		}, true},
-		{"our finalizer added while another is removed", func(f *v1alpha1.CelldFleet) { f.Finalizers = []string{DeclarationsFinalizer} }, true},
-		{"someone else's finalizer added", func(f *v1alpha1.CelldFleet) { f.Finalizers = append(f.Finalizers, "example.com/audit") }, true},
-		{"a finalizer removed", func(f *v1alpha1.CelldFleet) { f.Finalizers = nil }, true},
+	for what, obs := range map[string]*observed{
+		"steady":        running(healthy, time.Hour),
+		"route pending": routePending,
+		"no member":     {},
+		"blocked":       {blocked: &blockage{reason: v1alpha1.ReasonIstioAPIUnavailable}},
 	} {
-		after := base()
-		tc.change(after)
-		assert.Equal(t, tc.wakes, statusOnlyDropped.Update(event.UpdateEvent{ObjectOld: base(), ObjectNew: after}), tc.name)
+		assert.Equal(t, handler.LowPriority, *r.look(obs).Priority, "at rest or waiting outside: %s goes after events", what)
 	}
-	// Our finalizer removed (the fleet being deleted) wakes it.
-	before := base()
-	before.Finalizers = append(before.Finalizers, DeclarationsFinalizer)
-	assert.True(t, statusOnlyDropped.Update(event.UpdateEvent{ObjectOld: before, ObjectNew: base()}), "our finalizer removed")
-}
-
-// TestStatefulSetCountersWakeNoReconcile: of a member StatefulSet's status,
-// only what the operator reads wakes the fleet.
-func TestStatefulSetCountersWakeNoReconcile(t *testing.T) {
-	base := func() *appsv1.StatefulSet {
-		return &appsv1.StatefulSet{
-			ObjectMeta: metav1.ObjectMeta{Name: "f", Generation: 2, Annotations: map[string]string{HashAnnotation: "h1"}},
-			Status:     appsv1.StatefulSetStatus{ObservedGeneration: 2, CurrentRevision: "f-1", UpdateRevision: "f-1", Replicas: 1},
-		}
-	}
-	for _, tc := range []struct {
-		name   string
-		change func(s *appsv1.StatefulSet)
-		wakes  bool
-	}{
-		{"a member created", func(s *appsv1.StatefulSet) { s.Status.Replicas = 2 }, false},
-		{"members ready", func(s *appsv1.StatefulSet) { s.Status.ReadyReplicas, s.Status.AvailableReplicas = 2, 2 }, false},
-		{"observed the new generation", func(s *appsv1.StatefulSet) { s.Status.ObservedGeneration = 3 }, true},
-		{"a new update revision", func(s *appsv1.StatefulSet) { s.Status.UpdateRevision = "f-2" }, true},
-		{"the roll finished", func(s *appsv1.StatefulSet) { s.Status.CurrentRevision = "f-0" }, true},
-		{"spec", func(s *appsv1.StatefulSet) { s.Generation = 3 }, true},
-		{"someone edited the hash", func(s *appsv1.StatefulSet) { s.Annotations[HashAnnotation] = "x" }, true},
-	} {
-		after := base()
-		tc.change(after)
-		assert.Equal(t, tc.wakes, countersOnlyDropped.Update(event.UpdateEvent{ObjectOld: base(), ObjectNew: after}), tc.name)
-	}
-}
-
-// TestUnreadPodChangesDropped: of a member Pod, the changes the fleet reads
-// wake it, and the updates the scheduler and the kubelet make on the way
-// that change none of those do not.
-func TestUnreadPodChangesDropped(t *testing.T) {
-	since := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	base := func() *corev1.Pod {
-		return &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "f-0", Labels: map[string]string{revisionLabel: "f-1"}},
-			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "celld"}}},
-			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.9", Conditions: []corev1.PodCondition{
-				{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
-				{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: since},
-			}, ContainerStatuses: []corev1.ContainerStatus{{Name: "celld"}}},
-		}
-	}
-	for _, tc := range []struct {
-		name   string
-		change func(p *corev1.Pod)
-		wakes  bool
-	}{
-		{"bound to a node", func(p *corev1.Pod) { p.Spec.NodeName, p.Status.HostIP = "n1", "127.0.0.1" }, false},
-		{"not schedulable", func(p *corev1.Pod) { p.Status.Conditions[0].Status = corev1.ConditionFalse }, false},
-		{"a container started", func(p *corev1.Pod) {
-			p.Status.ContainerStatuses[0].State.Running = &corev1.ContainerStateRunning{StartedAt: since}
-		}, false},
-		{"ready", func(p *corev1.Pod) { p.Status.Conditions[1].Status = corev1.ConditionTrue }, true},
-		{"ready again, later", func(p *corev1.Pod) {
-			p.Status.Conditions[1].LastTransitionTime = metav1.NewTime(since.Add(time.Minute))
-		}, true},
-		{"phase", func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }, true},
-		{"IP", func(p *corev1.Pod) { p.Status.PodIP = "127.0.0.10" }, true},
-		{"restarted", func(p *corev1.Pod) { p.Status.ContainerStatuses[0].RestartCount = 1 }, true},
-		{"revision", func(p *corev1.Pod) { p.Labels[revisionLabel] = "f-2" }, true},
-		{"an annotation (ztunnel's capture)", func(p *corev1.Pod) { p.Annotations = map[string]string{labels.IstioAmbientRedirection: "enabled"} }, true},
-		{"terminating", func(p *corev1.Pod) { p.DeletionTimestamp = &since }, true},
-		{"a proxy", func(p *corev1.Pod) {
-			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: podmesh.ProxyContainer})
-		}, true},
-	} {
-		after := base()
-		tc.change(after)
-		assert.Equal(t, tc.wakes, unreadPodChangesDropped.Update(event.UpdateEvent{ObjectOld: base(), ObjectNew: after}), tc.name)
-	}
-}
-
-// TestStatusViewFollowsOwnWrites: while the cache shows a fleet from before
-// the operator's last status patch, status is compared with what that patch
-// wrote; once it shows that patch, or anyone else's write, with the cache.
-func TestStatusViewFollowsOwnWrites(t *testing.T) {
-	r := &FleetReconciler{}
-	at := func(rv string) *v1alpha1.CelldFleet {
-		return &v1alpha1.CelldFleet{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "f", ResourceVersion: rv}, Status: v1alpha1.CelldFleetStatus{Phase: "cache@" + rv}}
-	}
-	phase := func(rv string) string { return r.statusView(at(rv)).Status.Phase }
-	first := v1alpha1.CelldFleetStatus{Phase: PhaseProvisioning}
-	second := v1alpha1.CelldFleetStatus{Phase: PhaseReady}
-
-	// A pass read version 1, added its finalizer (2), patched status (3).
-	r.rememberWritten(at("1"), &observed{ownVersions: []string{"2"}}, first, "3")
-	assert.Equal(t, PhaseProvisioning, phase("1"), "the cache has not seen the finalizer yet")
-	assert.Equal(t, PhaseProvisioning, phase("2"), "the cache has seen the finalizer, not the status")
-	// The next pass, on the stale cache, patched again (4).
-	r.rememberWritten(at("2"), &observed{}, second, "4")
-	assert.Equal(t, PhaseReady, phase("3"), "the cache shows the first patch, not the second")
-	assert.Equal(t, "cache@4", phase("4"), "the cache shows the last patch: its status counts")
-	assert.Equal(t, "cache@1", phase("1"), "nothing is remembered once the cache caught up")
-
-	r.rememberWritten(at("5"), &observed{}, first, "6")
-	assert.Equal(t, "cache@9", phase("9"), "someone else's write: the cache's status counts")
 }

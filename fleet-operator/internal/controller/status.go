@@ -19,6 +19,7 @@ import (
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/state"
 	"github.com/ericdev/fleetmesh/shared/contract"
 	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/pacing"
 	"github.com/ericdev/fleetmesh/shared/podmesh"
 )
 
@@ -540,40 +541,80 @@ func capitalize(s string) string {
 	return strings.ToUpper(s[:1]) + s[1:]
 }
 
-// onlyStartingMembersMoved reports a status not worth a write: it differs
-// from the stored one only in members that are starting (their Pod just
-// turned Ready, /state does not report them healthy yet; see
-// memberStarting) and in what is counted from them (replicas, messages),
-// while every condition keeps its status and reason and the same spec is
-// observed. A member that became available beside them (Ready and
-// healthy: progress, never a loss) waits with them. The fleet looks again
-// startingPoll later, when a starting member usually reports healthy: that
-// status is written, and this one would have lived a quarter of a second.
-// At 1,000 new fleets, one in three wrote such a status when its first
-// member was healthy before the others (docs/benchmark.md, sixteenth
-// round). It is written after all once the member
-// stops counting as starting (startingWindow). While 1,000 fleets started,
-// each member went through such a status (docs/benchmark.md, fourteenth
-// round).
-func onlyStartingMembersMoved(stored, next v1alpha1.CelldFleetStatus, starting map[string]bool) bool {
-	if len(starting) == 0 || stored.ObservedGeneration != next.ObservedGeneration || stored.Phase != next.Phase ||
-		stored.CurrentRevision != next.CurrentRevision || stored.TargetRevision != next.TargetRevision || stored.Mesh != next.Mesh ||
-		len(stored.Conditions) != len(next.Conditions) || len(stored.Members) != len(next.Members) {
-		return false
-	}
-	for _, c := range next.Conditions {
-		old := meta.FindStatusCondition(stored.Conditions, c.Type)
-		if old == nil || old.Status != c.Status || old.Reason != c.Reason {
-			return false
+// statusWriter is the fleet controller's one status writer.
+var statusWriter = pacing.Status[v1alpha1.CelldFleetStatus]{Controller: controllerName}
+
+// statusVerdict decides whether next is written over stored. What is
+// significant (significantStatus) is written at once. The rest (the
+// starting members' own entries, and what is counted from them: replicas,
+// messages) is held while a member is starting (its Pod just turned
+// Ready, /state does not report it healthy yet; see memberStarting): the
+// fleet looks again startingPoll later, when it usually reports healthy,
+// and that status is written; this one would have lived a quarter of a
+// second. A member that became available beside them (progress, never a
+// loss) waits with them. Once the member stops counting as starting
+// (startingWindow) the status is written whatever it says. A blocked
+// fleet is written at once. The pass that created the members'
+// StatefulSet holds its whole status (membersAboutToAppear).
+func (r *FleetReconciler) statusVerdict(stored, next v1alpha1.CelldFleetStatus, obs *observed) pacing.Verdict {
+	starting := r.startingMembers(obs)
+	quiet := maps.Clone(starting)
+	for _, m := range next.Members {
+		if memberAvailable(m) {
+			if quiet == nil {
+				quiet = map[string]bool{}
+			}
+			quiet[m.Name] = true
 		}
 	}
-	for i, m := range next.Members {
-		if stored.Members[i].Name != m.Name {
-			return false
-		}
-		if !starting[m.Name] && !memberAvailable(m) && !equality.Semantic.DeepEqual(stored.Members[i], m) {
-			return false
+	settling := pacing.Settled
+	switch {
+	case membersAboutToAppear(obs):
+		settling = pacing.Everything
+	case obs.blocked == nil && len(starting) > 0:
+		settling = pacing.Details
+	}
+	return statusWriter.Verdict(stored, next, func(s v1alpha1.CelldFleetStatus) any { return significantStatus(s, quiet) }, settling)
+}
+
+// membersAboutToAppear reports a pass that created the members'
+// StatefulSet and met no error: its status (no members yet) is held
+// (pacing.Everything), because the StatefulSet controller creates the
+// members within moments, and their creation wakes the fleet to write the
+// status that lists them. At 1,000 new fleets the status without members
+// was a thousand writes that lived about a second. The fleet looks again
+// after membersAppearWait in any case (the requeue table's row for the
+// same fact), and that pass writes its status whatever it finds: a fleet
+// whose members do not appear is reported within that wait. A failed
+// step, a blockage or a route without its verdict is reported at once.
+func membersAboutToAppear(obs *observed) bool {
+	return obs.membersCreated && obs.blocked == nil && obs.failed == nil && obs.routing.ready()
+}
+
+// significant is the part of a fleet's status that is written at once:
+// the observed generation, phase, revisions and mesh, each condition's
+// status and reason, the member names, and every member that is neither
+// starting nor available (quiet) in full.
+type significant struct {
+	ObservedGeneration     int64
+	Phase, Current, Target string
+	Mesh                   any
+	Conditions             map[string][2]string
+	Members                []any
+}
+
+func significantStatus(s v1alpha1.CelldFleetStatus, quiet map[string]bool) significant {
+	out := significant{ObservedGeneration: s.ObservedGeneration, Phase: s.Phase, Current: s.CurrentRevision, Target: s.TargetRevision, Mesh: s.Mesh,
+		Conditions: map[string][2]string{}}
+	for _, c := range s.Conditions {
+		out.Conditions[c.Type] = [2]string{string(c.Status), c.Reason}
+	}
+	for _, m := range s.Members {
+		if quiet[m.Name] {
+			out.Members = append(out.Members, m.Name)
+		} else {
+			out.Members = append(out.Members, m)
 		}
 	}
-	return true
+	return out
 }

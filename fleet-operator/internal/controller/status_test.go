@@ -20,6 +20,7 @@ import (
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/roll"
 	"github.com/ericdev/fleetmesh/fleet-operator/internal/state"
 	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/pacing"
 )
 
 // statusFleet is a three-member fleet at generation 2.
@@ -487,7 +488,7 @@ func TestStartingMembersWaitForTheirReport(t *testing.T) {
 		t.Helper()
 		next := computeStatus(f, obs, now)
 		require.False(t, equality.Semantic.DeepEqual(f.Status, next), "%s: the status changed", what)
-		if onlyStartingMembersMoved(f.Status, next, r.startingMembers(obs)) {
+		if r.statusVerdict(f.Status, next, obs) == pacing.Hold {
 			return false
 		}
 		f.Status = next

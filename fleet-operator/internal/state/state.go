@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // Report is the part of a /state response the operator reads.
@@ -117,21 +119,20 @@ type Target struct {
 func (r *Reader) ReadAll(ctx context.Context, targets []Target, port int) map[string]Result {
 	out := make(map[string]Result, len(targets))
 	var mu sync.Mutex
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, r.concurrency)
+	var g errgroup.Group
+	if r.concurrency > 0 {
+		g.SetLimit(r.concurrency)
+	}
 	for _, t := range targets {
-		wg.Add(1)
-		go func(t Target) {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
+		g.Go(func() error {
 			rep, err := r.Read(ctx, t.IP, port)
 			mu.Lock()
 			out[t.Key] = Result{Report: rep, Err: err}
 			mu.Unlock()
-		}(t)
+			return nil // a failed read is the member's result, not the pass's
+		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 	return out
 }
 

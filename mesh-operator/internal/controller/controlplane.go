@@ -942,5 +942,5 @@ func (r *ServiceMeshReconciler) ensureNamespace(ctx context.Context, name string
 }
 
 func (r *ServiceMeshReconciler) ensureFinalizer(ctx context.Context, mesh *v1alpha1.ServiceMesh) error {
-	return apply.AddFinalizer(ctx, r.Client, mesh, Finalizer)
+	return r.ensureNamedFinalizer(ctx, mesh, Finalizer)
 }

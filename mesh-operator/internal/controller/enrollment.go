@@ -9,9 +9,9 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -176,22 +176,12 @@ const enrollWorkers = 8
 // forEach calls f(0..n-1) on at most workers goroutines and returns when
 // all calls have.
 func forEach(n, workers int, f func(i int)) {
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for w := 0; w < min(n, workers); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				f(i)
-			}
-		}()
+	var g errgroup.Group
+	g.SetLimit(workers)
+	for i := range n {
+		g.Go(func() error { f(i); return nil })
 	}
-	for i := 0; i < n; i++ {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
+	_ = g.Wait()
 }
 
 // nsOutcome is one namespace's enrollment result and error.
@@ -1171,8 +1161,17 @@ func (r *ServiceMeshReconciler) teardownEnrollment(ctx context.Context, mesh *v1
 	return nil
 }
 
+// ensureNamedFinalizer adds the finalizer; the write is recorded in the
+// gate, so the next reconcile waits for the cache to show it.
 func (r *ServiceMeshReconciler) ensureNamedFinalizer(ctx context.Context, mesh *v1alpha1.ServiceMesh, name string) error {
-	return apply.AddFinalizer(ctx, r.Client, mesh, name)
+	had := controllerutil.ContainsFinalizer(mesh, name)
+	if err := apply.AddFinalizer(ctx, r.Client, mesh, name); err != nil {
+		return err
+	}
+	if !had {
+		r.gate.Wrote(client.ObjectKeyFromObject(mesh), mesh)
+	}
+	return nil
 }
 
 // wholeClusterPodList says whether a pass's cutovers read the Pods with one

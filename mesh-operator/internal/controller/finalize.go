@@ -517,6 +517,7 @@ func (r *ServiceMeshReconciler) patchStatus(ctx context.Context, mesh *v1alpha1.
 	if err := r.Client.Status().Patch(ctx, updated, client.MergeFrom(mesh)); err != nil {
 		return err
 	}
+	r.gate.Wrote(client.ObjectKeyFromObject(mesh), updated)
 	*mesh = *updated
 	return nil
 }

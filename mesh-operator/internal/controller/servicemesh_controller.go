@@ -26,7 +26,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -38,6 +37,7 @@ import (
 	"github.com/ericdev/fleetmesh/mesh-operator/internal/sailinstall"
 	"github.com/ericdev/fleetmesh/shared/apply"
 	"github.com/ericdev/fleetmesh/shared/labels"
+	"github.com/ericdev/fleetmesh/shared/pacing"
 	"github.com/ericdev/fleetmesh/shared/served"
 )
 
@@ -133,10 +133,14 @@ type ServiceMeshReconciler struct {
 	// reconciler is not run by a manager (tests calling Reconcile).
 	sailWatch *sailWatch
 
-	// statusFrom is the resourceVersion the last status patch was made
-	// from (see cacheBehindOwnStatus).
-	statusMu   sync.Mutex
-	statusFrom string
+	// gate puts off a reconcile whose cache has yet to show this
+	// reconciler's own writes to the ServiceMesh (status, finalizers). A
+	// reconcile queued behind a long one (the enrollment pass queues one
+	// through its own namespace label writes) starts within milliseconds
+	// of the status patch; deciding from the stale status would set
+	// conditions again with new transition times and patch status once
+	// more for nothing.
+	gate pacing.Gate
 
 	// licenseGoneAt is when the license Secret was first found missing
 	// (zero while it exists); see licenseMissingSince.
@@ -176,19 +180,6 @@ func (w *sailWatch) ensure() (bool, error) {
 		w.watched[kind] = true
 	}
 	return true, nil
-}
-
-// cacheBehindOwnStatus: the cached ServiceMesh is the very version this
-// reconciler's last status patch was made from, so the cache has not
-// delivered that patch yet. A reconcile queued behind a long one (the
-// enrollment pass queues one through its own namespace label writes)
-// starts within milliseconds of the patch; deciding from the stale status
-// would set conditions again with new transition times and patch status
-// once more for nothing.
-func (r *ServiceMeshReconciler) cacheBehindOwnStatus(mesh *v1alpha1.ServiceMesh) bool {
-	r.statusMu.Lock()
-	defer r.statusMu.Unlock()
-	return r.statusFrom != "" && mesh.ResourceVersion == r.statusFrom
 }
 
 // SetupWithManager builds the reconciler from cfg and registers it and its metrics.
@@ -233,6 +224,7 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 // setup registers the reconciler with its watches; name overrides the
 // controller's name (tests run several managers in one process).
 func (r *ServiceMeshReconciler) setup(mgr ctrl.Manager, name string) error {
+	r.gate.Controller = meshControllerName
 	// Namespace changes (enrollment requests, opt-outs, declared edges)
 	// concern the singleton.
 	toMesh := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
@@ -243,8 +235,8 @@ func (r *ServiceMeshReconciler) setup(mgr ctrl.Manager, name string) error {
 		b = b.Named(name)
 	}
 	// A NetworkPolicy change may hold or release an ambient enrollment.
-	c, err := b.Watches(&corev1.Namespace{}, toMesh, builder.WithPredicates(predicate.Or(predicate.LabelChangedPredicate{}, predicate.GenerationChangedPredicate{}))).
-		Watches(&networkingv1.NetworkPolicy{}, toMesh, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+	c, err := b.Watches(&corev1.Namespace{}, toMesh, builder.WithPredicates(namespaceFacts)).
+		Watches(&networkingv1.NetworkPolicy{}, toMesh, builder.WithPredicates(networkPolicyFacts)).
 		Build(r)
 	if err != nil {
 		return err
@@ -269,10 +261,8 @@ func (r *ServiceMeshReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if err := r.Client.Get(ctx, req.NamespacedName, mesh); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if r.cacheBehindOwnStatus(mesh) {
-		if err := r.Reader.Get(ctx, req.NamespacedName, mesh); err != nil {
-			return ctrl.Result{}, client.IgnoreNotFound(err)
-		}
+	if res, wait := r.gate.Defer(ctx, r.Client, req.NamespacedName, mesh); wait {
+		return res, nil
 	}
 	if mesh.DeletionTimestamp != nil {
 		return r.finalize(ctx, mesh)
@@ -495,9 +485,7 @@ func (r *ServiceMeshReconciler) writeStatus(ctx context.Context, mesh *v1alpha1.
 	if err := r.Client.Status().Patch(ctx, updated, client.MergeFrom(mesh)); err != nil {
 		return err
 	}
-	r.statusMu.Lock()
-	r.statusFrom = mesh.ResourceVersion
-	r.statusMu.Unlock()
+	r.gate.Wrote(client.ObjectKeyFromObject(mesh), updated)
 	return nil
 }
 
