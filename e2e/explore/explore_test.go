@@ -419,8 +419,8 @@ func TestPlantedDefect(t *testing.T) {
 	}
 `},
 			plantIn{"fleet-operator/internal/controller/fleet_controller.go",
-				"\nfunc (r *FleetReconciler) nextLook(",
-				"\nvar plantedOnce sync.Once\n\nfunc (r *FleetReconciler) nextLook("},
+				"\n// cachedKinds are the group-kinds of the watched objects.\n",
+				"\nvar plantedOnce sync.Once\n\n// cachedKinds are the group-kinds of the watched objects.\n"},
 			plantIn{"fleet-operator/internal/controller/status.go",
 				"\tcase d.refused != nil:\n",
 				"\tcase d.refused != nil && false: // planted defect: a refused declaration is not reported\n"},
