@@ -72,7 +72,7 @@ const (
 	TenantRelease  = "tenant.release"  // Arg: forge/off (a forged Helm release record of the Sail Operator, tenantRelease)
 	// API faults (faults.go): the bed's fault proxy between each operator
 	// and the API server.
-	Fault     = "env.fault"     // Arg: a fault of faults (for faultSpan) or clear
+	Fault     = "env.fault"     // Arg: a fault of faults (for its span) or clear
 	APIServer = "env.apiserver" // Arg: restart (kube-apiserver stops and starts again, same port and etcd)
 	// Policy engines, tenants and admins of issue 43 (policyengines.go).
 	PolicyNSLabels      = "policy.nslabels"      // Arg: on/off (a ValidatingAdmissionPolicy refusing the operators' namespace label changes)

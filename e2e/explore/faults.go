@@ -21,8 +21,8 @@ import (
 
 // API faults (issue 43 section 2): env.fault sets a fault on one
 // operator's requests at the bed's fault proxy (harness.FaultProxy) for
-// faultSpan, env.apiserver restart restarts kube-apiserver. While a fault
-// lasts (and faultGrace after) nothing may be released or deleted
+// its span (faultSpec.span), env.apiserver restart restarts kube-apiserver.
+// While a fault lasts (and faultGrace after) nothing may be released or deleted
 // (releasedWhileHeld, fleetPolicyDeleted: the license holds generalised),
 // and a fault that keeps an operator's steps failing for longer than
 // statusBound must show in the status of what it reconciles
@@ -39,6 +39,14 @@ type faultSpec struct {
 	// license: the request is the license Secret read (limited to the
 	// mesh operator's namespace).
 	license bool
+}
+
+// span is how long the fault lasts unless env.fault clear ends it first.
+func (f faultSpec) span() time.Duration {
+	if f.fault == harness.FaultTimeout {
+		return timeoutSpan
+	}
+	return faultSpan
 }
 
 // faults are the reads and writes whose failure an operator used to take
@@ -72,6 +80,13 @@ const (
 	// faultSpan: how long a fault lasts unless env.fault clear ends it
 	// first: longer than statusBound, so a fault that bites is judged.
 	faultSpan = 30 * time.Second
+	// timeoutSpan: how long a timeout fault lasts. A hung request fails
+	// only after harness.DefaultHang, so in faultSpan an operator fails at
+	// most one step (the action comes a pause after the fault, the retry's
+	// request is still hanging when the fault ends): statusBound would
+	// have nothing to judge. Two hangs, the pause and the retries fit in
+	// this, with room for a pass that starts late.
+	timeoutSpan = 2*harness.DefaultHang + 15*time.Second
 	// faultGrace: after a fault ends (or the API server is back), how long
 	// the operator may still act on what the failure left it with: it
 	// retries a failed pass after 1 s doubling up to 30 s, and the mesh
@@ -87,7 +102,7 @@ const (
 	// operator reads an unreadable license every 10 s) plus 2 s. The
 	// operators write status in the pass that failed and retry after 1 s,
 	// doubling up to 30 s (docs/troubleshooting.md, ReconcileError), so a
-	// fault of faultSpan fails steps over more than this.
+	// fault over its whole span fails steps over more than this.
 	statusBound = 12 * time.Second
 )
 
@@ -123,7 +138,7 @@ func (r *Runner) proxy(operator string) (*harness.FaultProxy, error) {
 	return p, nil
 }
 
-// setFault plays env.fault: name sets that fault for faultSpan, clear ends
+// setFault plays env.fault: name sets that fault for its span, clear ends
 // every fault now.
 func (r *Runner) setFault(name string) error {
 	if name == "clear" {
@@ -152,11 +167,11 @@ func (r *Runner) setFault(name string) error {
 	}
 	rec := &faultRecord{name: name, spec: spec, from: time.Now(), operator: spec.operator}
 	r.env.activeFaults[name] = rec
-	rec.timer = time.AfterFunc(faultSpan, func() { r.endFault(name) })
+	rec.timer = time.AfterFunc(spec.span(), func() { r.endFault(name) })
 	r.env.mu.Unlock()
 	p.Set(rule)
 	r.env.openHold(rec.why())
-	r.env.expiresIn(faultSpan + faultGrace)
+	r.env.expiresIn(spec.span() + faultGrace)
 	return nil
 }
 

@@ -399,16 +399,31 @@ func (j *judgement) strictAtRest(s *snapshot) []string {
 		if pa == nil {
 			continue
 		}
-		accepted := strings.Split(pa.GetAnnotations()[labels.MeshStrictEdges], ",")
-		state, _ := contract.Parse(s.nsLabels(ns))
-		for _, e := range state.Edges {
-			if slices.Contains(accepted, e) {
-				continue
-			}
-			for _, p := range s.pods(e) {
-				if !podmesh.MeshedIn(dp, &p) {
-					out = append(out, fmt.Sprintf("at rest, namespace %s is STRICT although its edge %s, declared after the cutover, runs the plaintext Pod %s", ns, e, p.Name))
-				}
+		for _, e := range unacceptedPlaintextEdges(s, s.nsLabels(ns), pa, dp) {
+			out = append(out, fmt.Sprintf("at rest, namespace %s is STRICT although its edge %s, declared after the cutover, runs the plaintext Pod %s", ns, e.namespace, e.pod))
+		}
+	}
+	return out
+}
+
+// plaintextPod is a Pod of an edge namespace that is not meshed.
+type plaintextPod struct{ namespace, pod string }
+
+// unacceptedPlaintextEdges are the Pods not meshed in dp of the edges
+// nsLabels declare that the STRICT mesh-mtls pa has not accepted
+// (labels.MeshStrictEdges): what a namespace must relax for, since STRICT
+// would refuse the plaintext calls its edges were declared for.
+func unacceptedPlaintextEdges(s *snapshot, nsLabels map[string]string, pa *unstructured.Unstructured, dp podmesh.DataPlane) []plaintextPod {
+	accepted := strings.Split(pa.GetAnnotations()[labels.MeshStrictEdges], ",")
+	state, _ := contract.Parse(nsLabels)
+	var out []plaintextPod
+	for _, e := range state.Edges {
+		if slices.Contains(accepted, e) {
+			continue
+		}
+		for _, p := range s.pods(e) {
+			if !podmesh.MeshedIn(dp, &p) {
+				out = append(out, plaintextPod{e, p.Name})
 			}
 		}
 	}
@@ -537,17 +552,38 @@ func releasedWhileHeld(w world, before, now *snapshot) []string {
 				out = append(out, fmt.Sprintf("%s %s was deleted", p.kind, k))
 			}
 		}
-		if relaxAsked {
+		if relaxAsked || owesEdgeRelaxation(before, now, name, wasLabels, isLabels, meshBefore) {
 			continue
 		}
-		if v, has := isLabels[labels.MeshMTLS]; wasLabels[labels.MeshMTLS] == contract.MTLSStrict && has && v != contract.MTLSStrict {
+		// The label records the mode in force after the PeerAuthentication
+		// moved: a relaxation is judged where that moved.
+		paBefore := before.objs[gvrPAs][name+"/"+meshMTLSPolicy]
+		labelLags := paBefore != nil && mtlsMode(paBefore) != "STRICT"
+		if v, has := isLabels[labels.MeshMTLS]; wasLabels[labels.MeshMTLS] == contract.MTLSStrict && has && v != contract.MTLSStrict && !labelLags {
 			out = append(out, fmt.Sprintf("namespace %s went from %s=strict to %q without the spec asking", name, labels.MeshMTLS, v))
 		}
-		if pa := now.objs[gvrPAs][name+"/"+meshMTLSPolicy]; pa != nil && mtlsMode(before.objs[gvrPAs][name+"/"+meshMTLSPolicy]) == "STRICT" && mtlsMode(pa) != "STRICT" {
+		if pa := now.objs[gvrPAs][name+"/"+meshMTLSPolicy]; pa != nil && mtlsMode(paBefore) == "STRICT" && mtlsMode(pa) != "STRICT" {
 			out = append(out, fmt.Sprintf("PeerAuthentication %s/%s went from STRICT to %s without the spec asking", name, meshMTLSPolicy, mtlsMode(pa)))
 		}
 	}
 	return out
+}
+
+// owesEdgeRelaxation: the namespace was STRICT and declares (before or
+// now: the fleet operator may withdraw an edge in the same moment) an edge
+// it has not accepted, with a plaintext Pod in it. The mesh operator
+// relaxes such a namespace from what it read (the declaration, the edge's
+// Pods), whatever failed before: the fleet asked for it.
+func owesEdgeRelaxation(before, now *snapshot, name string, wasLabels, isLabels map[string]string, mesh *meshv1.ServiceMesh) bool {
+	pa := before.objs[gvrPAs][name+"/"+meshMTLSPolicy]
+	if pa == nil || mtlsMode(pa) != "STRICT" {
+		return false
+	}
+	dp := podmesh.DataPlaneSidecar
+	if mesh.Spec.DataPlane == meshv1.DataPlaneAmbient {
+		dp = podmesh.DataPlaneAmbient
+	}
+	return len(unacceptedPlaintextEdges(now, wasLabels, pa, dp)) > 0 || len(unacceptedPlaintextEdges(now, isLabels, pa, dp)) > 0
 }
 
 // The mesh operator's per-namespace policies (enroll.PeerAuthenticationName

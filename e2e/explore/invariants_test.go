@@ -168,6 +168,23 @@ func TestReleasedWhileHeld(t *testing.T) {
 		return out
 	}
 	before := state(enrolled, "STRICT", true, as)
+	edgeLabel := labels.AllowFromPrefix + w.edge
+	// withEdgePod adds a running Pod to the edge namespace, captured by
+	// ztunnel (meshed) or not.
+	withEdgePod := func(s *snapshot, meshed bool) *snapshot {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: w.edge, Name: "client", Annotations: map[string]string{}},
+			Spec:   corev1.PodSpec{Containers: []corev1.Container{{Name: "c"}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.9", ContainerStatuses: []corev1.ContainerStatus{{Name: "c", Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}}}
+		if meshed {
+			p.Annotations[labels.IstioAmbientRedirection] = "enabled"
+		}
+		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.objs[gvrPods] = map[string]*unstructured.Unstructured{w.edge + "/client": {Object: obj}}
+		return s
+	}
 	for _, tc := range []struct {
 		name string
 		now  *snapshot
@@ -201,6 +218,15 @@ func TestReleasedWhileHeld(t *testing.T) {
 		{"released while switching the data plane", state(map[string]string{labels.Mesh: labels.MeshEnabled}, "", false,
 			func(m *meshv1.ServiceMesh) { m.Spec.DataPlane = meshv1.DataPlaneSidecar }), nil},
 		{"the ServiceMesh deleted", state(map[string]string{labels.Mesh: labels.MeshEnabled}, "", false, nil), nil},
+		// A fleet's routing declared an edge the namespace has not
+		// accepted, whose Pods call in plaintext: the relaxation is owed
+		// (the api-faults scenario met it once the faults cleared, before
+		// the fleet operator could withdraw the edge it had turned off).
+		{"relaxed for a newly declared plaintext edge", withEdgePod(state(with(enrolled, labels.MeshMTLS, "permissive", edgeLabel, "true"), "PERMISSIVE", true, as), false), nil},
+		{"relaxed for a newly declared edge whose Pods are meshed", withEdgePod(state(with(enrolled, labels.MeshMTLS, "permissive", edgeLabel, "true"), "PERMISSIVE", true, as), true), []string{
+			`namespace x1-app went from core.navique.com/mesh-mtls=strict to "permissive" without the spec asking`,
+			"PeerAuthentication x1-app/mesh-mtls went from STRICT to PERMISSIVE without the spec asking",
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := releasedWhileHeld(w, before, tc.now)
@@ -209,6 +235,19 @@ func TestReleasedWhileHeld(t *testing.T) {
 			}
 		})
 	}
+	// The label records the mode in force, after the PeerAuthentication:
+	// the relaxation is judged once, where the PeerAuthentication moved
+	// (the label's move came a state later in api-faults, after the fleet
+	// operator had withdrawn the edge that excused it).
+	t.Run("the label follows its PeerAuthentication", func(t *testing.T) {
+		relaxed := state(with(enrolled, labels.MeshMTLS, "permissive"), "PERMISSIVE", true, as)
+		if got := releasedWhileHeld(w, state(enrolled, "PERMISSIVE", true, as), relaxed); got != nil {
+			t.Fatalf("releasedWhileHeld = %q, want nothing: the PeerAuthentication was PERMISSIVE before", got)
+		}
+		if got := releasedWhileHeld(w, state(enrolled, "", true, as), relaxed); len(got) != 1 || !strings.Contains(got[0], "namespace x1-app went from") {
+			t.Fatalf("releasedWhileHeld = %q, want the label's move judged where there was no PeerAuthentication before", got)
+		}
+	})
 	t.Run("Istio's API removed", func(t *testing.T) {
 		now := state(map[string]string{labels.Mesh: labels.MeshEnabled}, "", false, as)
 		now.absent[gvrPAs], now.absent[gvrAPs] = true, true
