@@ -166,6 +166,7 @@ func readmeBlock(r *Run, base string) string {
 		}
 		s.WriteString("\n")
 	}
+	s.WriteString(costBlock(r))
 	if len(r.Targets) > 0 {
 		var met, missed, unjudged []string
 		for _, t := range r.Targets {
@@ -190,6 +191,56 @@ func readmeBlock(r *Run, base string) string {
 		s.WriteString(" Method: [docs/benchmark.md](docs/benchmark.md); history: [bench/results/history.md](bench/results/history.md).\n")
 	}
 	return s.String()
+}
+
+// costBlock is what one unit costs the operator in CPU seconds and API
+// requests (its client's, every verb): per fleet to create, per fleet-hour
+// at steady state (the steady phase's rate, extrapolated), and one roll of
+// one fleet; per mesh namespace to enroll and per namespace-hour once all
+// are STRICT. A capacity planner multiplies these by their fleet count.
+func costBlock(r *Run) string {
+	var s strings.Builder
+	per := func(p Phase, units float64) string {
+		return fmt.Sprintf("%.3f / %.1f", p.CPUSeconds/units, p.Requests.total()/units)
+	}
+	perHour := func(p Phase, units float64) string {
+		if p.Seconds == 0 {
+			return "not measured"
+		}
+		rate := 3600 / p.Seconds / units
+		return fmt.Sprintf("%.2f / %.1f (over %.0f s)", p.CPUSeconds*rate, p.Requests.total()*rate, p.Seconds)
+	}
+	var fleets, mesh []string
+	for _, x := range r.Results {
+		if x.Error == "" && x.N > 0 {
+			fleets = append(fleets, fmt.Sprintf("| %d | %s | %s | %s |\n", x.N, per(x.Create, float64(x.N)), perHour(x.Steady, float64(x.N)), per(x.TemplateRoll, 1)))
+		}
+	}
+	for _, m := range r.Mesh {
+		if m.Error == "" && m.Namespaces > 0 {
+			mesh = append(mesh, fmt.Sprintf("| %d | %s | %s |\n", m.Namespaces, per(m.Enroll, float64(m.Namespaces)), perHour(m.Settle, float64(m.Namespaces))))
+		}
+	}
+	if len(fleets) > 0 {
+		s.WriteString("Cost per fleet (fleet operator: CPU seconds / API requests):\n\n")
+		s.WriteString("| fleets N | create, per fleet | steady state, per fleet-hour | one roll of one fleet |\n| ---: | --- | --- | --- |\n")
+		s.WriteString(strings.Join(fleets, "") + "\n")
+	}
+	if len(mesh) > 0 {
+		s.WriteString("Cost per mesh namespace (mesh operator: CPU seconds / API requests):\n\n")
+		s.WriteString("| mesh namespaces M | enroll to STRICT, per namespace | once all STRICT, per namespace-hour |\n| ---: | --- | --- |\n")
+		s.WriteString(strings.Join(mesh, "") + "\n")
+	}
+	return s.String()
+}
+
+// total is every request of every verb.
+func (r Requests) total() float64 {
+	var n float64
+	for _, v := range r {
+		n += v
+	}
+	return n
 }
 
 // loadPart keeps the load averages of an `uptime` line.

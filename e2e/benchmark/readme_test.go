@@ -206,3 +206,20 @@ func TestReadmeRowWithoutFloors(t *testing.T) {
 	assert.NotContains(t, missed, "convergence vs parallel floor", "a floor not run is not a missed target")
 	assert.Contains(t, block, "Not judged by this run: convergence vs parallel floor at N=30 (the floors were not run")
 }
+
+// The cost table divides each phase by its units: 30 fleets created with
+// 6 CPU seconds and 300 requests cost 0.2 s and 10 requests each; a steady
+// phase of 60 s with 0.3 s and 30 requests is 18 s and 1,800 requests per
+// hour for the 30, so 0.6 s and 60 per fleet-hour.
+func TestCostBlock(t *testing.T) {
+	r := sampleRun("2026-12-01T10:00:00Z", 1.1)
+	r.Results[0].Create = Phase{Seconds: 40, CPUSeconds: 6, Requests: Requests{"PATCH": 240, "POST": 30, "GET": 30}}
+	r.Results[0].Steady = Phase{Seconds: 60, CPUSeconds: 0.3, Requests: Requests{"GET": 30}}
+	r.Results[0].TemplateRoll = Phase{Seconds: 5, CPUSeconds: 0.25, Requests: Requests{"DELETE": 3, "PATCH": 9}}
+	r.Mesh[0].Enroll = Phase{Seconds: 4, CPUSeconds: 0.5, Requests: Requests{"PATCH": 50}}
+	got := costBlock(r)
+	assert.Contains(t, got, "| 30 | 0.200 / 10.0 | 0.60 / 60.0 (over 60 s) | 0.250 / 12.0 |")
+	assert.Contains(t, got, "| 10 | 0.050 / 5.0 | not measured |", "a settle phase that was not timed is not extrapolated")
+	r.Results = nil
+	assert.NotContains(t, costBlock(r), "Cost per fleet", "no fleet table without fleet results")
+}
