@@ -35,6 +35,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/ericdev/fleetmesh/e2e/cluster"
+	"github.com/ericdev/fleetmesh/e2e/cluster/proc"
 )
 
 //go:embed kwok-stages.yaml
@@ -95,7 +96,7 @@ type Provider struct {
 	opts Options
 
 	mu      sync.Mutex
-	procs   []*process
+	procs   []*proc.Process
 	layout  layout
 	ownsDir bool
 	binDir  string
@@ -231,9 +232,9 @@ func (p *Provider) Down(context.Context) error {
 // stopInOrder stops clients of the API server first, then the API server,
 // then etcd: a server whose clients are gone exits at once, while etcd with
 // an API server still attached waits out the whole grace period.
-func stopInOrder(procs []*process) {
-	phase := func(p *process) int {
-		switch p.name {
+func stopInOrder(procs []*proc.Process) {
+	phase := func(p *proc.Process) int {
+		switch p.Name {
 		case "etcd":
 			return 2
 		case "kube-apiserver":
@@ -243,9 +244,9 @@ func stopInOrder(procs []*process) {
 	}
 	for current := range 3 {
 		var wg sync.WaitGroup
-		for _, proc := range procs {
-			if phase(proc) == current {
-				wg.Go(func() { proc.stop(stopGrace) })
+		for _, c := range procs {
+			if phase(c) == current {
+				wg.Go(func() { c.Stop(stopGrace) })
 			}
 		}
 		wg.Wait()
@@ -257,8 +258,8 @@ func (p *Provider) Processes() []ProcessRecord {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	recs := make([]ProcessRecord, 0, len(p.procs))
-	for _, proc := range p.procs {
-		recs = append(recs, ProcessRecord{Name: proc.name, PGID: proc.pid(), Binary: proc.binary})
+	for _, c := range p.procs {
+		recs = append(recs, ProcessRecord{Name: c.Name, PGID: c.PID(), Binary: c.Binary})
 	}
 	return recs
 }
@@ -362,24 +363,24 @@ func refuseLiveCluster(dir string) error {
 
 // start launches a component and records it, so Down and `testbed down`
 // can find it even if Up fails right after.
-func (p *Provider) start(name string, args, env []string) (*process, error) {
-	proc, err := startProcess(name, filepath.Join(p.binDir, name), p.layout.logFile(name), args, env)
+func (p *Provider) start(name string, args, env []string) (*proc.Process, error) {
+	c, err := proc.Start(name, p.layout.logFile(name), env, append([]string{filepath.Join(p.binDir, name)}, args...)...)
 	if err != nil {
 		return nil, err
 	}
 	p.mu.Lock()
-	p.procs = append(p.procs, proc)
+	p.procs = append(p.procs, c)
 	p.mu.Unlock()
-	return proc, appendRecord(p.layout.root, proc)
+	return c, appendRecord(p.layout.root, c)
 }
 
 // forget drops a component that already exited, before a retry.
-func (p *Provider) forget(proc *process) {
-	proc.stop(0)
+func (p *Provider) forget(c *proc.Process) {
+	c.Stop(0)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i, q := range p.procs {
-		if q == proc {
+		if q == c {
 			p.procs = append(p.procs[:i], p.procs[i+1:]...)
 			return
 		}
@@ -389,33 +390,19 @@ func (p *Provider) forget(proc *process) {
 // waitUntil polls cond until it holds, failing fast with the component's
 // log tail if any started component exits meanwhile.
 func (p *Provider) waitUntil(ctx context.Context, what string, cond func(context.Context) (bool, error)) error {
-	ticker := time.NewTicker(100 * time.Millisecond)
-	defer ticker.Stop()
-	for {
-		if err := p.checkAllRunning(); err != nil {
-			return fmt.Errorf("waiting for %s: %w", what, err)
-		}
-		ok, err := cond(ctx)
-		if err != nil {
-			return fmt.Errorf("waiting for %s: %w", what, err)
-		}
-		if ok {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return p.timeout(what, ctx.Err())
-		case <-ticker.C:
-		}
+	err := proc.Poll(ctx, what, p.checkAllRunning, cond)
+	if timeout := (*proc.TimeoutError)(nil); errors.As(err, &timeout) {
+		return p.timeout(what, timeout.Err)
 	}
+	return err
 }
 
 func (p *Provider) checkAllRunning() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, proc := range p.procs {
-		if proc.exited() {
-			return proc.failure("exited unexpectedly")
+	for _, c := range p.procs {
+		if c.Exited() {
+			return c.Failure("exited unexpectedly")
 		}
 	}
 	return nil
@@ -431,8 +418,8 @@ func (p *Provider) timeout(what string, err error) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	msg := fmt.Sprintf("timed out waiting for %s: %v", what, err)
-	for _, proc := range p.procs {
-		msg += fmt.Sprintf("\n--- last lines of %s:\n%s", proc.logPath, tail(proc.logPath, 10))
+	for _, c := range p.procs {
+		msg += fmt.Sprintf("\n--- last lines of %s:\n%s", c.LogPath, proc.Tail(c.LogPath, 10))
 	}
 	return errors.New(msg)
 }
@@ -445,7 +432,7 @@ func (p *Provider) startEtcd(ctx context.Context) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		proc, err := p.start("etcd", etcdArgs(p.layout, ports[0], ports[1]), nil)
+		c, err := p.start("etcd", etcdArgs(p.layout, ports[0], ports[1]), nil)
 		if err != nil {
 			return 0, err
 		}
@@ -455,10 +442,10 @@ func (p *Provider) startEtcd(ctx context.Context) (int, error) {
 		if err == nil {
 			return ports[0], nil
 		}
-		if attempt >= 3 || !proc.exited() || !portConflict(tail(proc.logPath, 40)) {
+		if attempt >= 3 || !c.Exited() || !portConflict(proc.Tail(c.LogPath, 40)) {
 			return 0, err
 		}
-		p.forget(proc)
+		p.forget(c)
 		if err := os.RemoveAll(p.layout.etcdData()); err != nil {
 			return 0, err
 		}
@@ -489,7 +476,7 @@ func (p *Provider) startAPIServer(ctx context.Context, certs *pki, etcdPort int)
 			return nil, err
 		}
 		args := append(apiServerArgs(p.layout, certs, etcdPort, ports[0], p.opts.ServiceCIDR), p.opts.APIServerExtraArgs...)
-		proc, err := p.start("kube-apiserver", args, nil)
+		c, err := p.start("kube-apiserver", args, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -510,10 +497,10 @@ func (p *Provider) startAPIServer(ctx context.Context, certs *pki, etcdPort int)
 		if err == nil {
 			return cfg, nil
 		}
-		if attempt >= 3 || !proc.exited() || !portConflict(tail(proc.logPath, 40)) {
+		if attempt >= 3 || !c.Exited() || !portConflict(proc.Tail(c.LogPath, 40)) {
 			return nil, err
 		}
-		p.forget(proc)
+		p.forget(c)
 	}
 }
 
@@ -525,10 +512,10 @@ func (p *Provider) startAPIServer(ctx context.Context, certs *pki, etcdPort int)
 // state. It retries the start while the port is not free yet.
 func (p *Provider) RestartAPIServer(ctx context.Context) error {
 	p.mu.Lock()
-	var old *process
-	for i, proc := range p.procs {
-		if proc.name == "kube-apiserver" {
-			old = proc
+	var old *proc.Process
+	for i, c := range p.procs {
+		if c.Name == "kube-apiserver" {
+			old = c
 			p.procs = append(p.procs[:i], p.procs[i+1:]...)
 			break
 		}
@@ -538,7 +525,7 @@ func (p *Provider) RestartAPIServer(ctx context.Context) error {
 	if old == nil || cfg == nil {
 		return errors.New("no kube-apiserver to restart")
 	}
-	old.stop(stopGrace)
+	old.Stop(stopGrace)
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
@@ -546,7 +533,7 @@ func (p *Provider) RestartAPIServer(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, p.opts.StartTimeout)
 	defer cancel()
 	for attempt := 1; ; attempt++ {
-		proc, err := p.start("kube-apiserver", args, nil)
+		c, err := p.start("kube-apiserver", args, nil)
 		if err != nil {
 			return err
 		}
@@ -556,10 +543,10 @@ func (p *Provider) RestartAPIServer(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
-		if attempt >= 5 || !proc.exited() || !portConflict(tail(proc.logPath, 40)) {
+		if attempt >= 5 || !c.Exited() || !portConflict(proc.Tail(c.LogPath, 40)) {
 			return err
 		}
-		p.forget(proc)
+		p.forget(c)
 		time.Sleep(time.Second)
 	}
 }

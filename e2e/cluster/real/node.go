@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
+
+	"github.com/ericdev/fleetmesh/e2e/cluster/proc"
 )
 
 func (p *Provider) socket() string { return p.path("node", "containerd", "containerd.sock") }
@@ -211,12 +213,12 @@ iptables:
 }
 
 func (p *Provider) startContainerd(ctx context.Context) error {
-	pr, err := p.startNodeProc("containerd", filepath.Join(p.binDir, "node", "containerd"),
+	_, err := p.startNodeProc("containerd", filepath.Join(p.binDir, "node", "containerd"),
 		"--config", p.path("node", "config", "containerd.toml"))
 	if err != nil {
 		return err
 	}
-	return p.wait(ctx, "containerd's socket", pr, func(context.Context) (bool, error) {
+	return p.wait(ctx, "containerd's socket", func(context.Context) (bool, error) {
 		c, err := net.DialTimeout("unix", p.socket(), time.Second)
 		if err != nil {
 			return false, nil
@@ -250,7 +252,7 @@ func (p *Provider) importImages(ctx context.Context) error {
 }
 
 func (p *Provider) startKubelet(ctx context.Context, client kubernetes.Interface) error {
-	pr, err := p.startNodeProc("kubelet", filepath.Join(p.binDir, "node", "kubelet"),
+	_, err := p.startNodeProc("kubelet", filepath.Join(p.binDir, "node", "kubelet"),
 		"--config="+p.path("node", "config", "kubelet.yaml"),
 		"--kubeconfig="+p.path("node", "config", "kubelet.kubeconfig"),
 		"--root-dir="+p.path("node", "kubelet"),
@@ -261,7 +263,7 @@ func (p *Provider) startKubelet(ctx context.Context, client kubernetes.Interface
 	if err != nil {
 		return err
 	}
-	if err := p.wait(ctx, "the node to register", pr, func(ctx context.Context) (bool, error) {
+	if err := p.wait(ctx, "the node to register", func(ctx context.Context) (bool, error) {
 		_, err := client.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
 		return err == nil, nil
 	}); err != nil {
@@ -273,7 +275,7 @@ func (p *Provider) startKubelet(ctx context.Context, client kubernetes.Interface
 	if _, err := client.CoreV1().Nodes().Patch(ctx, NodeName, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("node podCIDR: %w", err)
 	}
-	return p.wait(ctx, "the node Ready", pr, func(ctx context.Context) (bool, error) {
+	return p.wait(ctx, "the node Ready", func(ctx context.Context) (bool, error) {
 		n, err := client.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
@@ -312,7 +314,7 @@ func (p *Provider) startAddons(ctx context.Context, client kubernetes.Interface)
 	if err := coreDNS(ctx, client); err != nil {
 		return err
 	}
-	return p.wait(ctx, "CoreDNS Ready", nil, func(ctx context.Context) (bool, error) {
+	return p.wait(ctx, "CoreDNS Ready", func(ctx context.Context) (bool, error) {
 		d, err := client.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
 		if err != nil {
 			return false, nil
@@ -428,24 +430,8 @@ func coreDNS(ctx context.Context, client kubernetes.Interface) error {
 	return nil
 }
 
-// wait polls cond every 100 ms, failing early if pr (or any node component)
-// exits.
-func (p *Provider) wait(ctx context.Context, what string, pr *proc, cond func(context.Context) (bool, error)) error {
-	for {
-		if err := p.Healthy(); err != nil {
-			return fmt.Errorf("waiting for %s: %w", what, err)
-		}
-		ok, err := cond(ctx)
-		if err != nil {
-			return fmt.Errorf("waiting for %s: %w", what, err)
-		}
-		if ok {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("timed out waiting for %s: %w", what, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+// wait polls cond every 100 ms, failing early if any node component (or
+// the control plane) exits.
+func (p *Provider) wait(ctx context.Context, what string, cond func(context.Context) (bool, error)) error {
+	return proc.Poll(ctx, what, p.Healthy, cond)
 }

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/ericdev/fleetmesh/e2e/cluster/proc"
 )
 
 // kubeletSysctls are the global (not network-namespaced) sysctls the kubelet
@@ -62,7 +64,7 @@ func (p *Provider) startNamespace(ctx context.Context) error {
 		": > " + ready,
 		"exec sleep infinity",
 	}, "\n")
-	holder, err := startProc("node-namespace", p.path("node", "logs", "node-namespace.log"), nil,
+	holder, err := proc.Start("node-namespace", p.path("node", "logs", "node-namespace.log"), nil,
 		"unshare", "--net", "--mount", "--propagation", "private", "--", "sh", "-c", script)
 	if err != nil {
 		return err
@@ -74,8 +76,8 @@ func (p *Provider) startNamespace(ctx context.Context) error {
 		if _, err := os.Stat(ready); err == nil {
 			break
 		}
-		if holder.exited() {
-			return holder.failure("exited")
+		if holder.Exited() {
+			return holder.Failure("exited")
 		}
 		select {
 		case <-ctx.Done():
@@ -86,7 +88,7 @@ func (p *Provider) startNamespace(ctx context.Context) error {
 	suffix := make([]byte, 3)
 	_, _ = rand.Read(suffix)
 	link := "fmr" + hex.EncodeToString(suffix)
-	if _, err := run("ip", "link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", strconv.Itoa(holder.pid())); err != nil {
+	if _, err := run("ip", "link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", strconv.Itoa(holder.PID())); err != nil {
 		return err
 	}
 	p.hostLink = link
@@ -104,7 +106,7 @@ func (p *Provider) startNamespace(ctx context.Context) error {
 			return err
 		}
 	}
-	p.logf("node namespace (holder pid %d), veth %s %s <-> eth0 %s", holder.pid(), link, HostAddr, NodeAddr)
+	p.logf("node namespace (holder pid %d), veth %s %s <-> eth0 %s", holder.PID(), link, HostAddr, NodeAddr)
 	return nil
 }
 
@@ -259,8 +261,8 @@ func removeCgroupTree(root string) error {
 // killNamespace kills every process in the holder's mount namespace except
 // the holder (containerd, the runc shims that reparented away from it, any
 // left-over helper), until none is left.
-func killNamespace(holder *proc) error {
-	want, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", holder.pid()))
+func killNamespace(holder *proc.Process) error {
+	want, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", holder.PID()))
 	if err != nil {
 		return nil // the holder is gone, and with it the namespace's last reference
 	}
@@ -270,7 +272,7 @@ func killNamespace(holder *proc) error {
 		entries, _ := os.ReadDir("/proc")
 		for _, e := range entries {
 			pid, err := strconv.Atoi(e.Name())
-			if err != nil || pid == holder.pid() {
+			if err != nil || pid == holder.PID() {
 				continue
 			}
 			if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid)); err == nil && ns == want {

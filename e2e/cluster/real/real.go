@@ -43,6 +43,7 @@ import (
 
 	"github.com/ericdev/fleetmesh/e2e/cluster"
 	"github.com/ericdev/fleetmesh/e2e/cluster/local"
+	"github.com/ericdev/fleetmesh/e2e/cluster/proc"
 )
 
 // Addresses and names of the node. Fixed: one real node per machine at a time
@@ -109,8 +110,8 @@ type Provider struct {
 	binDir   string
 	dir      string
 	ownsDir  bool
-	holder   *proc
-	nodeProc []*proc
+	holder   *proc.Process
+	nodeProc []*proc.Process
 	hostLink string
 	proxy    net.Listener
 	sysctls  map[string]string
@@ -332,11 +333,11 @@ func (p *Provider) Kubeconfig() string { return filepath.Join(p.opts.Control.Wor
 // Healthy reports an error if a node component or the control plane exited.
 func (p *Provider) Healthy() error {
 	p.mu.Lock()
-	procs := append([]*proc{}, p.nodeProc...)
+	procs := append([]*proc.Process{}, p.nodeProc...)
 	p.mu.Unlock()
 	for _, pr := range procs {
-		if pr.exited() {
-			return pr.failure("exited unexpectedly")
+		if pr.Exited() {
+			return pr.Failure("exited unexpectedly")
 		}
 	}
 	if p.control != nil {
@@ -351,7 +352,7 @@ func (p *Provider) logTails() string {
 	defer p.mu.Unlock()
 	var b strings.Builder
 	for _, pr := range p.nodeProc {
-		fmt.Fprintf(&b, "\n--- last lines of %s:\n%s", pr.logPath, tail(pr.logPath, 15))
+		fmt.Fprintf(&b, "\n--- last lines of %s:\n%s", pr.LogPath, proc.Tail(pr.LogPath, 15))
 	}
 	return b.String()
 }
@@ -370,8 +371,8 @@ func (p *Provider) Down(ctx context.Context) error {
 	// Node agents first (newest first: kube-router, kube-proxy, kubelet),
 	// so nothing restarts containers while they are being killed.
 	for i := len(procs) - 1; i >= 0; i-- {
-		if procs[i].name != "containerd" {
-			procs[i].stop(5 * time.Second)
+		if procs[i].Name != "containerd" {
+			procs[i].Stop(5 * time.Second)
 		}
 	}
 	// Every container: all processes in the kubelet's cgroups.
@@ -379,8 +380,8 @@ func (p *Provider) Down(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	for _, pr := range procs {
-		if pr.name == "containerd" {
-			pr.stop(5 * time.Second)
+		if pr.Name == "containerd" {
+			pr.Stop(5 * time.Second)
 		}
 	}
 	// Whatever else lives in the node's mount namespace (the runc shims
@@ -389,7 +390,7 @@ func (p *Provider) Down(ctx context.Context) error {
 		if err := killNamespace(holder); err != nil {
 			errs = append(errs, err)
 		}
-		holder.stop(time.Second)
+		holder.Stop(time.Second)
 	}
 	if proxy != nil {
 		_ = proxy.Close()
