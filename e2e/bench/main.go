@@ -38,9 +38,10 @@ var (
 	flagKeep     = flag.Bool("keep", os.Getenv("BENCH_KEEP") != "", "keep each bed's files (operator logs) after a successful N")
 	flagTimeout  = flag.Duration("timeout", benchmark.DefaultTimeout, "per-phase wait limit")
 	flagPprof    = flag.Bool("pprof", false, "serve both operators' net/http/pprof on free loopback ports (logged per bed), to profile them while a run goes on")
-	flagTimeline = flag.Bool("timeline", false, "log every 10 s, per namespace prefix (bench, floor, pfloor), how many StatefulSets the StatefulSet controller observed, claims are bound, and member Pods are scheduled and Ready: where a convergence waits")
+	flagTimeline = flag.Bool("timeline", false, "log every 10 s, per namespace prefix (bench, floor, pfloor, qfloor), how many StatefulSets the StatefulSet controller observed, claims are bound, and member Pods are scheduled and Ready: where a convergence waits")
 	flagNoFloor  = flag.Bool("no-floors", false, "skip both fleet floors: re-measures the operator's own phases (convergence, steady state, reaction, cold restart, memory) in half the time, without the convergence ratios")
 	flagRepeat   = flag.Int("mesh-repeat", envInt("BENCH_MESH_REPEAT", 1), "runs of each mesh namespace count, each in a fresh bed; the mesh target is judged on the median ratio")
+	flagNRepeat  = flag.Int("n-repeat", envInt("BENCH_N_REPEAT", 1), "runs of each fleet count, each in a fresh bed; the largest N's timing targets are judged on the median of 3 or more")
 )
 
 func envOr(k, def string) string {
@@ -82,7 +83,7 @@ func run() error {
 		}
 		return nil
 	}
-	o := benchmark.Options{Steady: *flagSteady, Keep: *flagKeep, Log: os.Stderr, Probes: true, NoFloors: *flagNoFloor, MeshRepeat: *flagRepeat,
+	o := benchmark.Options{Steady: *flagSteady, Keep: *flagKeep, Log: os.Stderr, Probes: true, NoFloors: *flagNoFloor, MeshRepeat: *flagRepeat, NRepeat: *flagNRepeat,
 		Timeout: *flagTimeout, Timeline: *flagTimeline, Pprof: *flagPprof, MetricsAddr: *flagMetrics, SkipNodes: *flagSkip}
 	if o.N, err = benchmark.ParseCounts(*flagN, 10); err != nil {
 		return err

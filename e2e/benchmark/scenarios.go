@@ -5,6 +5,7 @@ package benchmark
 // overhead (bench/results/history.md, per N).
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -27,6 +28,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -179,7 +183,7 @@ func (b *bench) floors(ctx context.Context, retire func()) error {
 	if err := b.bed.Fleet.Stop(30 * time.Second); err != nil {
 		return err
 	}
-	if err := b.floor(ctx, "floor", 1, &b.res.FloorSeconds); err != nil {
+	if err := b.floor(ctx, "floor", 1, b.dyn, &b.res.FloorSeconds); err != nil {
 		return fmt.Errorf("floor: %w", err)
 	}
 	b.res.Ratio = round(b.res.ConvergenceSeconds/b.res.FloorSeconds, 2)
@@ -194,11 +198,26 @@ func (b *bench) floors(ctx context.Context, retire func()) error {
 		if err := b.dropCopy(ctx, "floor", true); err != nil {
 			return fmt.Errorf("removing the sequential floor's copy: %w", err)
 		}
-		if err := b.floor(ctx, "pfloor", floorClients, &b.res.ParallelFloorSeconds); err != nil {
+		if err := b.floor(ctx, "pfloor", floorClients, b.dyn, &b.res.ParallelFloorSeconds); err != nil {
 			return fmt.Errorf("parallel floor: %w", err)
 		}
 		b.res.ParallelRatio = round(b.res.ConvergenceSeconds/b.res.ParallelFloorSeconds, 2)
 		logf("N=%d: parallel floor (%d clients) %.1fs, ratio %.2f", b.n, floorClients, b.res.ParallelFloorSeconds, b.res.ParallelRatio)
+		// The paced floor: the parallel floor's clients held to the fleet
+		// operator's own pace, so the pacing's share of the convergence
+		// shows beside the unpaced floors.
+		paced, err := b.pacedClient()
+		if err != nil {
+			return fmt.Errorf("paced floor: %w", err)
+		}
+		if err := b.dropCopy(ctx, "pfloor", true); err != nil {
+			return fmt.Errorf("removing the parallel floor's copy: %w", err)
+		}
+		if err := b.floor(ctx, "qfloor", floorClients, paced, &b.res.PacedFloorSeconds); err != nil {
+			return fmt.Errorf("paced floor: %w", err)
+		}
+		b.res.PacedRatio = round(b.res.ConvergenceSeconds/b.res.PacedFloorSeconds, 2)
+		logf("N=%d: paced floor (%d clients at the operator's pace) %.1fs, ratio %.2f", b.n, floorClients, b.res.PacedFloorSeconds, b.res.PacedRatio)
 	}
 	// The last copy goes too, with the bench's connections to its
 	// stand-ins: the fleet operator's first pass after its restart opens a
@@ -207,7 +226,7 @@ func (b *bench) floors(ctx context.Context, retire func()) error {
 	// connections to them that ran out of the 20,000 open files at N=1,000.
 	last := "floor"
 	if b.probes {
-		last = "pfloor"
+		last = "qfloor"
 	}
 	b.http.CloseIdleConnections()
 	if err := b.dropCopy(ctx, last, false); err != nil {
@@ -385,7 +404,7 @@ func (b *bench) dropCopy(ctx context.Context, prefix string, volumes bool) error
 // in the order a fleet's objects are listed; with one client, all in
 // sequence), and waits until every Pod is Ready with a healthy /state. The
 // time goes to *seconds.
-func (b *bench) floor(ctx context.Context, prefix string, clients int, seconds *float64) error {
+func (b *bench) floor(ctx context.Context, prefix string, clients int, dyn dynamic.Interface, seconds *float64) error {
 	var objs []*unstructured.Unstructured
 	var gvrs []schema.GroupVersionResource
 	for i := 0; i < b.res.Namespaces; i++ {
@@ -425,7 +444,7 @@ func (b *bench) floor(ctx context.Context, prefix string, clients int, seconds *
 			break // an apply failed: Wait returns its error
 		}
 		g.Go(func() error {
-			if _, err := b.dyn.Resource(gvrs[i]).Namespace(u.GetNamespace()).Apply(gctx, u.GetName(), u,
+			if _, err := dyn.Resource(gvrs[i]).Namespace(u.GetNamespace()).Apply(gctx, u.GetName(), u,
 				metav1.ApplyOptions{FieldManager: "bench-floor", Force: true}); err != nil {
 				return fmt.Errorf("apply %s %s/%s: %w", gvrs[i].Resource, u.GetNamespace(), u.GetName(), err)
 			}
@@ -445,6 +464,49 @@ func (b *bench) floor(ctx context.Context, prefix string, clients int, seconds *
 	}
 	*seconds = round(time.Since(start).Seconds(), 2)
 	return nil
+}
+
+// pacedClient is a dynamic client whose requests share one token bucket at
+// the pace the fleet operator said it runs at (its start-up line's
+// kubeAPIQPS and kubeAPIBurst: the chart's and the flags' defaults, or what
+// the bed set), as the operator's own clients share theirs.
+func (b *bench) pacedClient() (dynamic.Interface, error) {
+	qps, burst, err := startupPace(b.bed.Fleet.LogPath)
+	if err != nil {
+		return nil, err
+	}
+	cfg := rest.CopyConfig(b.cfg)
+	cfg.QPS, cfg.Burst = float32(qps), burst
+	cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
+	return dynamic.NewForConfig(cfg)
+}
+
+// startupPace reads the pace from an operator's log: the first start-up
+// line (shared/manager) with kubeAPIQPS.
+func startupPace(logPath string) (qps float64, burst int, err error) {
+	f, err := os.Open(logPath)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() { _ = f.Close() }()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var line struct {
+			QPS   *float64 `json:"kubeAPIQPS"`
+			Burst int      `json:"kubeAPIBurst"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.QPS != nil {
+			if *line.QPS <= 0 {
+				return 0, 0, fmt.Errorf("%s: the operator runs unpaced (kubeAPIQPS %g): no paced floor to compare with", logPath, *line.QPS)
+			}
+			return *line.QPS, line.Burst, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, 0, err
+	}
+	return 0, 0, fmt.Errorf("%s: no start-up line with kubeAPIQPS", logPath)
 }
 
 func ownedByFleet(u *unstructured.Unstructured) bool {

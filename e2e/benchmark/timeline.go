@@ -21,7 +21,7 @@ func (p progress) String() string {
 }
 
 // timeline logs every 10 s until ctx ends how far the StatefulSets, claims
-// and member Pods of each namespace prefix (bench, floor, pfloor) got: the
+// and member Pods of each namespace prefix (bench, floor, pfloor, qfloor) got: the
 // thirteenth round found the convergence waiting on claims being bound
 // with it, where no count of the operator's showed it.
 func (b *bench) timeline(ctx context.Context) {
