@@ -548,16 +548,7 @@ func meshFloorTarget(okM []MeshResult, notRun func(t *Target, n, want int, what 
 		ratios[i] = m.FloorRatio
 		each = append(each, fmt.Sprintf("%.2f (%.1f s vs %.1f s, load %s → %s)", m.FloorRatio, m.ReadyToStrictSeconds, m.FloorSeconds, m.LoadAvgStart, m.LoadAvgEnd))
 	}
-	med := median(ratios)
-	t.Measured = fmt.Sprintf("median %.2f of %d run(s): %s", med, len(runs), strings.Join(each, "; "))
-	t.Met = len(runs) >= minMeshRuns && med <= targetMeshFloorRatio
-	switch {
-	case len(runs) < minMeshRuns:
-		t.Unjudged = true
-		t.Note = fmt.Sprintf("too few runs to judge (one run's ratio varies by more than the margin); BENCH_MESH_REPEAT=%d", minMeshRuns)
-	case !t.Met:
-		t.Note = fmt.Sprintf("median over by %.2f", med-targetMeshFloorRatio)
-	}
+	judgeOnMedian(&t, ratios, each, targetMeshFloorRatio, minMeshRuns, "BENCH_MESH_REPEAT", "")
 	notRun(&t, largest, targetM, "M")
 	return t
 }
@@ -628,17 +619,24 @@ func convergenceTarget(runs []Result, load string) Target {
 		t.Note, t.Unjudged = "the floors were not run (-no-floors, or the smoke test)", true
 		return t
 	}
+	judgeOnMedian(&t, ratios, each, targetParallelRatio, minFleetRuns, "BENCH_N_REPEAT", "; "+load)
+	return t
+}
+
+// judgeOnMedian judges t on the median of the runs' ratios (each says how
+// every run went) against want, with minRuns or more runs (repeat names
+// the knob that gives them); why is added to a miss's note.
+func judgeOnMedian(t *Target, ratios []float64, each []string, want float64, minRuns int, repeat, why string) {
 	med := median(ratios)
 	t.Measured = fmt.Sprintf("median %.2f of %d run(s): %s", med, len(ratios), strings.Join(each, "; "))
-	t.Met = len(ratios) >= minFleetRuns && med <= targetParallelRatio
+	t.Met = len(ratios) >= minRuns && med <= want
 	switch {
-	case len(ratios) < minFleetRuns:
+	case len(ratios) < minRuns:
 		t.Unjudged = true
-		t.Note = fmt.Sprintf("too few runs to judge (one run's ratio varies by more than the margin); BENCH_N_REPEAT=%d", minFleetRuns)
+		t.Note = fmt.Sprintf("too few runs to judge (one run's ratio varies by more than the margin); %s=%d", repeat, minRuns)
 	case !t.Met:
-		t.Note = fmt.Sprintf("median over by %.2f (%.0f %%); %s", med-targetParallelRatio, (med/targetParallelRatio-1)*100, load)
+		t.Note = fmt.Sprintf("median over by %.2f (%.0f %%)%s", med-want, (med/want-1)*100, why)
 	}
-	return t
 }
 
 // runsOfLargestN are the results of the largest N measured, in run order.
