@@ -499,6 +499,9 @@ func rollRetainsVolumes(e *env) bool {
 		oldUIDs[p.Name] = string(p.UID)
 	}
 	got.Spec.Env = append(got.Spec.Env, corev1.EnvVar{Name: "REALNODE_ROLL", Value: "1"})
+	// Every state of the roll is judged against what the settled policy
+	// denied before it (the plain fleet's packet table confirmed that shape).
+	watch := watchStates(t, e, ns, name, standardCallers(ns, name), nil)
 	start = time.Now()
 	if err := e.k8s.Update(ctx, got); err != nil {
 		t.Fatal(err)
@@ -528,6 +531,7 @@ func rollRetainsVolumes(e *env) bool {
 		t.Fatalf("the roll did not replace all %d members: %v", n, err)
 	}
 	waitFleet(t, e, ns, name, n, true)
+	watch.Stop(t, "roll")
 	e.timing("  roll of 3 members", start)
 	t.Logf("roll: at most %d member(s) unavailable in %d observations (every 200 ms)", maxUnavailable, observations)
 	if maxUnavailable > 1 {
@@ -626,7 +630,8 @@ func restrictedNamespaces(e *env) bool {
 	e.timing("  fleet of 2 Ready in a restricted namespace", start)
 	callers := []caller{{NS: ns, Name: "stranger"}, {NS: ns, Name: "client", Labels: map[string]string{"celld.eric.dev/client-of": name}},
 		{NS: fleetNS, Name: "operator-like", Labels: map[string]string{"app.kubernetes.io/name": "fleet-operator", "app.kubernetes.io/instance": fleetRelease}, OwnedByOther: true}}
-	accessTable(t, e, ns, name, callers, "a")
+	ref := accessTable(t, e, ns, name, callers, "a")
+	watch := watchStates(t, e, ns, name, callers, deniedByReference(callers, ref))
 
 	// The operators' namespaces enforce restricted; the API server's
 	// warnings name every running Pod that would be refused.
@@ -660,6 +665,10 @@ func restrictedNamespaces(e *env) bool {
 	start = time.Now()
 	scaleOperator(t, e, 0)
 	scaleOperator(t, e, 1)
+	// The restarted operator re-applies its policy: give it a moment to
+	// do so while the states are still judged.
+	time.Sleep(5 * time.Second)
+	watch.Stop(t, "restricted-namespace restart")
 	e.timing("  fleet operator restarted under restricted, Ready", start)
 	return !t.Failed()
 }
@@ -1000,6 +1009,11 @@ func accessReport(t *testing.T, e *env, ns, fleet, from string) accessReportJSON
 func plantedBug(t *testing.T, e *env, ns, fleet string, callers []caller, ref []row) {
 	t.Helper()
 	ctx := context.Background()
+	// Every state from here until the healed table is judged: removing an
+	// allow rule and the operator's repair may close rows, never open one
+	// the reference denies.
+	watch := watchStates(t, e, ns, fleet, callers, deniedByReference(callers, ref))
+	defer watch.Stop(t, "planted bug and its repair")
 	scaleOperator(t, e, 0)
 	np, err := e.cs.NetworkingV1().NetworkPolicies(ns).Get(ctx, fleet, metav1.GetOptions{})
 	if err != nil {
