@@ -186,13 +186,33 @@ func watchStates(t *testing.T, e *env, ns, fleet string, callers []caller, denie
 			t.Fatalf("state watch: %v did not sync", typ)
 		}
 	}
+	// The caches are synced, their handlers not necessarily yet: the
+	// first judged state is the caches' own content (the first run judged
+	// the roll against a state with Pods and no policy yet, so its
+	// baseline denied nothing).
 	w.mu.Lock()
+	for _, obj := range factory.Core().V1().Pods().Informer().GetStore().List() {
+		p := obj.(*corev1.Pod)
+		w.state.pods[key(p)] = p
+	}
+	for _, obj := range factory.Networking().V1().NetworkPolicies().Informer().GetStore().List() {
+		p := obj.(*networkingv1.NetworkPolicy)
+		w.state.policies[key(p)] = p
+	}
+	for _, obj := range factory.Core().V1().Namespaces().Informer().GetStore().List() {
+		n := obj.(*corev1.Namespace)
+		w.state.namespaces[n.Name] = n.Labels
+	}
 	if len(w.denied) == 0 {
 		w.denied = baselineDenials(w.state, ns, fleet, callers)
 	}
 	w.synced = true
 	w.judgeLocked()
 	w.mu.Unlock()
+	if len(w.denied) == 0 {
+		cancel()
+		t.Fatalf("state watch of %s/%s: the reference denies nothing, so no state could be judged wrong", ns, fleet)
+	}
 	go func() {
 		<-ctx.Done()
 		factory.Shutdown()
