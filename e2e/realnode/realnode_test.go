@@ -33,10 +33,12 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/ericdev/fleetmesh/e2e/cluster"
 	"github.com/ericdev/fleetmesh/e2e/cluster/real"
 	fleetv1 "github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
+	meshv1 "github.com/ericdev/fleetmesh/mesh-operator/api/v1alpha1"
 )
 
 const (
@@ -59,6 +61,8 @@ type env struct {
 	k8s     client.Client
 	rel     *real.Release
 	plugin  string // kubectl-celld built from this tree
+	license string // mesh-license, the vendor build (keygen, sign), built from this tree
+	work    string // the test's temporary directory
 	standin string // the stand-in's image reference
 	timings []string
 	// networkOnly compares packets with the NetworkPolicy layer's verdict
@@ -117,6 +121,15 @@ func TestRealNode(t *testing.T) {
 		t.Fatalf("build kubectl-celld: %v\n%s", err, out)
 	}
 	e.timing("kubectl-celld", start)
+	start = time.Now()
+	e.work = work
+	e.license = filepath.Join(work, "mesh-license")
+	build = exec.CommandContext(ctx, "go", "build", "-tags", "licensevendor", "-o", e.license, "./cmd/mesh-license")
+	build.Dir = filepath.Join(root, "mesh-operator")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build mesh-license (licensevendor): %v\n%s", err, out)
+	}
+	e.timing("mesh-license (vendor build)", start)
 
 	start = time.Now()
 	crds, err := cluster.DefaultCRDPaths(ctx)
@@ -160,6 +173,7 @@ func TestRealNode(t *testing.T) {
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = fleetv1.AddToScheme(scheme)
+	_ = meshv1.AddToScheme(scheme)
 	if e.k8s, err = client.New(c.REST, client.Options{Scheme: scheme}); err != nil {
 		t.Fatal(err)
 	}
@@ -170,6 +184,7 @@ func TestRealNode(t *testing.T) {
 	}{
 		{"charts", installCharts},
 		{"plain fleet of real Pods", plainFleet},
+		{"peers resolve before readiness", peersBeforeReadiness},
 		{"routed fleet", routedFleet},
 		{"roll with retained volumes", rollRetainsVolumes},
 		{"restricted namespaces", restrictedNamespaces},
@@ -208,14 +223,24 @@ func installCharts(e *env) bool {
 		t.Fatalf("helm install fleet-operator: %v", err)
 	}
 	e.timing("  helm install fleet-operator --wait", start)
+	// The mesh operator licensed: the node's mesh image is the licensetestkey
+	// build (tools/release -node-mesh-license-test-key), which also trusts
+	// the key given in MESH_LICENSE_TEST_PUBLIC_KEY; the tier mints a key
+	// pair and a license with the vendor build of mesh-license, as the
+	// local bed does (e2e/harness installTestLicense).
 	start = time.Now()
+	values := mintLicenseValues(t, e, ctx)
 	if err := cluster.HelmInstall(ctx, helm, e.c.Kubeconfig, cluster.HelmRelease{
-		Name: meshRelease, Namespace: meshNS, Chart: e.rel.Charts["mesh-operator"], Timeout: 4 * time.Minute,
-		Set: []string{"license.create=true", "license.value=not-a-license", "sail.install=false", "image.pullPolicy=Never"},
+		Name: meshRelease, Namespace: meshNS, Chart: e.rel.Charts["mesh-operator"], Wait: true, Timeout: 4 * time.Minute,
+		ValuesFiles: []string{values},
+		Set:         []string{"sail.install=false", "image.pullPolicy=Never"},
 	}); err != nil {
-		t.Fatalf("helm install mesh-operator: %v", err)
+		t.Fatalf("helm install mesh-operator --wait: %v", err)
 	}
-	e.timing("  helm install mesh-operator", start)
+	e.timing("  helm install mesh-operator --wait (licensed)", start)
+	start = time.Now()
+	meshLicensed(t, e, ctx)
+	e.timing("  mesh operator Ready, license accepted (ServiceMesh PreviewLocked=False/LicenseValid)", start)
 	for _, opNS := range []string{fleetNS, meshNS} {
 		pods, err := e.cs.CoreV1().Pods(opNS).List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -226,6 +251,99 @@ func installCharts(e *env) bool {
 		}
 	}
 	return true
+}
+
+// licenseeName is who the tier's license is issued to; the ServiceMesh's
+// PreviewLocked message names it once the operator accepted the license.
+const licenseeName = "fleetmesh real-node tier"
+
+// mintLicenseValues makes a key pair and a preview license with the vendor
+// mesh-license, and writes the mesh chart's values that install it: the
+// license Secret from license.value, and the public key for the test-key
+// build in extraEnv (the chart's escape hatch; a release build would ignore
+// it with a warning).
+func mintLicenseValues(t *testing.T, e *env, ctx context.Context) string {
+	t.Helper()
+	keys := filepath.Join(e.work, "license-keys")
+	if out, err := exec.CommandContext(ctx, e.license, "keygen", "--out", keys, "--name", "realnode", "--force").CombinedOutput(); err != nil {
+		t.Fatalf("mesh-license keygen: %v: %s", err, out)
+	}
+	lic, err := exec.CommandContext(ctx, e.license, "sign", "--key", filepath.Join(keys, "realnode.key"),
+		"--licensee", licenseeName, "--features", "preview", "--valid-for", "24h").Output()
+	if err != nil {
+		t.Fatalf("mesh-license sign: %v", err)
+	}
+	pub, err := exec.CommandContext(ctx, e.license, "pubkey", "--pub", filepath.Join(keys, "realnode.pub")).Output()
+	if err != nil {
+		t.Fatalf("mesh-license pubkey: %v", err)
+	}
+	values := map[string]any{
+		"license":  map[string]any{"create": true, "value": string(lic)},
+		"extraEnv": []map[string]string{{"name": "MESH_LICENSE_TEST_PUBLIC_KEY", "value": strings.TrimSpace(string(pub))}},
+	}
+	b, err := yaml.Marshal(values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(e.work, "mesh-values.yaml")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// meshLicensed: the mesh operator's Pod is Ready, its log does not say the
+// test key is ignored (a release image would), and a ServiceMesh reports the
+// license accepted (PreviewLocked=False, LicenseValid, naming the licensee).
+// The ServiceMesh is then deleted and must go: the fleets of the later
+// specs run without a mesh.
+func meshLicensed(t *testing.T, e *env, ctx context.Context) {
+	t.Helper()
+	pods, err := e.cs.CoreV1().Pods(meshNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=mesh-operator"})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("want one mesh operator Pod, got %v (%v)", pods, err)
+	}
+	op := pods.Items[0]
+	if !podReady(&op) {
+		t.Errorf("mesh operator Pod %s not Ready after helm --wait: %+v", op.Name, op.Status.Conditions)
+	}
+	sm := &meshv1.ServiceMesh{ObjectMeta: metav1.ObjectMeta{Name: meshv1.SingletonName}}
+	if err := e.k8s.Create(ctx, sm); err != nil {
+		t.Fatal(err)
+	}
+	var last string
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		got := &meshv1.ServiceMesh{}
+		if err := e.k8s.Get(ctx, client.ObjectKey{Name: meshv1.SingletonName}, got); err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		c := meta.FindStatusCondition(got.Status.Conditions, string(meshv1.ConditionPreviewLocked))
+		last = fmt.Sprintf("phase %q, PreviewLocked %+v", got.Status.Phase, c)
+		return c != nil && c.ObservedGeneration == got.Generation && c.Status == metav1.ConditionFalse &&
+			c.Reason == string(meshv1.ReasonLicenseValid) && strings.Contains(c.Message, licenseeName), nil
+	})
+	if err != nil {
+		t.Errorf("the mesh operator did not accept the tier's license: %s", last)
+	} else {
+		t.Logf("ServiceMesh %s: %s", meshv1.SingletonName, last)
+	}
+	logs, err := e.cs.CoreV1().Pods(meshNS).GetLogs(op.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		t.Errorf("mesh operator log: %v", err)
+	} else if bytes.Contains(logs, []byte("ignoring the configured test key")) {
+		t.Errorf("the mesh operator ignores the test key: the node runs a release build, not the licensetestkey one")
+	}
+	if err := e.k8s.Delete(ctx, sm); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := e.k8s.Get(ctx, client.ObjectKey{Name: meshv1.SingletonName}, &meshv1.ServiceMesh{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Errorf("the ServiceMesh was not gone 2 minutes after its deletion: %v", err)
+	}
 }
 
 // plainFleet: a fleet of stand-in Pods becomes Ready with /state read over
@@ -271,6 +389,15 @@ func plainFleet(e *env) bool {
 	start = time.Now()
 	ref := accessTable(t, e, ns, name, callers, "a")
 	e.timing("  access table, packets vs kubectl celld access", start)
+	if t.Failed() {
+		return false
+	}
+	start = time.Now()
+	memberEgress(t, e, ns, name)
+	e.timing("  members' egress, packets vs docs and kubectl celld access", start)
+	start = time.Now()
+	kubeletProbes(t, e, ns, name)
+	e.timing("  kubelet's probes from the node under the policy", start)
 	if t.Failed() {
 		return false
 	}
@@ -372,6 +499,9 @@ func rollRetainsVolumes(e *env) bool {
 		oldUIDs[p.Name] = string(p.UID)
 	}
 	got.Spec.Env = append(got.Spec.Env, corev1.EnvVar{Name: "REALNODE_ROLL", Value: "1"})
+	// Every state of the roll is judged against what the settled policy
+	// denied before it (the plain fleet's packet table confirmed that shape).
+	watch := watchStates(t, e, ns, name, standardCallers(ns, name), nil)
 	start = time.Now()
 	if err := e.k8s.Update(ctx, got); err != nil {
 		t.Fatal(err)
@@ -401,6 +531,7 @@ func rollRetainsVolumes(e *env) bool {
 		t.Fatalf("the roll did not replace all %d members: %v", n, err)
 	}
 	waitFleet(t, e, ns, name, n, true)
+	watch.Stop(t, "roll")
 	e.timing("  roll of 3 members", start)
 	t.Logf("roll: at most %d member(s) unavailable in %d observations (every 200 ms)", maxUnavailable, observations)
 	if maxUnavailable > 1 {
@@ -499,7 +630,8 @@ func restrictedNamespaces(e *env) bool {
 	e.timing("  fleet of 2 Ready in a restricted namespace", start)
 	callers := []caller{{NS: ns, Name: "stranger"}, {NS: ns, Name: "client", Labels: map[string]string{"celld.eric.dev/client-of": name}},
 		{NS: fleetNS, Name: "operator-like", Labels: map[string]string{"app.kubernetes.io/name": "fleet-operator", "app.kubernetes.io/instance": fleetRelease}, OwnedByOther: true}}
-	accessTable(t, e, ns, name, callers, "a")
+	ref := accessTable(t, e, ns, name, callers, "a")
+	watch := watchStates(t, e, ns, name, callers, deniedByReference(callers, ref))
 
 	// The operators' namespaces enforce restricted; the API server's
 	// warnings name every running Pod that would be refused.
@@ -533,6 +665,10 @@ func restrictedNamespaces(e *env) bool {
 	start = time.Now()
 	scaleOperator(t, e, 0)
 	scaleOperator(t, e, 1)
+	// The restarted operator re-applies its policy: give it a moment to
+	// do so while the states are still judged.
+	time.Sleep(5 * time.Second)
+	watch.Stop(t, "restricted-namespace restart")
 	e.timing("  fleet operator restarted under restricted, Ready", start)
 	return !t.Failed()
 }
@@ -873,6 +1009,11 @@ func accessReport(t *testing.T, e *env, ns, fleet, from string) accessReportJSON
 func plantedBug(t *testing.T, e *env, ns, fleet string, callers []caller, ref []row) {
 	t.Helper()
 	ctx := context.Background()
+	// Every state from here until the healed table is judged: removing an
+	// allow rule and the operator's repair may close rows, never open one
+	// the reference denies.
+	watch := watchStates(t, e, ns, fleet, callers, deniedByReference(callers, ref))
+	defer watch.Stop(t, "planted bug and its repair")
 	scaleOperator(t, e, 0)
 	np, err := e.cs.NetworkingV1().NetworkPolicies(ns).Get(ctx, fleet, metav1.GetOptions{})
 	if err != nil {

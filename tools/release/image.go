@@ -211,7 +211,19 @@ func (r *release) buildImages() error {
 			}
 			imgs = append(imgs, img)
 			if r.NodeArchive != "" && len(imgs) == 1 {
-				r.addNodeImage(fmt.Sprintf("%s/%s:%s", r.Registry, c.Name, r.Version), img)
+				nodeImg := img
+				if r.NodeLicenseTestKey && c.Name == "mesh-operator" {
+					tb, err := r.buildLicenseTestKey(c, p)
+					if err != nil {
+						return err
+					}
+					tspec := spec
+					tspec.Binary = tb
+					if nodeImg, err = buildImage(tspec); err != nil {
+						return fmt.Errorf("image %s %s (license test key): %w", c.Name, p, err)
+					}
+				}
+				r.addNodeImage(fmt.Sprintf("%s/%s:%s", r.Registry, c.Name, r.Version), nodeImg)
 			}
 			d, err := img.Digest()
 			if err != nil {

@@ -46,10 +46,14 @@ func run(args []string) error {
 	registry := fs.String("registry", "ghcr.io/ericdev", "image repository prefix the chart and the bundle name")
 	checkRepo := fs.Bool("check-repo", true, "fail unless the charts and CHANGELOG.md carry this version")
 	nodeArchive := fs.String("node-archive", "", "also write the images (first platform) as one docker-archive tar a node's containerd imports (`ctr images import`), for the real-node tier")
+	nodeTestKey := fs.Bool("node-mesh-license-test-key", false, "build -node-archive's mesh-operator image with the licensetestkey tag (trusts a license key from --license-test-public-key): the real-node tier only; refused without -node-archive, never in a release")
 	var extra extraImages
 	fs.Var(&extra, "extra-image", "REF=BINARY: also build an image of a prebuilt static binary (entrypoint /NAME) into -node-archive; repeatable")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *nodeTestKey && *nodeArchive == "" {
+		return fmt.Errorf("-node-mesh-license-test-key applies only to -node-archive (the real-node tier): a release never builds the mesh operator with the licensetestkey tag")
 	}
 	absRoot, err := filepath.Abs(*root)
 	if err != nil {
@@ -58,7 +62,7 @@ func run(args []string) error {
 	r := &release{
 		Root: absRoot, Out: *out, Version: *version, Source: *source, Registry: *registry,
 		ImagePlatforms: splitList(*platforms), ArchivePlatforms: splitList(*archPlatforms),
-		Log: os.Stderr, NodeArchive: *nodeArchive, ExtraImages: extra,
+		Log: os.Stderr, NodeArchive: *nodeArchive, ExtraImages: extra, NodeLicenseTestKey: *nodeTestKey,
 	}
 	if r.Out == "" {
 		r.Out = filepath.Join(absRoot, "bin", "release")

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"debug/buildinfo"
 	"fmt"
 	"io"
 	"os"
@@ -59,6 +60,12 @@ type release struct {
 	// tier, e2e/cluster/real): no registry is involved.
 	NodeArchive string
 	ExtraImages []extraImage
+	// NodeLicenseTestKey builds the node archive's mesh-operator image from
+	// a binary with the license test-key tag, so the real-node tier can
+	// license it with a key of its own (docs/development.md). Only with
+	// NodeArchive; the release's own images, layouts and binaries stay
+	// release builds.
+	NodeLicenseTestKey bool
 
 	revision string
 	created  time.Time
@@ -123,17 +130,60 @@ func (r *release) logf(format string, args ...any) {
 	fmt.Fprintf(r.Log, format+"\n", args...)
 }
 
+// licenseTestKeyTag is the mesh operator's test-key build tag
+// (mesh-operator/internal/license/testkeys_enabled.go): a binary built with
+// it also trusts a license key from a flag or the environment. No release
+// artifact may carry it; only the real-node tier's node archive does, on
+// request (NodeLicenseTestKey).
+const licenseTestKeyTag = "licensetestkey"
+
 // build compiles c for platform ("os/arch") into bin/OS_ARCH/NAME under
 // Out: static (CGO off), trimmed paths, stripped, with the version stamped.
-// It returns the binary's path and content.
+// It returns the binary's path and content. It refuses a binary that came
+// out with the license test-key tag (go build also takes tags from GOFLAGS).
 func (r *release) build(c component, platform string) (string, []byte, error) {
 	goos, goarch, ok := strings.Cut(platform, "/")
 	if !ok {
 		return "", nil, fmt.Errorf("platform %q is not os/arch", platform)
 	}
 	path := filepath.Join(r.Out, "bin", goos+"_"+goarch, c.Name)
+	b, err := r.compile(c, platform, path)
+	if err != nil {
+		return "", nil, err
+	}
+	if hasTag(path, licenseTestKeyTag) {
+		return "", nil, fmt.Errorf("%s for %s was built with the %s tag (from GOFLAGS=%q?): a release binary must trust only the compiled-in license key; unset it",
+			c.Name, platform, licenseTestKeyTag, os.Getenv("GOFLAGS"))
+	}
+	return path, b, nil
+}
+
+// buildLicenseTestKey compiles c with the license test-key tag, for the
+// node archive only, outside the release's bin/ (node-testkey/OS_ARCH/NAME).
+func (r *release) buildLicenseTestKey(c component, platform string) ([]byte, error) {
+	goos, goarch, ok := strings.Cut(platform, "/")
+	if !ok {
+		return nil, fmt.Errorf("platform %q is not os/arch", platform)
+	}
+	path := filepath.Join(r.Out, "node-testkey", goos+"_"+goarch, c.Name)
+	b, err := r.compile(c, platform, path, licenseTestKeyTag)
+	if err != nil {
+		return nil, err
+	}
+	if !hasTag(path, licenseTestKeyTag) {
+		return nil, fmt.Errorf("%s for the node archive lacks the %s tag", c.Name, licenseTestKeyTag)
+	}
+	return b, nil
+}
+
+func (r *release) compile(c component, platform, path string, tags ...string) ([]byte, error) {
+	goos, goarch, _ := strings.Cut(platform, "/")
 	ldflags := fmt.Sprintf("-s -w -X %s=%s", versionPkg, r.Version)
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", ldflags, "-o", path, c.Pkg)
+	args := []string{"build", "-trimpath", "-ldflags", ldflags}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	cmd := exec.Command("go", append(args, "-o", path, c.Pkg)...)
 	cmd.Dir = filepath.Join(r.Root, c.Module)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+goos, "GOARCH="+goarch)
 	if !c.Workspace {
@@ -141,11 +191,29 @@ func (r *release) build(c component, platform string) (string, []byte, error) {
 	}
 	start := time.Now()
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", nil, fmt.Errorf("go build %s for %s: %v\n%s", c.Name, platform, err, out)
+		return nil, fmt.Errorf("go build %s for %s: %v\n%s", c.Name, platform, err, out)
 	}
-	r.logf("built %s %s in %s", c.Name, platform, time.Since(start).Round(time.Millisecond))
-	b, err := os.ReadFile(path)
-	return path, b, err
+	r.logf("built %s %s in %s%s", c.Name, platform, time.Since(start).Round(time.Millisecond), map[bool]string{true: " (tags " + strings.Join(tags, ",") + ")"}[len(tags) > 0])
+	return os.ReadFile(path)
+}
+
+// hasTag reports whether the Go binary at path was built with tag (its
+// build information's -tags setting, as `go version -m` prints it).
+func hasTag(path, tag string) bool {
+	info, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	for _, s := range info.Settings {
+		if s.Key == "-tags" {
+			for _, t := range strings.FieldsFunc(s.Value, func(r rune) bool { return r == ',' || r == ' ' }) {
+				if t == tag {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // packageCharts packages both charts with bin/helm, stamped with the version.

@@ -14,8 +14,9 @@ import (
 type Release struct {
 	// Archive holds the operators' and the celld stand-in's images (as the
 	// release dry run builds them, linux/amd64 only, tagged
-	// ghcr.io/ericdev/NAME:VERSION as the charts name them), PauseImage and
-	// CoreDNSImage.
+	// ghcr.io/ericdev/NAME:VERSION as the charts name them; the mesh
+	// operator's is its licensetestkey build, see docs/development.md),
+	// PauseImage and CoreDNSImage.
 	Archive string
 	// Charts are the packaged charts (.tgz) by operator name.
 	Charts map[string]string
@@ -46,6 +47,9 @@ func BuildImages(ctx context.Context, root, binDir, out string) (*Release, error
 	archive := filepath.Join(out, "node-images.tar")
 	cmd := exec.CommandContext(ctx, "go", "run", ".", "-root", root, "-out", rel, "-only", "images,charts",
 		"-image-platforms", "linux/amd64", "-node-archive", archive,
+		// The node's mesh operator trusts a license key the tier mints
+		// (the release images trust only the vendor's).
+		"-node-mesh-license-test-key",
 		"-extra-image", PauseImage+"="+pause,
 		"-extra-image", CoreDNSImage+"="+filepath.Join(binDir, "node", "coredns"))
 	cmd.Dir = filepath.Join(root, "tools", "release")

@@ -109,3 +109,41 @@ func TestPreflightRefusesASecondNode(t *testing.T) {
 		t.Errorf("Preflight with %s present: %v", dir, err)
 	}
 }
+
+// TestPreflightRefusesAnAddressClash: the veth's 198.18.0.0/30 is the node's
+// own; a host that already has an address in it (another test network, a
+// leftover of a killed run) would get a second route to it and the API
+// proxy could not bind, so Preflight refuses before touching anything and
+// names the link. The test adds addresses in (or around) it to a veth pair
+// of its own (this kernel has no dummy links) and removes the pair again.
+func TestPreflightRefusesAnAddressClash(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("links: root only")
+	}
+	bin, err := cluster.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Preflight(bin, "/usr/sbin/runc"); err != nil && strings.Contains(err.Error(), "198.18.0.0/30") {
+		t.Fatalf("the host already clashes before the test: %v", err)
+	}
+	for _, addr := range []string{HostAddr + "/32", "198.18.0.2/30", "198.18.0.0/16"} {
+		const link = "fmrclash0"
+		if _, err := run("ip", "link", "add", link, "type", "veth", "peer", "name", "fmrclash1"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := run("ip", "addr", "add", addr, "dev", link); err != nil {
+			_, _ = run("ip", "link", "del", link)
+			t.Fatal(err)
+		}
+		err := Preflight(bin, "/usr/sbin/runc")
+		if _, derr := run("ip", "link", "del", link); derr != nil {
+			t.Error(derr)
+		}
+		if err == nil || !strings.Contains(err.Error(), "198.18.0.0/30") || !strings.Contains(err.Error(), link) {
+			t.Errorf("Preflight with %s on %s: %v; want a refusal naming 198.18.0.0/30 and the link", addr, link, err)
+		} else {
+			t.Logf("with %s on %s: %v", addr, link, err)
+		}
+	}
+}

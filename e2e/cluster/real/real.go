@@ -175,6 +175,9 @@ func Preflight(binDir, runc string) error {
 	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/memory", CgroupRoot)); err == nil {
 		missing = append(missing, "no other real node: /sys/fs/cgroup/memory/"+CgroupRoot+" exists (one runs, or a killed run left it: remove its cgroups)")
 	}
+	if clash := addressClash(); clash != "" {
+		missing = append(missing, clash)
+	}
 	if _, err := os.Stat("/sys/fs/cgroup/memory"); err != nil {
 		missing = append(missing, "cgroup v1 hierarchies under /sys/fs/cgroup (this provider drives the kubelet with cgroupfs on v1)")
 	}
@@ -182,6 +185,41 @@ func Preflight(binDir, runc string) error {
 		return fmt.Errorf("real node cannot run here: %s", strings.Join(missing, "; "))
 	}
 	return nil
+}
+
+// vethNet is the node's veth network (HostAddr and NodeAddr).
+var vethNet = &net.IPNet{IP: net.ParseIP("198.18.0.0").To4(), Mask: net.CIDRMask(vethCIDR, 32)}
+
+// addressClash names every host address whose network overlaps the veth's
+// 198.18.0.0/30 (an address in it, or a wider prefix around it): the node's
+// route and the API proxy's address would clash with it. Empty when none.
+func addressClash() string {
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		return "the host's addresses could not be read (" + err.Error() + ")"
+	}
+	var clashes []string
+	for _, ifc := range ifaces {
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			ipn, ok := a.(*net.IPNet)
+			if !ok || ipn.IP.To4() == nil {
+				continue
+			}
+			if ipn.Contains(vethNet.IP) || vethNet.Contains(ipn.IP) {
+				clashes = append(clashes, fmt.Sprintf("%s on %s", ipn, ifc.Name))
+			}
+		}
+	}
+	if len(clashes) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("no host address in the node's veth network %s (host side %s, node side %s), but the host has %s "+
+		"(another test network, or the veth of a running or killed real node: remove it first)",
+		vethNet, HostAddr, NodeAddr, strings.Join(clashes, ", "))
 }
 
 // Up starts the control plane, the node and the cluster add-ons. On failure

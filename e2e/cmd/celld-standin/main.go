@@ -20,7 +20,7 @@ import (
 
 func main() {
 	version := flag.String("version", envOr("CELLD_STANDIN_VERSION", "kind"), "version reported on /state")
-	delay := flag.Duration("startup-delay", time.Second, "how long /state reports Starting")
+	delay := flag.Duration("startup-delay", envDuration("STANDIN_STARTUP_DELAY", time.Second), "how long /state reports Starting (default from $STANDIN_STARTUP_DELAY: a fleet's spec.env sets it, the member's readiness held back)")
 	probe := flag.String("probe", "", "instead of serving, GET this URL once and exit 0 on a 2xx answer (a client for NetworkPolicy checks)")
 	dial := flag.String("dial", "", "instead of serving, open a TCP connection to each HOST:PORT of this comma-separated list once and print one JSON line per address with the outcome (the real-node tier's packet-level access table)")
 	dialTimeout := flag.Duration("dial-timeout", 2*time.Second, "how long -dial waits for each connection")
@@ -114,6 +114,14 @@ func dialAll(addrs []string, timeout time.Duration) {
 	for _, r := range results {
 		_ = enc.Encode(r)
 	}
+}
+
+// envDuration is $k as a duration, or def when unset or unparsable.
+func envDuration(k string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(k)); err == nil {
+		return d
+	}
+	return def
 }
 
 func envOr(k, def string) string {
