@@ -57,8 +57,10 @@ type judgement struct {
 	policyGone map[types.UID]goneSince
 	violations []string
 	seen       map[string]bool
-	// wasStrict: namespaces whose mesh-mtls was STRICT in the previous state.
-	wasStrict map[string]bool
+	// wasStrict: namespaces whose mesh-mtls was STRICT in the previous state;
+	// relaxedAfterCutover: those whose mesh-mtls was relaxed then but
+	// carried its recorded cutover (labels.MeshStrictReady).
+	wasStrict, relaxedAfterCutover map[string]bool
 	// last is the latest state judged.
 	last *snapshot
 	// atRest: the state judged is the one the cluster came to rest in, where
@@ -341,7 +343,8 @@ func memberDown(u *unstructured.Unstructured, fleet string) string {
 
 // checkStrict: STRICT never precedes meshed workloads. When a namespace's
 // mesh-mtls turns STRICT, every running Pod in it and in its declared edge
-// namespaces is meshed. Pods that appear later are istio-cni's to capture,
+// namespaces is meshed (a return to STRICT on the recorded cutover is no
+// new cutover). Pods that appear later are istio-cni's to capture,
 // and a plaintext Pod appearing later in an accepted edge does not switch
 // STRICT off (by design, docs/servicemesh.md); an edge declared later must
 // relax the namespace, which the check at rest (strictAtRest) holds.
@@ -351,13 +354,21 @@ func (j *judgement) checkStrict(s *snapshot, step int, ambient bool) {
 		dp = podmesh.DataPlaneAmbient
 	}
 	if j.wasStrict == nil {
-		j.wasStrict = map[string]bool{}
+		j.wasStrict, j.relaxedAfterCutover = map[string]bool{}, map[string]bool{}
 	}
 	for _, ns := range []string{j.w.app, j.w.edge, j.w.other} {
 		strict := namespaceStrict(s, ns) != nil
 		turned := strict && !j.wasStrict[ns]
+		// A return to STRICT on the recorded cutover (after a maintenance
+		// window, or an edge declared later) is no new cutover: the
+		// operator keeps a cut-over namespace's cutover by design, and a
+		// Pod started while it was relaxed is istio-cni's to capture, as
+		// in a namespace that stayed STRICT.
+		returned := turned && j.relaxedAfterCutover[ns]
+		pa := s.objs[gvrPAs][ns+"/"+meshMTLSPolicy]
 		j.wasStrict[ns] = strict
-		if !turned {
+		j.relaxedAfterCutover[ns] = !strict && pa != nil && pa.GetAnnotations()[labels.MeshStrictReady] != ""
+		if !turned || returned {
 			continue
 		}
 		state, _ := contract.Parse(s.nsLabels(ns))

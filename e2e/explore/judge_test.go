@@ -258,6 +258,20 @@ func TestJudgeStrict(t *testing.T) {
 		wantViolation(t, check(state(t, 0, "ADDED", callers()...), state(t, 1, "ADDED peerauthentications", append(callers(), strict(nil))...)),
 			"step 2, after ADDED peerauthentications: namespace x1-app turned STRICT while Pod x1-app/bystander is not meshed")
 	})
+	// A namespace relaxed after its cutover (a maintenance window, an
+	// edge declared later) returns to STRICT on the recorded cutover, as
+	// the operator is designed to (a plaintext Pod does not switch STRICT
+	// off): a Pod started meanwhile is istio-cni's to capture, as in a
+	// namespace that stayed STRICT (api-faults met it in make test).
+	relaxed := func() typed {
+		pa := strict(map[string]string{labels.MeshStrictReady: "2026-12-07T10:00:00Z"})
+		pa.obj.(*unstructured.Unstructured).Object["spec"] = map[string]any{"mtls": map[string]any{"mode": "PERMISSIVE"}}
+		return pa
+	}
+	t.Run("back to STRICT on a recorded cutover", func(t *testing.T) {
+		wantViolation(t, check(state(t, 0, "MODIFIED", append(callers(), relaxed())...),
+			state(t, 1, "MODIFIED peerauthentications", append(callers(), strict(map[string]string{labels.MeshStrictReady: "2026-12-07T10:00:00Z"}))...)))
+	})
 	edge := ns(map[string]string{labels.AllowFromPrefix + "x1-edge": "true"})
 	plainEdge := running("x1-edge", edgePod, map[string]string{"app": edgeApp})
 	t.Run("at rest, an edge accepted at the cutover", func(t *testing.T) {
