@@ -30,13 +30,13 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ericdev/fleetmesh/e2e/harness"
 	fleetv1 "github.com/ericdev/fleetmesh/fleet-operator/api/v1alpha1"
 	"github.com/ericdev/fleetmesh/shared/labels"
-	"github.com/ericdev/fleetmesh/shared/manager"
 )
 
 func (b *bench) all(ctx context.Context) error {
@@ -475,7 +475,10 @@ func (b *bench) pacedClient() (dynamic.Interface, error) {
 	if err != nil {
 		return nil, err
 	}
-	return dynamic.NewForConfig(manager.Pace{QPS: qps, Burst: burst}.Paced(rest.CopyConfig(b.cfg)))
+	cfg := rest.CopyConfig(b.cfg)
+	cfg.QPS, cfg.Burst = float32(qps), burst
+	cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
+	return dynamic.NewForConfig(cfg)
 }
 
 // startupPace reads the pace from an operator's log: the first start-up

@@ -51,11 +51,11 @@ type Pace struct {
 	Burst int
 }
 
-// Paced gives cfg one token bucket for every client built from it. A limit
+// paced gives cfg one token bucket for every client built from it. A limit
 // in QPS and Burst alone would be one bucket per client, and the manager
 // builds a client per kind: a fleet's first pass writes eight kinds, so
 // each bucket saw an eighth of the requests and never held any back.
-func (p Pace) Paced(cfg *rest.Config) *rest.Config {
+func (p Pace) paced(cfg *rest.Config) *rest.Config {
 	if p.QPS <= 0 {
 		return cfg
 	}
@@ -134,7 +134,7 @@ func (o *Options) NewManager(scheme *runtime.Scheme, customize func(*ctrl.Option
 	if customize != nil {
 		customize(&opts)
 	}
-	mgr, err := ctrl.NewManager(o.APIPace.Paced(uncompressed(ctrl.GetConfigOrDie())), opts)
+	mgr, err := ctrl.NewManager(o.APIPace.paced(uncompressed(ctrl.GetConfigOrDie())), opts)
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
 	}

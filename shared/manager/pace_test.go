@@ -35,7 +35,7 @@ func TestPaceIsSharedByEveryClient(t *testing.T) {
 	mapper := meta.NewDefaultRESTMapper(nil)
 	mapper.Add(corev1.SchemeGroupVersion.WithKind("ConfigMap"), meta.RESTScopeNamespace)
 	mapper.Add(appsv1.SchemeGroupVersion.WithKind("StatefulSet"), meta.RESTScopeNamespace)
-	c, err := client.New(Pace{QPS: 10, Burst: 2}.Paced(&rest.Config{Host: srv.URL}), client.Options{Scheme: clientgoscheme.Scheme, Mapper: mapper})
+	c, err := client.New(Pace{QPS: 10, Burst: 2}.paced(&rest.Config{Host: srv.URL}), client.Options{Scheme: clientgoscheme.Scheme, Mapper: mapper})
 	require.NoError(t, err)
 	ctx := context.Background()
 	key := client.ObjectKey{Namespace: "ns", Name: "x"}
@@ -50,7 +50,7 @@ func TestPaceIsSharedByEveryClient(t *testing.T) {
 
 func TestUnpacedLeavesTheConfigAlone(t *testing.T) {
 	for _, p := range []Pace{{}, {QPS: -1, Burst: 10}} {
-		cfg := p.Paced(&rest.Config{Host: "https://127.0.0.1:1"})
+		cfg := p.paced(&rest.Config{Host: "https://127.0.0.1:1"})
 		assert.Nil(t, cfg.RateLimiter)
 		assert.Zero(t, cfg.QPS)
 	}
@@ -80,7 +80,7 @@ func TestResponsesAreNotCompressed(t *testing.T) {
 	mapper := meta.NewDefaultRESTMapper(nil)
 	mapper.Add(corev1.SchemeGroupVersion.WithKind("ConfigMap"), meta.RESTScopeNamespace)
 	cfg := &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{CAData: ca}}
-	c, err := client.New(Pace{QPS: 10, Burst: 2}.Paced(uncompressed(cfg)), client.Options{Scheme: clientgoscheme.Scheme, Mapper: mapper})
+	c, err := client.New(Pace{QPS: 10, Burst: 2}.paced(uncompressed(cfg)), client.Options{Scheme: clientgoscheme.Scheme, Mapper: mapper})
 	require.NoError(t, err)
 	_ = c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "x"}, &corev1.ConfigMap{})
 	require.NotNil(t, asked.Load(), "the request reached the server")
